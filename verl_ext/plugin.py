@@ -1,0 +1,94 @@
+"""The ``verl.plugins`` entry point: registers every verl-ext plugin into verl's registries.
+
+verl imports this module in every process (driver, TaskRunner, workers, inference servers) and
+swallows its errors at DEBUG level, so this module (1) does no heavy work itself: each plugin's
+module is imported by a post-import hook when verl imports the registry it belongs to; and
+(2) records every failure in ``LOAD_ERRORS`` and logs it at WARNING, so ``verl-ext doctor`` and
+``check_config`` can name what is missing.
+
+To add a plugin: write a module that registers on import and add a ``PluginSpec`` row below.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+from dataclasses import dataclass
+
+from verl_ext._post_import import when_imported
+
+logger = logging.getLogger("verl_ext")
+
+
+@dataclass(frozen=True)
+class PluginSpec:
+    """One name a verl config can select, and where it comes from.
+
+    Attributes:
+        name: the value a config uses (``algorithm.adv_estimator=gigpo``, ``rollout.name=hf``).
+        kind: which verl registry the name lives in (see ``KIND_TRIGGERS``).
+        module: the verl-ext module that registers ``name`` when imported.
+        extra: the ``pip install verl-ext[<extra>]`` that provides its optional dependencies.
+    """
+
+    name: str
+    kind: str
+    module: str
+    extra: str | None = None
+
+
+# kind -> verl module whose import makes that registry available (the hook fires after it).
+KIND_TRIGGERS: dict[str, str] = {
+    "platform": "verl.plugin.platform",
+    "rollout": "verl.workers.rollout.base",
+    "adv_estimator": "verl.trainer.ppo.core_algos",
+    "policy_loss": "verl.trainer.ppo.core_algos",
+    "agent_loop": "verl.experimental.agent_loop",
+    "reward_manager": "verl.experimental.reward_loop.reward_manager",
+    "trainer": "verl.trainer.ppo.v1",
+    "old_logits": "verl.trainer.ppo.v1",
+}
+
+PLUGINS: tuple[PluginSpec, ...] = (
+    PluginSpec("cpu", "platform", "verl_ext.backends.cpu.platform"),
+    PluginSpec("hf", "rollout", "verl_ext.backends.cpu.registration"),
+    PluginSpec("verl_ext", "trainer", "verl_ext.trainer"),
+)
+
+LOAD_ERRORS: dict[str, BaseException] = {}
+LOADED: set[str] = set()
+
+
+def _load(module: str) -> None:
+    if module in LOADED or module in LOAD_ERRORS:
+        return
+    try:
+        importlib.import_module(module)
+        LOADED.add(module)
+    except Exception as exc:  # noqa: BLE001 - recorded and reported, never swallowed silently
+        LOAD_ERRORS[module] = exc
+        logger.warning("verl-ext: plugin module %s failed to import: %r (run `verl-ext doctor`)", module, exc)
+
+
+def install_hooks() -> None:
+    for spec in PLUGINS:
+        when_imported(KIND_TRIGGERS[spec.kind], lambda module=spec.module: _load(module))
+
+
+def load_all() -> None:
+    """Import every registry verl-ext targets (and so every plugin). For doctor and tests."""
+    for trigger in dict.fromkeys(KIND_TRIGGERS.values()):
+        try:
+            importlib.import_module(trigger)
+        except Exception as exc:  # noqa: BLE001
+            LOAD_ERRORS[trigger] = exc
+    for spec in PLUGINS:  # also covers hooks that could not fire because a trigger failed
+        _load(spec.module)
+
+
+install_hooks()
+# verl-ext's own modules use `logger.warning` for failures; make sure they are visible even when
+# verl set the root logger to WARNING before any handler existed.
+if not logger.handlers and not logging.getLogger().handlers:
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
