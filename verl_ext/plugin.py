@@ -16,6 +16,7 @@ import logging
 import sys
 from dataclasses import dataclass
 
+from verl_ext import patches
 from verl_ext._post_import import when_imported
 
 logger = logging.getLogger("verl_ext")
@@ -51,9 +52,18 @@ KIND_TRIGGERS: dict[str, str] = {
 }
 
 PLUGINS: tuple[PluginSpec, ...] = (
+    PluginSpec("gigpo", "adv_estimator", "verl_ext.advantages.registration"),
+    PluginSpec("hgpo", "adv_estimator", "verl_ext.advantages.registration"),
+    PluginSpec("step_grouped", "adv_estimator", "verl_ext.advantages.registration"),
+    PluginSpec("himac", "adv_estimator", "verl_ext.advantages.registration"),
+    PluginSpec("hiper", "adv_estimator", "verl_ext.advantages.registration"),
     PluginSpec("cpu", "platform", "verl_ext.backends.cpu.platform"),
     PluginSpec("hf", "rollout", "verl_ext.backends.cpu.registration"),
-    PluginSpec("verl_ext", "trainer", "verl_ext.trainer"),
+    PluginSpec("verl_ext_sync", "trainer", "verl_ext.trainer"),
+    PluginSpec("verl_ext_colocate_async", "trainer", "verl_ext.trainer"),
+    PluginSpec("dvreward", "reward_manager", "verl_ext.rewards.dvreward.registration", extra="judge"),
+    PluginSpec("ppo_ewma", "policy_loss", "verl_ext.losses.registration"),
+    PluginSpec("hybrid_gui_tool", "agent_loop", "verl_ext.agent_loops.registration", extra="gui"),
 )
 
 LOAD_ERRORS: dict[str, BaseException] = {}
@@ -88,6 +98,7 @@ def load_all() -> None:
 
 
 install_hooks()
+patches.install()
 # verl-ext's own modules use `logger.warning` for failures; make sure they are visible even when
 # verl set the root logger to WARNING before any handler existed.
 if not logger.handlers and not logging.getLogger().handlers:

@@ -1,0 +1,191 @@
+"""``verl-ext doctor`` and the start-up check: is everything a config names actually registered?
+
+verl logs a plugin's import error at DEBUG and carries on, so a missing optional dependency
+shows up much later as "Unknown adv estimator" or a KeyError deep in a worker. This module
+turns that into one clear error naming the plugin, the import that failed and the pip extra
+that provides it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+from verl_ext import plugin
+
+# Optional dependencies per extra: import name -> what it is for.
+EXTRAS: dict[str, dict[str, str]] = {
+    "gui": {"selenium": "browser driver for minidesk/miniwob", "miniwob": "MiniWoB++ tasks", "PIL": "screenshots"},
+    "judge": {"httpx": "async HTTP client for judge servers"},
+    "mcp": {"mcp": "Model Context Protocol adapter"},
+    "megatron": {"megatron.core": "Megatron engine", "mbridge": "HF <-> Megatron weights"},
+}
+
+
+def registered_names(kind: str) -> set[str]:
+    """The names verl (or verl-ext) currently has registered for ``kind``."""
+    if kind == "platform":
+        from verl.plugin.platform import PlatformRegistry
+
+        return set(PlatformRegistry.registered_names())
+    if kind == "rollout":
+        from verl.workers.rollout.replica import RolloutReplicaRegistry
+
+        return set(RolloutReplicaRegistry._registry)
+    if kind == "adv_estimator":
+        from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY
+
+        return set(ADV_ESTIMATOR_REGISTRY)
+    if kind == "policy_loss":
+        from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
+
+        return set(POLICY_LOSS_REGISTRY)
+    if kind == "agent_loop":
+        from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
+
+        return set(_agent_loop_registry)
+    if kind == "reward_manager":
+        from verl.experimental.reward_loop.reward_manager.registry import REWARD_MANAGER
+
+        return set(REWARD_MANAGER)
+    if kind == "trainer":
+        from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
+
+        return set(TRAINER_REGISTRY)
+    if kind == "old_logits":
+        from verl_ext.old_logits import registered_providers
+
+        return set(registered_providers())
+    raise ValueError(f"unknown plugin kind {kind!r}")
+
+
+def _select(config: Any, path: str) -> Any:
+    node = config
+    for part in path.split("."):
+        if node is None:
+            return None
+        node = node.get(part) if hasattr(node, "get") else getattr(node, part, None)
+    return node
+
+
+# (kind, config key) pairs whose values name a registered plugin.
+CONFIG_KEYS: tuple[tuple[str, str], ...] = (
+    ("rollout", "actor_rollout_ref.rollout.name"),
+    ("adv_estimator", "algorithm.adv_estimator"),
+    ("policy_loss", "actor_rollout_ref.actor.policy_loss.loss_mode"),
+    ("agent_loop", "actor_rollout_ref.rollout.agent.default_agent_loop"),
+    ("trainer", "trainer.v1.trainer_mode"),
+    ("old_logits", "algorithm.old_logits.provider"),
+)
+
+
+def named_plugins(config: Any) -> Iterator[tuple[str, str, str]]:
+    """Yield ``(kind, name, config_key)`` for every plugin the config selects."""
+    for kind, key in CONFIG_KEYS:
+        value = _select(config, key)
+        if value:
+            yield kind, str(value), key
+    reward_manager = _select(config, "reward.reward_manager")
+    if reward_manager is not None and _select(reward_manager, "source") in (None, "register"):
+        if _select(reward_manager, "name"):
+            yield "reward_manager", str(reward_manager.name), "reward.reward_manager.name"
+    platform = os.environ.get("VERL_PLATFORM", "").strip().lower()
+    if platform:
+        yield "platform", platform, "VERL_PLATFORM"
+
+
+def _explain_missing(kind: str, name: str, key: str) -> str:
+    spec = next((s for s in plugin.PLUGINS if s.name == name and s.kind == kind), None)
+    if spec is None:
+        return f"{key}={name}: no {kind} named {name!r} is registered (not a verl-ext plugin either; check the spelling)"
+    error = plugin.LOAD_ERRORS.get(spec.module)
+    message = f"{key}={name}: the verl-ext {kind} plugin did not register"
+    if error is not None:
+        missing = getattr(error, "name", None) if isinstance(error, ModuleNotFoundError) else None
+        message += f" because importing {spec.module} failed: {error!r}"
+        if missing:
+            message += f". The missing module is {missing!r}"
+    if spec.extra:
+        message += f". Install it with: pip install 'verl-ext[{spec.extra}]'"
+    return message
+
+
+def config_problems(config: Any) -> list[str]:
+    """Every plugin named in ``config`` that is not registered, explained. Empty when all is well."""
+    plugin.load_all()
+    problems = []
+    for kind, name, key in named_plugins(config):
+        try:
+            names = registered_names(kind)
+        except Exception as exc:  # noqa: BLE001 - a registry that cannot even be imported is a problem too
+            problems.append(f"{key}={name}: cannot read verl's {kind} registry: {exc!r}")
+            continue
+        if name not in names:
+            problems.append(_explain_missing(kind, name, key))
+    return problems
+
+
+def assert_config_plugins(config: Any) -> None:
+    """Raise ``RuntimeError`` listing every unregistered plugin the config names."""
+    problems = config_problems(config)
+    if problems:
+        raise RuntimeError("verl-ext: the config names plugins that are not available:\n  - " + "\n  - ".join(problems))
+
+
+def _compose(overrides: list[str]) -> Any:
+    from hydra import compose, initialize_config_module
+
+    with initialize_config_module(config_module="verl.trainer.config", version_base=None):
+        return compose(config_name="ppo_trainer", overrides=overrides)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="verl-ext doctor",
+        description="Report verl, verl-ext plugins, optional dependencies and patches; with overrides, "
+        "also check that every plugin the composed config names is registered.",
+    )
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides, as passed to verl.trainer.main_ppo")
+    args = parser.parse_args(argv)
+
+    import verl
+
+    import verl_ext
+    from verl_ext import patches
+
+    plugin.load_all()
+    print(f"verl {verl.__version__} (verl-ext {verl_ext.__version__} is built for verl {verl_ext.VERL_VERSION})")
+    ok = verl.__version__ == verl_ext.VERL_VERSION
+    print("\nplugins:")
+    for spec in plugin.PLUGINS:
+        error = plugin.LOAD_ERRORS.get(spec.module)
+        try:
+            registered = spec.name in registered_names(spec.kind)
+        except Exception:  # noqa: BLE001
+            registered = False
+        status = "registered" if registered else f"MISSING ({error!r})" if error else "MISSING"
+        print(f"  {spec.kind:<15} {spec.name:<26} {status}")
+    print("\noptional dependencies:")
+    for extra, modules in EXTRAS.items():
+        for module, purpose in modules.items():
+            present = importlib.util.find_spec(module.split(".")[0]) is not None
+            print(f"  [{extra}] {module:<14} {'ok' if present else 'missing'}  ({purpose})")
+    print("\npatches (cpu backend only):")
+    for patch in patches.PATCHES:
+        state = "applied" if patch.name in patches.APPLIED else patches.SKIPPED.get(patch.name, "not applied")
+        try:
+            needed = "still needed" if patch.still_needed() else "target changed: review the patch"
+        except Exception as exc:  # noqa: BLE001
+            needed = f"target missing: {exc!r}"
+        print(f"  {patch.name:<24} {state:<12} {needed}")
+    if args.overrides:
+        problems = config_problems(_compose(args.overrides))
+        print("\nconfig check:")
+        for problem in problems or ["every plugin the config names is registered"]:
+            print(f"  {problem}")
+        ok = ok and not problems
+    return 0 if ok else 1
