@@ -32,6 +32,15 @@ def registered_names(kind: str) -> set[str]:
         from verl.plugin.platform import PlatformRegistry
 
         return set(PlatformRegistry.registered_names())
+    if kind == "engine":
+        from verl.workers.engine.base import EngineRegistry
+
+        return {
+            f"{backend}@{device}"
+            for backend, devices in EngineRegistry._engines.get("language_model", {}).items()
+            for device in devices
+            if isinstance(device, str)
+        }
     if kind == "rollout":
         from verl.workers.rollout.replica import RolloutReplicaRegistry
 

@@ -42,6 +42,7 @@ class PluginSpec:
 # kind -> verl module whose import makes that registry available (the hook fires after it).
 KIND_TRIGGERS: dict[str, str] = {
     "platform": "verl.plugin.platform",
+    "engine": "verl.workers.engine.fsdp.transformer_impl",
     "rollout": "verl.workers.rollout.base",
     "adv_estimator": "verl.trainer.ppo.core_algos",
     "policy_loss": "verl.trainer.ppo.core_algos",
@@ -58,6 +59,7 @@ PLUGINS: tuple[PluginSpec, ...] = (
     PluginSpec("himac", "adv_estimator", "verl_ext.advantages.registration"),
     PluginSpec("hiper", "adv_estimator", "verl_ext.advantages.registration"),
     PluginSpec("cpu", "platform", "verl_ext.backends.cpu.platform"),
+    PluginSpec("fsdp2@cpu", "engine", "verl_ext.backends.cpu.engines"),
     PluginSpec("hf", "rollout", "verl_ext.backends.cpu.registration"),
     PluginSpec("verl_ext_sync", "trainer", "verl_ext.trainer"),
     PluginSpec("verl_ext_colocate_async", "trainer", "verl_ext.trainer"),

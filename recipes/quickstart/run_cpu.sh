@@ -8,6 +8,7 @@ OUT=${OUT:-$PWD/runs/quickstart}
 STEPS=${STEPS:-12}
 export VERL_PLATFORM=cpu            # the cpu platform is picked per process, before config is read
 export RAY_DEDUP_LOGS=0
+export VERL_FILE_LOGGER_PATH="$OUT/metrics.jsonl"   # verl's `file` logger: one JSON line per step
 
 [ -f "$OUT/model/config.json" ] || verl-ext make-tiny-model "$OUT/model" --seed 0
 verl-ext prepare-data arithmetic "$OUT/data" --train-size 256 --val-size 32
@@ -28,7 +29,7 @@ python -m verl.trainer.main_ppo +backend=cpu \
     actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=32 \
     reward.custom_reward_function.path=pkg://verl_ext.rewards.arithmetic \
     reward.custom_reward_function.name=compute_score \
-    trainer.logger='[console]' \
+    trainer.logger='[console,file]' \
     trainer.project_name=verl_ext_quickstart \
     trainer.experiment_name=grpo_arithmetic_cpu \
     trainer.default_local_dir="$OUT/checkpoints" \
@@ -40,4 +41,6 @@ python -m verl.trainer.main_ppo +backend=cpu \
     "$@"
 
 echo
-echo "verl-ext quickstart finished: checkpoints in $OUT/checkpoints"
+echo "verl-ext quickstart finished."
+echo "  per-step metrics: $VERL_FILE_LOGGER_PATH"
+echo "  checkpoints:      $OUT/checkpoints"

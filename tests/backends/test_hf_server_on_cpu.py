@@ -1,0 +1,108 @@
+"""The hf rollout server's protocol as verl drives it: concurrent generate, abort/resume for
+partial rollouts, weight updates stamped with the weight version. Runs the server class in
+this process's event loop (verl makes it a Ray actor; the protocol is the same)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import torch
+from verl.workers.config import HFModelConfig, RolloutConfig
+
+from verl_ext.backends.cpu.rollout import HFRolloutServer
+
+
+@pytest.fixture
+def server(tiny_model_dir):
+    config = RolloutConfig(name="hf", prompt_length=32, response_length=24, tensor_model_parallel_size=1)
+    return HFRolloutServer(config=config, model_config=HFModelConfig(path=tiny_model_dir), replica_rank=0)
+
+
+PARAMS = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "logprobs": True, "ignore_eos": True}
+
+
+async def test_concurrent_requests_complete_with_versioned_tokens(server):
+    await server.set_global_steps(3)
+    outputs = await asyncio.gather(
+        *[server.generate(prompt_ids=[5, 6, 7 + i], sampling_params=dict(PARAMS), request_id=str(i)) for i in range(6)]
+    )
+    for out in outputs:
+        # default budget = min(response_length, prompt+response-len(prompt)), as vLLM
+        assert len(out.token_ids) == 24 == len(out.log_probs)
+        assert out.stop_reason == "completed"
+        assert out.extra_fields["global_steps"] == 3
+        assert out.extra_fields["token_global_steps"] == [3] * 24
+
+
+async def test_max_tokens_is_respected_and_logprobs_optional(server):
+    out = await server.generate(
+        prompt_ids=[1, 2], sampling_params={**PARAMS, "max_tokens": 5, "logprobs": False}, request_id="a"
+    )
+    assert len(out.token_ids) == 5 and out.log_probs is None
+
+
+async def test_prompt_longer_than_the_model_window_is_a_clear_error(server):
+    with pytest.raises(ValueError, match="max_model_len"):
+        await server.generate(prompt_ids=list(range(60)), sampling_params=dict(PARAMS), request_id="long")
+
+
+async def test_abort_returns_partial_output_and_resume_continues_under_the_new_version(server):
+    # Make decoding slow enough to be interrupted mid-request.
+    original_forward = server.engine.model.forward
+
+    def slow_forward(*args, **kwargs):
+        import time
+
+        time.sleep(0.02)
+        return original_forward(*args, **kwargs)
+
+    server.engine.model.forward = slow_forward
+    await server.set_global_steps(1)
+    params = {**PARAMS, "max_tokens": 200}
+    task = asyncio.create_task(server.generate(prompt_ids=[3, 4, 5], sampling_params=params, request_id="r"))
+    await asyncio.sleep(0.3)
+    result = await server.abort_all_requests()
+    partial = await task
+    assert result["aborted_count"] == 1
+    assert partial.stop_reason == "aborted"
+    assert 0 < len(partial.token_ids) < 200 and len(partial.log_probs) == len(partial.token_ids)
+
+    # While paused, a new request parks until resume (the FullyAsync client's retry does this).
+    parked = asyncio.create_task(
+        server.generate(prompt_ids=[3, 4, 5, *partial.token_ids], sampling_params={**PARAMS, "max_tokens": 3}, request_id="r")
+    )
+    await asyncio.sleep(0.1)
+    assert not parked.done()
+    state = {name: tensor.clone() for name, tensor in server.engine.model.state_dict().items()}
+    assert await server.update_weights(state, global_steps=2) == len(state)
+    await server.resume_generation()
+    resumed = await parked
+    assert resumed.stop_reason == "completed"
+    assert resumed.extra_fields["token_global_steps"] == [2] * 3
+    assert partial.extra_fields["token_global_steps"] == [1] * len(partial.token_ids)
+
+
+async def test_abort_with_reject_fails_new_requests_fast(server):
+    await server.abort_all_requests(reject_request=True)
+    out = await server.generate(prompt_ids=[1, 2], sampling_params=dict(PARAMS), request_id="x")
+    assert out.stop_reason == "aborted" and out.token_ids == []
+    await server.resume_generation()
+    out = await server.generate(prompt_ids=[1, 2], sampling_params={**PARAMS, "max_tokens": 2}, request_id="y")
+    assert out.stop_reason == "completed"
+
+
+async def test_update_weights_changes_the_policy(server):
+    params = {**PARAMS, "temperature": 0.0, "max_tokens": 6}
+    before = await server.generate(prompt_ids=[7, 8, 9], sampling_params=dict(params), request_id="b")
+    torch.manual_seed(1)
+    state = {name: torch.randn_like(t) for name, t in server.engine.model.state_dict().items()}
+    await server.update_weights(state, global_steps=5)
+    after = await server.generate(prompt_ids=[7, 8, 9], sampling_params=dict(params), request_id="c")
+    assert after.log_probs != before.log_probs
+    assert after.extra_fields["global_steps"] == 5
+
+
+async def test_multimodal_input_is_refused_with_a_reason(server):
+    with pytest.raises(NotImplementedError, match="text-only"):
+        await server.generate(prompt_ids=[1], sampling_params=dict(PARAMS), request_id="m", image_data=[object()])
