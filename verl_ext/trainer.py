@@ -9,7 +9,9 @@ mode it extends before verl's constructor reads it; its own settings live under
 Hooks added on top of verl:
 - start-up check that every plugin the config names is registered (``verl_ext.doctor``);
 - ``trainer.v1.verl_ext.replay_poll_interval``: verl's replay buffer polls TransferQueue every
-  2 s, which dominates a step on the cpu backend.
+  2 s, which dominates a step on the cpu backend;
+- per-token weight versions: the LLM client records which weight version produced each
+  response token (``extra_fields["token_global_steps"]``, see ``verl_ext.rollout_client``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
 from verl_ext.doctor import assert_config_plugins
+from verl_ext.rollout_client import VersionedFullyAsyncLLMServerClient, VersionedLLMServerClient
 
 logger = logging.getLogger("verl_ext")
 
@@ -52,9 +55,15 @@ class VerlExtTrainerSync(VerlExtTrainerMixin, PPOTrainerSync):
 
     base_mode = "sync"
 
+    def get_llm_client(self):
+        return self.llm_server_manager.get_client(client_cls=VersionedLLMServerClient)
+
 
 @register_trainer("verl_ext_colocate_async")
 class VerlExtTrainerColocateAsync(VerlExtTrainerMixin, PPOTrainerColocateAsync):
     """verl's colocated asynchronous trainer (abort/resume partial rollouts) with verl-ext hooks."""
 
     base_mode = "colocate_async"
+
+    def get_llm_client(self):
+        return self.llm_server_manager.get_client(client_cls=VersionedFullyAsyncLLMServerClient)
