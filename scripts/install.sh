@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 extras="judge"
 if [ "${1:-}" = "--test" ]; then
-    extras="dev,gui,judge"
+    extras="dev,gui,judge,mcp"
     if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
         echo "[install] chromium + chromium-driver from Debian (browser environments)"
         SUDO=$([ "$(id -u)" = 0 ] && echo "" || echo sudo)

@@ -13,6 +13,7 @@ import random
 from collections.abc import Callable
 
 ARITHMETIC_SOURCE = "verl_ext/arithmetic"
+TEXT_CORRIDOR_SOURCE = "verl_ext/text_corridor"
 
 
 def arithmetic_rows(n: int, seed: int, split: str) -> list[dict]:
@@ -33,7 +34,37 @@ def arithmetic_rows(n: int, seed: int, split: str) -> list[dict]:
     return rows
 
 
-DATASETS: dict[str, Callable[[int, int, str], list[dict]]] = {"arithmetic": arithmetic_rows}
+def text_corridor_rows(n: int, seed: int, split: str) -> list[dict]:
+    """``TextCorridor`` episodes played by the ``text_env`` agent loop, one env seed per row.
+
+    The seed decides the start cell; train and val draw their seeds from different streams, so
+    val episodes are held out (the handful of cells is shared: the state space is tiny).
+    """
+    from verl_ext.envs.text_corridor import TextCorridor, instructions
+
+    env = TextCorridor()
+    rng = random.Random(f"text_corridor-{seed}-{split}")
+    rows = []
+    for index in range(n):
+        env_seed = rng.randrange(2**31)
+        rows.append(
+            {
+                "data_source": TEXT_CORRIDOR_SOURCE,
+                "agent_name": "text_env",
+                "prompt": [{"role": "user", "content": instructions(env.length)}],
+                "ability": "agent",
+                "reward_model": {"style": "rule", "ground_truth": str(env.goal)},
+                "extra_info": {"split": split, "index": index, "seed": env_seed,
+                               "env": {"length": env.length, "max_steps": env.max_steps}},
+            }
+        )
+    return rows
+
+
+DATASETS: dict[str, Callable[[int, int, str], list[dict]]] = {
+    "arithmetic": arithmetic_rows,
+    "text_corridor": text_corridor_rows,
+}
 
 
 def write_parquet(rows: list[dict], path: str) -> str:

@@ -66,6 +66,7 @@ PLUGINS: tuple[PluginSpec, ...] = (
     PluginSpec("dvreward", "reward_manager", "verl_ext.rewards.dvreward.registration", extra="judge"),
     PluginSpec("ppo_ewma", "policy_loss", "verl_ext.losses.registration"),
     PluginSpec("hybrid_gui_tool", "agent_loop", "verl_ext.agent_loops.registration", extra="gui"),
+    PluginSpec("text_env", "agent_loop", "verl_ext.agent_loops.text_env"),
 )
 
 LOAD_ERRORS: dict[str, BaseException] = {}

@@ -11,14 +11,24 @@ Hooks added on top of verl:
 - ``trainer.v1.verl_ext.replay_poll_interval``: verl's replay buffer polls TransferQueue every
   2 s, which dominates a step on the cpu backend;
 - per-token weight versions: the LLM client records which weight version produced each
-  response token (``extra_fields["token_global_steps"]``, see ``verl_ext.rollout_client``).
+  response token (``extra_fields["token_global_steps"]``, see ``verl_ext.rollout_client``);
+- old-logit providers (``algorithm.old_logits.provider``): ``_compute_old_log_prob`` delegates to
+  the provider (``verl_ext.old_logits``) through ``verl_ext.old_logits_host``; the default
+  ``current`` is verl's own path, untouched;
+- step-aware advantages: for the estimators in ``verl_ext.advantages`` the advantage step
+  fetches each row's step metadata (``extra_fields``) from TransferQueue and computes token
+  advantages with ``verl_ext.advantages.verl_glue``; verl's own estimators run unchanged.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 
+import transfer_queue as tq
 from omegaconf import open_dict
+from verl.trainer.ppo.v1 import trainer_base
 from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
@@ -35,11 +45,90 @@ class VerlExtTrainerMixin:
     base_mode: str  # the verl trainer mode this class extends
 
     def __init__(self, config, *args, **kwargs):
+        from verl_ext.old_logits import OldLogitsConfig, build_provider
+
         assert_config_plugins(config)
         with open_dict(config):
             config.trainer.v1.trainer_mode = self.base_mode
         self.verl_ext_config = config.trainer.v1.get("verl_ext", {}) or {}
+        self.old_logits_config = OldLogitsConfig.from_config(
+            config.algorithm.get("old_logits", None), config.trainer.v1.sampler.get("max_off_policy_threshold")
+        )
+        self.old_logit_provider = build_provider(self.old_logits_config)
+        if self.old_logit_provider.name == "rollout":
+            _switch_to_bypass_loss(config)
         super().__init__(config, *args, **kwargs)
+        self._old_logit_host = None
+
+    # ------------------------------------------------------------------ old-logit providers
+    def _old_logits_needs_worker_state(self) -> bool:
+        return bool(self.old_logit_provider.requirements().worker_hooks)
+
+    def _host(self):
+        from verl_ext.old_logits_host import VerlOldLogitHost, install_worker_state
+
+        if self._old_logit_host is None:
+            self._old_logit_host = VerlOldLogitHost(self)
+            if self._old_logits_needs_worker_state():
+                self._old_logit_host.on_workers(install_worker_state, self.old_logits_config, self._optimizer_steps_per_version())
+        return self._old_logit_host
+
+    def _optimizer_steps_per_version(self) -> int:
+        actor = self.config.actor_rollout_ref.actor
+        mini_batches = max(1, self.config.data.train_batch_size // actor.ppo_mini_batch_size)
+        return mini_batches * actor.ppo_epochs * self.parameter_sync_step
+
+    def _compute_old_log_prob(self, batch, metrics):
+        if self.old_logit_provider.name == "current":
+            return super()._compute_old_log_prob(batch, metrics)
+        batch = self.old_logit_provider.compute(self._host(), batch, metrics)
+        metrics.update(_rollout_vs_old_metrics(batch))
+        return batch
+
+    def _update_actor(self, batch, metrics):
+        if not self._old_logits_needs_worker_state():
+            return super()._update_actor(batch, metrics)
+        from verl_ext.old_logits_host import publish_worker_version, set_worker_version
+
+        host = self._host()
+        host.on_workers(set_worker_version, self.global_steps - 1)
+        batch = super()._update_actor(batch, metrics)
+        host.on_workers(publish_worker_version, self.global_steps)
+        return batch
+
+    def _save_checkpoint(self):
+        super()._save_checkpoint()
+        if self._old_logits_needs_worker_state():
+            from verl_ext.old_logits_host import CHECKPOINT_DIR, save_worker_state
+
+            folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}", CHECKPOINT_DIR)
+            self._host().on_workers(save_worker_state, folder)
+
+    def _load_checkpoint(self):
+        super()._load_checkpoint()
+        if self.global_steps > 0 and self._old_logits_needs_worker_state():
+            from verl_ext.old_logits_host import CHECKPOINT_DIR, load_worker_state
+
+            folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}", CHECKPOINT_DIR)
+            found = self._host().on_workers(load_worker_state, folder)
+            if not all(found):
+                logger.warning("verl-ext: resumed without old-logit state in %s (policy: %s)", folder,
+                               self.old_logits_config.ewma.on_missing_state)
+
+    def _compute_advantage(self, batch, metrics):
+        from verl_ext.advantages import ESTIMATORS
+
+        name = self.config.algorithm.adv_estimator
+        if name not in ESTIMATORS:
+            return super()._compute_advantage(batch, metrics)
+        rows = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["extra_fields"])
+        # `pop` gives the NonTensorStack (as verl's _validate reads it); `rows["extra_fields"]` is a plain list
+        extra_fields = rows.pop("extra_fields").tolist()
+        # verl's _compute_advantage does KL-in-reward, rollout correction and the write-back to
+        # TransferQueue around one call to `compute_advantage_for_multi_trajectories`; swap in the
+        # step-aware computation for that one call instead of copying the method.
+        with _replace_attr(trainer_base, "compute_advantage_for_multi_trajectories", _step_aware(extra_fields)):
+            return super()._compute_advantage(batch, metrics)
 
     def _build_replay_buffer(self):
         buffer = super()._build_replay_buffer()
@@ -47,6 +136,64 @@ class VerlExtTrainerMixin:
         if poll_interval is not None:
             buffer.poll_interval = float(poll_interval)
         return buffer
+
+
+def _switch_to_bypass_loss(config) -> None:
+    """``provider=rollout`` means π_old = μ. verl v1's bypass mode only copies the log-probs and
+    leaves the loss unchanged; switch the loss to verl's ``bypass_mode`` too (before the workers
+    build their actor config from this config)."""
+    with open_dict(config):
+        correction = config.algorithm.rollout_correction
+        correction.bypass_mode = True
+        policy_loss = config.actor_rollout_ref.actor.policy_loss
+        if policy_loss.loss_mode != "bypass_mode":
+            logger.warning("verl-ext: old_logits.provider=rollout: policy_loss.loss_mode %s -> bypass_mode", policy_loss.loss_mode)
+            policy_loss.loss_mode = "bypass_mode"
+        policy_loss.rollout_correction = correction
+
+
+def _rollout_vs_old_metrics(batch) -> dict:
+    """verl's rollout-vs-trainer diagnostics, computed against the provider's old log-probs: with
+    an exact provider they measure the pure train/inference discrepancy ρ."""
+    from verl import DataProto
+    from verl.utils.debug.metrics import calculate_debug_metrics
+
+    fields = ["old_log_probs", "rollout_log_probs", "response_mask", "responses"]
+    data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
+    return calculate_debug_metrics(DataProto(batch=data.to_padded_tensor()))
+
+
+def _step_aware(extra_fields: list[dict]):
+    """A stand-in for verl's ``compute_advantage_for_multi_trajectories`` (same signature) that
+    computes step-aware token advantages from the rows' step metadata."""
+    from verl_ext.advantages.verl_glue import compute_token_advantages
+
+    def compute(data, batch_keys, adv_estimator, gamma, lam, num_repeat, norm_adv_by_std_in_grpo, config):
+        advantages, returns = compute_token_advantages(
+            adv_estimator,
+            response_mask=data.batch["response_mask"],
+            extra_fields=extra_fields,
+            uids=[str(u) for u in data.non_tensor_batch["uid"]],
+            scores=data.batch["token_level_rewards"].sum(dim=-1),
+            algo_config=config,
+            row_keys=list(batch_keys),
+            values=data.batch["values"] if "values" in data.batch.keys() else None,
+        )
+        data.batch["advantages"] = advantages
+        data.batch["returns"] = returns
+        return data
+
+    return compute
+
+
+@contextlib.contextmanager
+def _replace_attr(owner, name: str, value):
+    original = getattr(owner, name)
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        setattr(owner, name, original)
 
 
 @register_trainer("verl_ext_sync")

@@ -9,3 +9,4 @@ from hydra.plugins.search_path_plugin import SearchPathPlugin
 class VerlExtSearchPathPlugin(SearchPathPlugin):
     def manipulate_search_path(self, search_path: ConfigSearchPath) -> None:
         search_path.append(provider="verl-ext", path="pkg://verl_ext.plugins")
+        search_path.append(provider="verl-ext", path="pkg://verl_ext")

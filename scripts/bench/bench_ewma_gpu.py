@@ -1,0 +1,203 @@
+"""GPU timings of the PPO-EWMA shadow update and of weight snapshots to pinned host memory.
+
+Random bf16 weights shaped like Qwen2-1.5B / Qwen2-7B (no download), an fp32 shadow, on one GPU.
+Times, per model:
+  * device copy bandwidth (bytes read + written by a large D2D copy) and from it the EWMA
+    floor: 10 bytes/param (read bf16 θ, read fp32 shadow, write fp32 shadow);
+  * EWMA update: naive per-tensor ``mul_``/``add_``; ``torch._foreach_lerp_`` (needs an fp32
+    copy of θ, cast per layer); ``verl_ext.old_logits.ewma.EWMAShadow.update`` (scaled-sum form),
+    with its portable ``torch._foreach_add_`` path and its fused Triton path (checked equal);
+  * EWMA swap_in + swap_out (device backup);
+  * snapshot save (D2H to pinned host) and load (H2D) through ``SnapshotStore``.
+
+Usage: ``PYTHONPATH=. python scripts/bench/bench_ewma_gpu.py [--out results.json]``.
+Prints a markdown table; medians of CUDA-event timings after warm-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from collections.abc import Callable
+
+import torch
+
+from verl_ext.old_logits.ewma import EWMAShadow
+from verl_ext.old_logits.snapshot import SnapshotStore
+
+# Qwen2 configs (config.json of Qwen/Qwen2-1.5B and Qwen/Qwen2-7B).
+QWEN2 = {
+    "1.5B": {
+        "hidden": 1536,
+        "intermediate": 8960,
+        "layers": 28,
+        "heads": 12,
+        "kv_heads": 2,
+        "vocab": 151936,
+        "tied": True,
+    },
+    "7B": {
+        "hidden": 3584,
+        "intermediate": 18944,
+        "layers": 28,
+        "heads": 28,
+        "kv_heads": 4,
+        "vocab": 152064,
+        "tied": False,
+    },
+}
+BETA = 8 / 9
+
+
+def qwen2_shapes(
+    hidden: int, intermediate: int, layers: int, heads: int, kv_heads: int, vocab: int, tied: bool
+) -> list[list[tuple[int, ...]]]:
+    """Parameter shapes grouped per layer (embedding and head in their own groups)."""
+    kv = kv_heads * hidden // heads
+    layer = [
+        (hidden, hidden),
+        (hidden,),
+        (kv, hidden),
+        (kv,),
+        (kv, hidden),
+        (kv,),
+        (hidden, hidden),
+        (intermediate, hidden),
+        (intermediate, hidden),
+        (hidden, intermediate),
+        (hidden,),
+        (hidden,),
+    ]
+    groups = [[(vocab, hidden)]] + [layer] * layers + [[(hidden,)]]
+    return groups if tied else groups + [[(vocab, hidden)]]
+
+
+def time_ms(fn: Callable[[], None], warmup: int = 3, reps: int = 10) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def copy_bandwidth() -> float:
+    """Bytes/s read+written by a 4 GiB device-to-device copy."""
+    src = torch.empty(2**31, dtype=torch.bfloat16, device="cuda")
+    dst = torch.empty_like(src)
+    ms = time_ms(lambda: dst.copy_(src))
+    return 2 * src.numel() * src.element_size() / (ms / 1e3)
+
+
+def bench_update(params: list[list[torch.Tensor]]) -> dict[str, float]:
+    """EWMA update: naive, _foreach_lerp_, EWMAShadow (torch path, fused path); fused == torch check."""
+    flat = [p for grp in params for p in grp]
+    shadow = [p.float() for p in flat]
+
+    def naive() -> None:
+        for s, p in zip(shadow, flat):
+            s.mul_(BETA).add_(p, alpha=1 - BETA)
+
+    def foreach_lerp() -> None:
+        i = 0
+        for grp in params:  # cast one layer at a time: a full fp32 copy of θ would not fit for 7B
+            torch._foreach_lerp_(shadow[i : i + len(grp)], [p.float() for p in grp], 1 - BETA)
+            i += len(grp)
+
+    res = {"naive_ms": time_ms(naive), "foreach_lerp_ms": time_ms(foreach_lerp)}
+    shadow.clear()
+
+    # the fused Triton path against the portable torch path, from the same state (first layers only)
+    subset = [p.clone() for p in flat[:13]]
+    fused, portable = EWMAShadow(subset, BETA, fused=True), EWMAShadow(subset, BETA, fused=False)
+    for p in subset:
+        p.add_(torch.randn_like(p) * 0.01)
+    fused.update()
+    portable.update()
+    res["fused_max_abs_diff"] = max(float((a - b).abs().max()) for a, b in zip(fused.average(), portable.average()))
+    res["ours_torch_ms"] = time_ms(EWMAShadow(flat, BETA, fused=False).update)
+    torch.cuda.empty_cache()
+    ewma = EWMAShadow(flat, BETA)
+    res["ours_ms"] = time_ms(ewma.update)
+
+    def swap() -> None:
+        with ewma.swap_in():
+            pass
+
+    res["swap_in_out_ms"] = time_ms(swap, warmup=1, reps=5)
+    return res
+
+
+def bench_snapshot(flat: list[torch.Tensor]) -> dict[str, float]:
+    """SnapshotStore.save (D2H into pinned buffers, reused after eviction) and the H2D load."""
+    store = SnapshotStore(max_versions=1)
+    nbytes = sum(p.numel() * p.element_size() for p in flat)
+    version = iter(range(10**6))
+    save_ms = time_ms(lambda: store.save(next(version), flat), warmup=2, reps=5)
+    snap = store.get(store.versions[-1])
+
+    def load() -> None:
+        for p, s in zip(flat, snap):
+            p.copy_(s, non_blocking=True)
+
+    load_ms = time_ms(load, warmup=1, reps=5)
+    return {
+        "snapshot_GB": nbytes / 1e9,
+        "snapshot_save_GBps": nbytes / (save_ms / 1e3) / 1e9,
+        "snapshot_load_GBps": nbytes / (load_ms / 1e3) / 1e9,
+        "snapshot_pinned": float(snap[0].is_pinned()),
+    }
+
+
+def bench_model(name: str, bandwidth: float) -> dict[str, float]:
+    groups = qwen2_shapes(**QWEN2[name])
+    g = torch.Generator(device="cuda").manual_seed(0)
+    params = [[torch.randn(s, device="cuda", generator=g, dtype=torch.bfloat16) * 0.02 for s in grp] for grp in groups]
+    flat = [p for grp in params for p in grp]
+    n = sum(p.numel() for p in flat)
+    res: dict[str, float] = {"params_B": n / 1e9, "floor_ms": 10 * n / bandwidth * 1e3}
+    res.update(bench_update(params))
+    torch.cuda.empty_cache()
+    res["ours_vs_floor"] = res["ours_ms"] / res["floor_ms"]
+    res.update(bench_snapshot(flat))
+    return res
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", default=None)
+    parser.add_argument("--models", nargs="+", default=list(QWEN2))
+    args = parser.parse_args()
+    bw = copy_bandwidth()
+    torch.cuda.empty_cache()
+    card = torch.cuda.get_device_name()
+    results = {"card": card, "torch": torch.__version__, "copy_TBps": bw / 1e12, "models": {}}
+    for m in args.models:
+        results["models"][m] = bench_model(m, bw)
+        torch.cuda.empty_cache()
+    print(f"card: {card}, torch {torch.__version__}, device copy {bw / 1e12:.2f} TB/s (read+write)")
+    print(
+        "| model | params | floor (10 B/param) | naive mul_/add_ | _foreach_lerp_ | EWMAShadow torch path | EWMAShadow fused | vs floor | swap in+out | snapshot save D2H | snapshot load H2D |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for m, r in results["models"].items():
+        print(
+            f"| Qwen2-{m} | {r['params_B']:.2f} B | {r['floor_ms']:.2f} ms | {r['naive_ms']:.2f} ms | {r['foreach_lerp_ms']:.2f} ms "
+            f"| {r['ours_torch_ms']:.2f} ms | {r['ours_ms']:.2f} ms | {r['ours_vs_floor']:.2f}x | {r['swap_in_out_ms']:.2f} ms "
+            f"| {r['snapshot_save_GBps']:.1f} GB/s | {r['snapshot_load_GBps']:.1f} GB/s |"
+        )
+    for m, r in results["models"].items():
+        print(f"Qwen2-{m}: fused vs torch path max |diff| after one update: {r['fused_max_abs_diff']:.3g}")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(results, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

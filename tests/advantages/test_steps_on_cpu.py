@@ -1,0 +1,74 @@
+"""The step metadata contract: plain-dict round trip, anchor keys, missing-metadata errors."""
+
+import copy
+import json
+
+import numpy as np
+import pytest
+
+from verl_ext.steps import (
+    EXTRA_FIELDS_KEY,
+    MissingStepMetadataError,
+    StepMetadata,
+    anchor_key,
+    step_metadata,
+)
+
+
+def sample() -> StepMetadata:
+    return StepMetadata(
+        traj_uid="t1", step_idx=[0, 1], anchor=["obs a", anchor_key(np.zeros((2, 2), np.uint8))],
+        step_reward=[0.0, 1.0], spans=[[0, 5], [9, 12]], action_valid=[True, False],
+        role=["planner", "executor"], valid=False, invalid_reason="env fault",
+        extras={"tool_calls": 2},
+    )
+
+
+def test_extra_fields_are_plain_json_and_round_trip():
+    extra = sample().to_extra_fields()
+    assert list(extra) == [EXTRA_FIELDS_KEY]
+    # TransferQueue stores python dicts: nothing but lists, numbers, strings, bools and None.
+    plain = json.loads(json.dumps(extra))
+    assert plain == extra
+    assert step_metadata(copy.deepcopy(plain)) == sample()
+
+
+def test_unknown_keys_from_newer_writers_land_in_extras():
+    extra = sample().to_extra_fields()
+    extra[EXTRA_FIELDS_KEY]["gui_actions"] = 3
+    assert step_metadata(extra).extras == {"tool_calls": 2, "gui_actions": 3}
+
+
+@pytest.mark.parametrize("extra", [None, {}, {"other": 1}, {EXTRA_FIELDS_KEY: {}},
+                                   {EXTRA_FIELDS_KEY: {"traj_uid": "t", "step_idx": [0]}}])
+def test_missing_metadata_names_the_agent_loop_setting(extra):
+    with pytest.raises(MissingStepMetadataError, match="agent loop.*default_agent_loop"):
+        step_metadata(extra)
+
+
+def test_newer_schema_is_refused():
+    extra = sample().to_extra_fields()
+    extra[EXTRA_FIELDS_KEY]["version"] = 99
+    with pytest.raises(ValueError, match="newer"):
+        step_metadata(extra)
+
+
+@pytest.mark.parametrize("bad", [
+    dict(anchor=["only one"]),
+    dict(spans=[[0, 5]]),
+    dict(spans=[[5, 0], [6, 7]]),
+    dict(role=["planner", "boss"]),
+])
+def test_inconsistent_lists_are_refused(bad):
+    fields = dict(traj_uid="t", step_idx=[0, 1], anchor=["a", "b"], step_reward=[0.0, 1.0]) | bad
+    with pytest.raises(ValueError, match="'t'"):
+        StepMetadata(**fields)
+
+
+def test_anchor_key_is_stable_and_content_based():
+    image = np.arange(12, dtype=np.uint8).reshape(3, 4)
+    assert anchor_key("text obs") == "text obs"
+    assert anchor_key(image) == anchor_key(image.copy()) != anchor_key(image.reshape(4, 3))
+    assert anchor_key(image) != anchor_key(image.astype(np.int16))
+    assert anchor_key({"b": 1, "a": [1, 2]}) == anchor_key({"a": [1, 2], "b": 1})
+    assert anchor_key(b"\x00\x01").startswith("sha256:")

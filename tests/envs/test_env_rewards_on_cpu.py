@@ -1,0 +1,87 @@
+"""The env reward function (verl ``custom_reward_function``), ToolCUA's path reward with the group
+term, and the OSWorld-MCP metrics."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from verl_ext.rewards.env_rewards import compute_score, episode_metrics, group_path_reward, reward_components
+from verl_ext.steps import MissingStepMetadataError, StepMetadata
+
+
+def row(success: bool, steps: int, tools: int, beneficial: bool, valid: bool = True, format_ok: bool = True) -> dict:
+    meta = StepMetadata(traj_uid="t", step_idx=list(range(steps)), anchor=[""] * steps, step_reward=[0.0] * steps,
+                        valid=valid, extras={"success": success, "num_steps": steps, "num_tool_calls": tools,
+                                             "tool_beneficial": beneficial, "format_ok": format_ok})
+    return {"index": 0, **meta.to_extra_fields()}  # as NaiveRewardManager merges extra_fields into extra_info
+
+
+def test_compute_score_modes_and_components():
+    out = compute_score("minidesk", "", None, row(True, 3, 1, beneficial=True))
+    assert out["score"] == pytest.approx(1 + 1 + 0.4) and out["tool_ok"] == 1.0
+    assert compute_score("minidesk", "", None, row(True, 3, 1, True), mode="verifier")["score"] == 1.0
+    # Tool use on a task where tools do not help: no tool bonus.
+    assert compute_score("minidesk", "", None, row(True, 2, 1, beneficial=False))["tool_ok"] == 0.0
+    assert compute_score("minidesk", "", None, row(True, 2, 0, beneficial=False))["tool_ok"] == 1.0
+    # Bonuses only on success.
+    failed = compute_score("minidesk", "", None, row(False, 9, 2, beneficial=True))
+    assert failed["score"] == 1.0 and failed["tool_ok"] == 0.0 and failed["len_gain"] == 0.0
+    assert all(isinstance(v, float) for v in failed.values())
+
+
+def test_faulted_episode_is_flagged_not_scored_as_failure():
+    out = compute_score("minidesk", "", None, row(True, 3, 1, True, valid=False))
+    assert out["valid"] == 0.0 and out["success"] == 0.0
+    assert episode_metrics([out])["faults"] == 1.0 and episode_metrics([out])["episodes"] == 0.0
+
+
+def test_missing_metadata_names_the_agent_loop_setting():
+    with pytest.raises(MissingStepMetadataError, match="hybrid_gui_tool"):
+        compute_score("minidesk", "", None, {"index": 0})
+    with pytest.raises(ValueError, match="reward_kwargs.mode"):
+        compute_score("minidesk", "", None, row(True, 1, 0, True), mode="x")
+
+
+def test_group_path_reward_matches_the_worked_example():
+    """Research notes §2.3 worked check: s_bar = 13.5, rewards [2.756, 2.267, 1.0, 0.0]."""
+    extras = [(True, 3, 1, True), (True, 9, 0, True), (False, 30, 0, True), (False, 12, 0, True)]
+    parts = [reward_components({"success": s, "num_steps": n, "num_tool_calls": c, "tool_beneficial": b,
+                                "format_ok": i < 3}, valid=True) for i, (s, n, c, b) in enumerate(extras)]
+    rewards = group_path_reward(np.zeros(4), parts)
+    np.testing.assert_allclose(rewards, [2.756, 2.267, 1.0, 0.0], atol=1e-3)
+
+
+def test_group_path_reward_leaves_faults_out_of_the_group_mean():
+    parts = [reward_components({"success": True, "num_steps": 3, "num_tool_calls": 1, "tool_beneficial": True,
+                                "format_ok": True}, valid=v) for v in (True, True, False)]
+    parts[1]["num_steps"] = 9.0
+    rewards = group_path_reward(np.zeros(3), parts)
+    assert np.isnan(rewards[2])
+    np.testing.assert_allclose(rewards[:2], group_path_reward(np.zeros(2), parts[:2]))
+
+
+def test_episode_metrics_tir_and_acs():
+    records = [reward_components(e, valid=True) for e in [
+        {"success": True, "num_steps": 2, "num_tool_calls": 1, "tool_beneficial": True},    # TIR hit
+        {"success": True, "num_steps": 6, "num_tool_calls": 0, "tool_beneficial": True},    # success, no tool
+        {"success": True, "num_steps": 1, "num_tool_calls": 0, "tool_beneficial": False},   # TIR hit
+        {"success": False, "num_steps": 30, "num_tool_calls": 3, "tool_beneficial": True},
+    ]]
+    m = episode_metrics(records)
+    assert m["accuracy"] == 0.75 and m["tir"] == 0.5 and m["acs"] == pytest.approx(3.0)
+
+
+def test_dataset_rows_are_balanced_and_splits_disjoint():
+    from verl_ext.envs.dataset import minidesk_rows
+    from verl_ext.envs.minidesk.env import list_templates
+
+    train, val = minidesk_rows(76, 0, "train"), minidesk_rows(38, 0, "val")
+    templates = [r["extra_info"]["env"]["task"] for r in train]
+    assert {templates.count(t) for t in list_templates()} == {2}
+    def tasks(rows: list[dict]) -> set[tuple[str, int]]:
+        return {(r["extra_info"]["env"]["task"], r["extra_info"]["env"]["seed"]) for r in rows}
+
+    assert not tasks(train) & tasks(val)
+    assert all(r["agent_name"] == "hybrid_gui_tool" and r["prompt"][-1]["role"] == "user" for r in train)
+    assert minidesk_rows(76, 0, "train") == train

@@ -1,0 +1,1 @@
+"""verl agent loops provided by verl-ext (registered through ``registration``)."""

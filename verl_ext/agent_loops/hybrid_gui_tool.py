@@ -1,0 +1,378 @@
+"""``hybrid_gui_tool``: a verl agent loop that plays one hybrid GUI + tool env episode.
+
+Per trajectory: lease an env from the process-wide pool (the loop object holds it for the whole
+episode; nothing is keyed by ``request_id``), reset it to the row's task, then alternate
+model turn -> verl's tool parser -> ``EnvTool.execute`` (one env step) -> observation, until the
+env terminates, the step/turn/length budget runs out, or the model stops calling functions.
+Tokens are built only with verl's Continuous-Token helpers (``ct_build_initial_tokens`` /
+``ct_merge_assistant_token`` / ``ct_merge_context_msg``); decoded text is never re-encoded.
+
+Two layouts (constructor ``layout``):
+
+- ``trajectory`` (default): one training row per episode; observations come back as ``tool``
+  messages (masked out), each model turn is a step with its token span.
+- ``per_turn``: one row per model turn (``run`` returns a list, verl v1 trainers only), verl-agent
+  style: each prompt holds the task, the last ``history_window`` actions with their results, and
+  the current page. HGPO's context-consistency groups are defined for this layout.
+
+Dataset row (``extra_info``): ``env`` = {``backend``: minidesk|miniwob, ``task``, ``seed``} (or flat
+``env_backend`` / ``task`` / ``seed`` keys). Output ``extra_fields["verl_ext"]`` is a
+``verl_ext.steps.StepMetadata`` whose ``extras`` carry success, counts, the tool-beneficial label,
+fault, and the final-state artifact; ``verl_ext.rewards.env_rewards.compute_score`` reads them.
+``extra_fields["token_global_steps"]`` gives the weight version of each response token.
+
+An env fault marks the trajectory ``valid=False`` and zeroes its response masks: it contributes no
+gradient and estimators drop it from group statistics (never scored as a failure).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from dataclasses import dataclass, field
+from typing import Any
+from uuid import uuid4
+
+from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput, register
+from verl.experimental.agent_loop.tool_parser import ToolParser
+from verl.utils.profiler import simple_timer
+
+from verl_ext.agent_loops.text_env import token_versions
+from verl_ext.envs.core import EnvFault, Observation
+from verl_ext.envs.policies import SYSTEM_PROMPT
+from verl_ext.envs.pool import get_pool
+from verl_ext.envs.tools import ToolDef
+from verl_ext.envs.verl_tools import EnvTool, png_to_image
+from verl_ext.rollout_client import TOKEN_VERSIONS_KEY, call_token_versions
+from verl_ext.steps import StepMetadata, anchor_key
+
+LAYOUTS = ("trajectory", "per_turn")
+
+
+@dataclass
+class _Episode:
+    """What the loop records while it plays (turned into StepMetadata at the end)."""
+
+    obs: Observation | None = None
+    spans: list[list[int]] = field(default_factory=list)
+    anchors: list[str] = field(default_factory=list)
+    rewards: list[float] = field(default_factory=list)
+    valid_format: list[bool] = field(default_factory=list)
+    actions: list[str] = field(default_factory=list)
+    success: bool = False
+    truncated: bool = False
+    stop_reason: str = ""
+    fault: dict[str, str] | None = None
+    reset_info: dict[str, Any] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+    artifact: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+    server_fields: dict[str, Any] = field(default_factory=dict)  # the first reply's extra_fields
+
+
+@dataclass
+class _Row:
+    """One training row: its tokens (prompt + response), response mask/logprobs, token versions."""
+
+    token_ids: list[int]
+    response_mask: list[int]
+    logprobs: list[float]
+    versions: list[Any]
+
+
+def task_of(extra_info: dict[str, Any]) -> tuple[str, dict[str, Any], int]:
+    """(backend, task spec, seed) from a dataset row's ``extra_info``; names the keys if absent."""
+    env = extra_info.get("env") or {}
+    backend = env.get("backend") or extra_info.get("env_backend") or "minidesk"
+    task = env.get("task") or extra_info.get("task")
+    if not task:
+        raise ValueError("hybrid_gui_tool needs the task in the dataset row: extra_info.env = "
+                         "{backend: minidesk|miniwob, task: <template>, seed: <int>}")
+    seed = int(env.get("seed", extra_info.get("seed", 0)))
+    return backend, {"template": task, "seed": seed}, seed
+
+
+@register("hybrid_gui_tool")
+class HybridGuiToolAgentLoop(AgentLoopBase):
+    """Agent loop over a hybrid env. Constructor kwargs (YAML ``agent_loop_config_path`` route):
+
+    Args:
+        max_envs: browsers per agent-loop worker process (the pool's cap).
+        max_steps: env step limit per episode (``S_max``); also capped by ``multi_turn.max_assistant_turns``.
+        layout: ``trajectory`` (one row per episode) or ``per_turn`` (one row per turn, v1 trainers).
+        history_window: ``per_turn`` only: how many past actions each prompt repeats.
+        screenshots: send screenshots to VL models (needs a processor); text observations always.
+        artifact_screenshot: store a base64 PNG of the final page in the artifact (large).
+    """
+
+    def __init__(self, *args: Any, tools: Any = None, max_envs: int = 4, max_steps: int = 30,
+                 layout: str = "trajectory", history_window: int = 4, screenshots: bool = False,
+                 artifact_screenshot: bool = False, **kwargs: Any):
+        # ``tools`` (verl's multi_turn.tool_config_path tools) is accepted and not used: each
+        # episode's env defines its own tool list (task apps + distractors).
+        super().__init__(*args, **kwargs)
+        if layout not in LAYOUTS:
+            raise ValueError(f"hybrid_gui_tool layout must be one of {LAYOUTS}, got {layout!r} "
+                             "(agent loop kwarg layout)")
+        multi_turn = self.rollout_config.multi_turn
+        self.max_turns = min(max_steps, multi_turn.max_assistant_turns or max_steps)
+        self.max_envs = max_envs
+        self.max_steps = max_steps
+        self.layout = layout
+        self.history_window = history_window
+        self.screenshots = bool(screenshots and getattr(self.processor, "image_processor", None))
+        self.artifact_screenshot = artifact_screenshot
+        self.tool_parser = ToolParser.get_tool_parser(multi_turn.format, self.tokenizer)
+        self.max_tool_response_length = multi_turn.max_tool_response_length
+        self.response_length = self.rollout_config.response_length
+
+    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput | list[AgentLoopOutput]:
+        backend, task, seed = task_of(kwargs.get("extra_info") or {})
+        pool = get_pool(backend, max_envs=self.max_envs, max_steps=self.max_steps, screenshots=self.screenshots)
+        raw_prompt = list(kwargs.get("raw_prompt") or [])
+        episode = _Episode()
+        async with pool.alease() as env:
+            try:
+                episode.obs, episode.reset_info = await asyncio.to_thread(pool.reset, env, task, seed)
+            except EnvFault as fault:
+                episode.fault, episode.stop_reason = fault.as_dict(), "fault"
+                prompt = raw_prompt or [{"role": "system", "content": SYSTEM_PROMPT}]
+                prompt_ids = await self.ct_build_initial_tokens(prompt)
+                rows = [_Row(prompt_ids, [], [], [])]
+            else:
+                tools = {t.name: EnvTool.from_def(t) for t in env.tool_defs()}
+                if self.tool_parser.stop_token_ids:  # parsers whose models do not stop after a call
+                    stops = set(sampling_params.get("stop_token_ids") or []) | set(self.tool_parser.stop_token_ids)
+                    sampling_params = {**sampling_params, "stop_token_ids": sorted(stops)}
+                play = self._play_trajectory if self.layout == "trajectory" else self._play_per_turn
+                rows = await play(env, tools, sampling_params, raw_prompt, episode)
+                episode.counts = dict(env.counts)
+                if episode.fault is None:
+                    episode.artifact = await asyncio.to_thread(self._artifact, env)
+        outputs = self._outputs(rows, episode)
+        return outputs if self.layout == "per_turn" else outputs[0]
+
+    # --- the two layouts --------------------------------------------------------------------
+    async def _play_trajectory(self, env: Any, tools: dict[str, EnvTool], sampling_params: dict[str, Any],
+                               raw_prompt: list[dict[str, Any]], episode: _Episode) -> list[_Row]:
+        schemas = _schemas(tools)
+        images = self._images(episode.obs)
+        messages = self._first_messages(raw_prompt, episode.obs.render(), images)
+        prompt_ids = await self.ct_build_initial_tokens(messages, tools=schemas, images=images or None)
+        row = _Row(prompt_ids, [], [], [])
+        request_id = uuid4().hex  # one per trajectory: the server keeps its prefix cache
+        for _ in range(self.max_turns):
+            output = await self._generate(request_id, row.token_ids, sampling_params, images, episode)
+            row.versions += call_token_versions(output)
+            start = len(row.response_mask)
+            merged, row.response_mask, logprobs = await self.ct_merge_assistant_token(
+                row.token_ids, output.token_ids, row.response_mask,
+                row.logprobs if (row.logprobs or output.log_probs) else None,
+                assistant_logprobs=output.log_probs or None,
+            )
+            row.token_ids, row.logprobs = merged.token_ids, logprobs or row.logprobs
+            episode.spans.append([start, min(len(row.response_mask), self.response_length)])
+            fits = len(row.response_mask) < self.response_length
+            content, call, response = await self._act(env, tools, output.token_ids, episode, execute=fits)
+            if response is None:
+                break
+            messages.append(_assistant_message(content, call))  # already in the tokens (merged above)
+            previous = list(messages)
+            messages.append(self._tool_message(response, call.tool_call_id))
+            if response.image:
+                images.extend(response.image)
+            merged, row.response_mask, logprobs = await self.ct_merge_context_msg(
+                previous, messages, row.token_ids, row.response_mask, row.logprobs or None, tools=schemas,
+            )
+            row.token_ids, row.logprobs = merged.token_ids, logprobs or row.logprobs
+            if len(row.response_mask) >= self.response_length:
+                episode.stop_reason = "response_length"
+                break
+        else:
+            episode.stop_reason, episode.truncated = "max_turns", True
+        return [row]
+
+    async def _play_per_turn(self, env: Any, tools: dict[str, EnvTool], sampling_params: dict[str, Any],
+                             raw_prompt: list[dict[str, Any]], episode: _Episode) -> list[_Row]:
+        schemas = _schemas(tools)
+        rows: list[_Row] = []
+        history: list[str] = []
+        request_id = uuid4().hex
+        for _ in range(self.max_turns):
+            images = self._images(episode.obs)
+            recent = history[-self.history_window:] if self.history_window > 0 else []
+            past = "Previous actions (latest last):\n" + "\n".join(recent) + "\n\n" if recent else ""
+            messages = self._first_messages(raw_prompt, past + episode.obs.render(), images)
+            prompt_ids = await self.ct_build_initial_tokens(messages, tools=schemas, images=images or None)
+            output = await self._generate(request_id, prompt_ids, sampling_params, images, episode)
+            merged, mask, logprobs = await self.ct_merge_assistant_token(
+                prompt_ids, output.token_ids, [], [] if output.log_probs else None,
+                assistant_logprobs=output.log_probs or None,
+            )
+            rows.append(_Row(merged.token_ids, mask, logprobs or [], call_token_versions(output)))
+            content, call, response = await self._act(env, tools, output.token_ids, episode,
+                                                      execute=len(mask) < self.response_length)
+            if response is None:
+                break
+            history.append(f"{len(history) + 1}. {json.dumps(_call_dict(call))} -> "
+                           f"{json.dumps(episode.obs.last_result, default=str)[:300]}")
+        else:
+            episode.stop_reason, episode.truncated = "max_turns", True
+        return rows
+
+    # --- one step, shared by both layouts -----------------------------------------------------
+    async def _generate(self, request_id: str, prompt_ids: list[int], sampling_params: dict[str, Any],
+                        images: list[Any], episode: _Episode) -> Any:
+        with simple_timer("generate_sequences", episode.metrics):
+            output = await self.server_manager.generate(
+                request_id=request_id, prompt_ids=prompt_ids, sampling_params=sampling_params,
+                image_data=images or None,
+            )
+        if not episode.server_fields:  # as verl's tool loop: keep what the server reported
+            episode.server_fields = {k: v for k, v in output.extra_fields.items() if k != TOKEN_VERSIONS_KEY}
+        return output
+
+    async def _act(self, env: Any, tools: dict[str, EnvTool], token_ids: list[int], episode: _Episode,
+                   execute: bool) -> tuple[str, Any, Any]:
+        """Record the model turn as a step and, if it holds a call and ``execute``, run it on the env.
+
+        Returns ``(content, call, tool response)``; the response is None when the episode is over
+        (no call, budget exhausted, fault, env done) with ``episode.stop_reason`` set.
+        """
+        content, calls = await self.tool_parser.extract_tool_calls(token_ids, [t.tool_schema for t in tools.values()])
+        episode.anchors.append(anchor_key(episode.obs.page_text()))
+        episode.valid_format.append(len(calls) == 1)
+        episode.actions.append(calls[0].name if calls else "")
+        episode.rewards.append(0.0)
+        if not execute:
+            episode.stop_reason = "response_length"
+            return content, None, None
+        if not calls:  # no parsable function call: the episode ends (ToolCUA's format rule)
+            episode.stop_reason = "no_tool_call"
+            return content, None, None
+        call = calls[0]
+        # An unknown name still costs a step and gets a readable error from the env.
+        tool = tools.get(call.name) or EnvTool.from_def(ToolDef(call.name, "not offered in this episode"))
+        arguments = json.loads(call.arguments)
+        with simple_timer("tool_calls", episode.metrics):
+            response, reward, info = await tool.execute("", arguments if isinstance(arguments, dict) else {},
+                                                        env=env, with_image=self.screenshots)
+        episode.rewards[-1] = float(reward)
+        if info["info"].get("fault"):
+            episode.fault, episode.stop_reason = info["info"]["fault"], "fault"
+            return content, call, None
+        episode.obs = info["observation"]
+        episode.success = bool(info["info"].get("success", False))
+        if info["terminated"] or info["truncated"]:
+            episode.truncated = info["truncated"]
+            episode.stop_reason = "terminated" if info["terminated"] else "max_steps"
+            return content, call, None
+        return content, call, response
+
+    # --- messages and outputs ---------------------------------------------------------------
+    def _images(self, obs: Observation) -> list[Any]:
+        return [png_to_image(obs.screenshot)] if self.screenshots and obs.screenshot else []
+
+    def _first_messages(self, raw_prompt: list[dict[str, Any]], text: str, images: list[Any]) -> list[dict[str, Any]]:
+        """The dataset prompt with ``text`` (the observation) appended to its last user turn."""
+        messages = raw_prompt or [{"role": "system", "content": SYSTEM_PROMPT}]
+        if messages[-1]["role"] == "user" and isinstance(messages[-1]["content"], str) and not images:
+            return messages[:-1] + [{"role": "user", "content": messages[-1]["content"] + "\n\n" + text}]
+        return messages + [{"role": "user", "content": _content(text, images)}]
+
+    def _tool_message(self, response: Any, call_id: str | None) -> dict[str, Any]:
+        text = response.text or ""
+        if len(text) > self.max_tool_response_length:
+            text = text[: self.max_tool_response_length] + "...(truncated)"
+        message = {"role": "tool", "content": _content(text, response.image)}
+        if call_id is not None:
+            message["tool_call_id"] = call_id
+        return message
+
+    def _artifact(self, env: Any) -> dict[str, Any]:
+        """Final-state artifact for judge rewards: the state dump (JSON text) and optionally a PNG."""
+        artifact = {"state": json.dumps(env.state_dump(), sort_keys=True)}
+        if self.artifact_screenshot:
+            artifact["screenshot_png_b64"] = base64.b64encode(env.screenshot()).decode()
+        return artifact
+
+    def _outputs(self, rows: list[_Row], episode: _Episode) -> list[AgentLoopOutput]:
+        """One ``AgentLoopOutput`` per row; every row of a trajectory has the same extra-field keys."""
+        traj_uid, limit, outputs = uuid4().hex, self.response_length, []
+        for i, row in enumerate(rows):
+            n_resp = len(row.response_mask)
+            step = None if self.layout == "trajectory" or episode.fault and not episode.anchors else i
+            extra_fields = {**episode.server_fields, **write_step_metadata(episode, traj_uid, step).to_extra_fields()}
+            if row.versions:  # per-token weight versions for the old-logit providers
+                extra_fields[TOKEN_VERSIONS_KEY] = token_versions(row.response_mask, row.versions)[:limit]
+                known = [v for v in row.versions if v is not None]
+                if known:
+                    extra_fields["min_global_steps"], extra_fields["max_global_steps"] = min(known), max(known)
+            mask = [0] * n_resp if episode.fault is not None else row.response_mask  # faults train nothing
+            outputs.append(AgentLoopOutput(
+                prompt_ids=row.token_ids[: len(row.token_ids) - n_resp],
+                response_ids=row.token_ids[len(row.token_ids) - n_resp:][:limit] if n_resp else [],
+                response_mask=mask[:limit], response_logprobs=row.logprobs[:limit] if row.logprobs else None,
+                num_turns=2 * len(episode.anchors) + 1 if step is None else 2, metrics=episode.metrics,
+                extra_fields=extra_fields,
+            ))
+        return outputs
+
+
+def write_step_metadata(episode: _Episode, traj_uid: str, step: int | None = None) -> StepMetadata:
+    """The one writer of this loop's ``extra_fields["verl_ext"]`` (contract: ``verl_ext.steps``):
+    all steps with their token spans (``step=None``, one row per trajectory), or the single step
+    ``step`` without spans (one row per turn). Episode-level ``extras`` are the same on every row."""
+    n = len(episode.anchors)
+    pick = range(n) if step is None else [step]
+    counts = episode.counts
+    return StepMetadata(
+        traj_uid=traj_uid,
+        step_idx=list(pick),
+        anchor=[episode.anchors[i] for i in pick],
+        step_reward=[episode.rewards[i] for i in pick],
+        spans=episode.spans if step is None else None,
+        action_valid=[episode.valid_format[i] for i in pick],
+        valid=episode.fault is None,
+        invalid_reason=f"env_fault:{episode.fault['kind']}" if episode.fault else "",
+        truncated=episode.truncated,
+        extras={
+            "success": episode.success,
+            "num_steps": counts.get("steps", 0),
+            "num_tool_calls": counts.get("tool", 0),
+            "num_gui_steps": counts.get("gui", 0),
+            "num_invalid_actions": counts.get("invalid", 0),
+            "format_ok": bool(n) and all(episode.valid_format),
+            "tool_beneficial": episode.reset_info.get("tool_beneficial"),
+            "ref_steps": episode.reset_info.get("ref_steps"),
+            "task": episode.reset_info.get("task"),
+            "seed": episode.reset_info.get("seed"),
+            "actions": episode.actions,
+            "stop_reason": episode.stop_reason,
+            "env_fault": episode.fault,
+            "artifact": episode.artifact,
+        },
+    )
+
+
+def _schemas(tools: dict[str, EnvTool]) -> list[dict[str, Any]]:
+    return [t.tool_schema.model_dump(exclude_unset=True, exclude_none=True) for t in tools.values()]
+
+
+def _call_dict(call: Any) -> dict[str, Any]:
+    return {"name": call.name, "arguments": json.loads(call.arguments)}
+
+
+def _assistant_message(content: str, call: Any) -> dict[str, Any]:
+    tool_call = {"type": "function", "function": _call_dict(call)}
+    if call.tool_call_id is not None:
+        tool_call["id"] = call.tool_call_id
+    return {"role": "assistant", "content": content or "", "tool_calls": [tool_call]}
+
+
+def _content(text: str, images: list[Any] | None) -> Any:
+    """Message content: plain text, or image parts + text for VL models (as verl's tool loop does)."""
+    if not images:
+        return text
+    return [{"type": "image", "image": image} for image in images] + [{"type": "text", "text": text}]

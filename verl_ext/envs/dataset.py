@@ -1,0 +1,45 @@
+"""Dataset rows for ``hybrid_gui_tool`` training (verl ``RLHFDataset`` layout), no browser needed.
+
+``minidesk_rows(n, seed, split)`` has the signature of ``verl_ext.data.DATASETS`` entries. Train
+and validation draw disjoint task seeds (validation from ``VAL_SEED_OFFSET`` up), templates are
+spread evenly, and each row names its task in ``extra_info.env`` for the agent loop.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from verl_ext.envs.policies import SYSTEM_PROMPT
+
+AGENT_NAME = "hybrid_gui_tool"
+VAL_SEED_OFFSET = 1_000_000
+
+
+def minidesk_rows(n: int, seed: int, split: str, templates: list[str] | None = None) -> list[dict[str, Any]]:
+    """``n`` MiniDesk task rows; every template appears ``n // len(templates)`` or one more times."""
+    from verl_ext.envs.minidesk.env import template_catalog
+
+    catalog = template_catalog()
+    chosen = templates or list(catalog)
+    unknown = sorted(set(chosen) - set(catalog))
+    if unknown:
+        raise ValueError(f"unknown MiniDesk templates {unknown}")
+    rng = random.Random(f"minidesk-{seed}-{split}")
+    base = VAL_SEED_OFFSET if split != "train" else 0
+    task_seeds = rng.sample(range(base, base + VAL_SEED_OFFSET), n)
+    order = (chosen * (n // len(chosen) + 1))[:n]
+    rng.shuffle(order)
+    return [
+        {
+            "data_source": "verl_ext/minidesk",
+            "agent_name": AGENT_NAME,
+            "prompt": [{"role": "system", "content": SYSTEM_PROMPT},
+                       {"role": "user", "content": "Complete the task on the desktop below."}],
+            "ability": "computer_use",
+            "reward_model": {"style": "env", "ground_truth": ""},
+            "extra_info": {"split": split, "index": index, "tool_beneficial": catalog[template]["tool_beneficial"],
+                           "env": {"backend": "minidesk", "task": template, "seed": task_seed}},
+        }
+        for index, (template, task_seed) in enumerate(zip(order, task_seeds))
+    ]

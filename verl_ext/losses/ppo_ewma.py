@@ -1,0 +1,168 @@
+"""Decoupled PPO with a proximal policy: the PPO-EWMA loss.
+
+Hilton, Cobbe, Schulman, "Batch size-invariance for policy optimization" (NeurIPS 2022), §2
+(decoupled objectives) and §3 (EWMA proximal policy); revised for heterogeneous async RL as in
+research brief §6.1. Per token, with π_prox carried by ``old_log_prob`` (whatever the old-logit
+provider wrote: θ̄ for PPO-EWMA, θ_v for the exact providers) and μ the behaviour (inference)
+policy:
+
+    clip:  (π_prox/μ) · min(r·A, clip(r, 1-ε_l, 1+ε_h)·A),     r = π_θ/π_prox
+    kl:    (π_prox/μ) · r·A - c · ½ (log r)²                     (= (π_θ/μ)·A - c·KL-penalty)
+
+The IS factor π_prox/μ arrives as verl's ``rollout_is_weights``: computed by verl's
+rollout-correction machinery (``algorithm.rollout_correction``: TIS / IcePop / rejection
+thresholds on ρ = π_prox/μ), so its thresholds act on numerics while ε acts on staleness + update.
+
+Differences from verl's ``vanilla`` (which it equals bit for bit when ``imp_weight_cap`` is None
+and ``variant=clip``, tested):
+  * ``imp_weight_cap``: the original's ``imp_samp_max`` — the total ratio π_θ/μ is capped by
+    lowering the (detached) IS weight to cap / r where r·w would exceed it.
+  * ``variant=kl``: Hilton's decoupled KL-penalty objective (the original's ``pi_kl`` term).
+  * extra metrics: anchor lag, approx KL, IS masking and cap fractions.
+Dual-clip (``clip_ratio_c``) is kept as in ``vanilla``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import verl.utils.torch_functional as verl_F
+from verl.trainer.ppo.core_algos import agg_loss
+from verl.workers.config import ActorConfig
+
+# verl clamps log-ratios at ±20 before exp (core_algos SAFETY bound); kept for equality with vanilla.
+_LOG_RATIO_BOUND = 20.0
+
+
+@dataclass
+class TokenLosses:
+    """Per-token output of ``decoupled_ppo_token_losses``; all ``(bs, L)``."""
+
+    losses: torch.Tensor  # to aggregate with agg_loss
+    log_ratio: torch.Tensor  # log r, clamped, carries the gradient
+    clipped: torch.Tensor  # bool: the PPO clip is active
+    clipped_lower: torch.Tensor  # bool: the dual clip (A < 0) is active
+    is_weights: torch.Tensor | None  # effective IS weights (after the cap), detached
+    capped: torch.Tensor | None  # bool: the cap lowered the IS weight
+
+
+def decoupled_ppo_token_losses(
+    log_prob: torch.Tensor,
+    prox_log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    is_weights: torch.Tensor | None,
+    clip_low: float,
+    clip_high: float,
+    clip_c: float,
+    variant: str = "clip",
+    kl_coef: float = 0.0,
+    imp_weight_cap: float | None = None,
+) -> TokenLosses:
+    """Per-token decoupled PPO losses (to be minimised).
+
+    Args:
+        log_prob: log π_θ, ``(bs, L)``, with gradient.
+        prox_log_prob: log π_prox, ``(bs, L)``.
+        advantages: ``(bs, L)``.
+        is_weights: π_prox/μ after verl's rollout correction, ``(bs, L)``, or None (= 1).
+        clip_low, clip_high: ε_l, ε_h.
+        clip_c: dual-clip constant (> 1) for A < 0 (Ye et al. 2020, arXiv 1912.09729).
+        variant: ``clip`` or ``kl`` (see module docstring).
+        kl_coef: c of the ``kl`` variant.
+        imp_weight_cap: cap on π_θ/μ = r·w, or None.
+    """
+    log_ratio = torch.clamp(log_prob - prox_log_prob, min=-_LOG_RATIO_BOUND, max=_LOG_RATIO_BOUND)
+    ratio = torch.exp(log_ratio)
+    unclipped = -advantages * ratio
+    clipped_loss = -advantages * torch.clamp(ratio, 1 - clip_low, 1 + clip_high)
+    clipped = torch.gt(clipped_loss, unclipped)  # for variant=kl: where the clip *would* act
+    if variant == "clip":
+        dual_bound = -advantages * clip_c
+        pessimistic = torch.maximum(unclipped, clipped_loss)
+        clipped_lower = torch.gt(pessimistic, dual_bound) & (advantages < 0)
+        losses = torch.where(advantages < 0, torch.minimum(dual_bound, pessimistic), pessimistic)
+    elif variant == "kl":
+        clipped_lower = torch.zeros_like(clipped)
+        losses = unclipped
+    else:
+        raise ValueError(f"actor_rollout_ref.actor.policy_loss.variant={variant!r}; expected 'clip' or 'kl'")
+
+    capped = None
+    if imp_weight_cap is not None:
+        # Lower π_prox/μ so that π_θ/μ = r·w stays <= cap (the original clips π_behav the same way).
+        base = is_weights if is_weights is not None else torch.ones_like(log_ratio)
+        cap_weights = imp_weight_cap * torch.exp(-log_ratio.detach())
+        capped = cap_weights < base
+        is_weights = torch.minimum(base, cap_weights)
+    if is_weights is not None:
+        losses = losses * is_weights
+    if variant == "kl":
+        losses = losses + kl_coef * 0.5 * log_ratio.square()
+    return TokenLosses(losses, log_ratio, clipped, clipped_lower, is_weights, capped)
+
+
+def compute_policy_loss_ppo_ewma(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    config: ActorConfig | None = None,
+    rollout_is_weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, Any]]:
+    """verl ``PolicyLossFn`` for ``loss_mode=ppo_ewma``; called by ``verl.workers.utils.losses.ppo_loss``.
+
+    Args:
+        old_log_prob: log π_prox from the old-logit provider, ``(bs, L)``.
+        log_prob: log π_θ, ``(bs, L)``.
+        advantages: ``(bs, L)``.
+        response_mask: bool ``(bs, L)`` (rejection-sampled tokens already removed by verl).
+        loss_agg_mode: verl's ``agg_loss`` mode.
+        config: the worker's ``ActorConfig``; options under ``config.policy_loss``
+            (``PPOEWMAPolicyLossConfig``; a plain ``PolicyLossConfig`` gives the defaults).
+        rollout_is_weights: π_prox/μ from verl's rollout correction, ``(bs, L)``, or None.
+
+    Returns:
+        (scalar loss aggregated with ``config.global_batch_info``, metrics of python floats).
+    """
+    assert config is not None, "ppo_ewma needs the actor config"
+    options = config.policy_loss
+    clip_low = config.clip_ratio_low if config.clip_ratio_low is not None else config.clip_ratio
+    clip_high = config.clip_ratio_high if config.clip_ratio_high is not None else config.clip_ratio
+    variant = options.get("variant", "clip")
+    out = decoupled_ppo_token_losses(
+        log_prob=log_prob,
+        prox_log_prob=old_log_prob,
+        advantages=advantages,
+        is_weights=rollout_is_weights,
+        clip_low=clip_low,
+        clip_high=clip_high,
+        clip_c=config.get("clip_ratio_c", 3.0),
+        variant=variant,
+        kl_coef=options.get("ppo_kl_coef", 0.0),
+        imp_weight_cap=options.get("imp_weight_cap", None),
+    )
+    pg_loss = agg_loss(
+        loss_mat=out.losses, loss_mask=response_mask, loss_agg_mode=loss_agg_mode, **config.global_batch_info
+    )
+    return pg_loss, _metrics(out, response_mask)
+
+
+def _metrics(out: TokenLosses, mask: torch.Tensor) -> dict[str, float]:
+    log_r = out.log_ratio.detach()
+    stats = {
+        "actor/pg_clipfrac": out.clipped.float(),
+        "actor/ppo_kl": -log_r,
+        "actor/pg_clipfrac_lower": out.clipped_lower.float(),
+        "actor/ppo_ewma/approx_kl": 0.5 * log_r.square(),  # Hilton's approxkl
+        "actor/ppo_ewma/prox_lag": log_r.abs(),  # nats between π_θ and the anchor; first mini-batch: the anchor's lag
+    }
+    if out.is_weights is not None:
+        stats["actor/ppo_ewma/is_weight_mean"] = out.is_weights
+        stats["actor/ppo_ewma/is_masked_frac"] = (out.is_weights == 0).float()  # zeroed by the discrepancy band
+    if out.capped is not None:
+        stats["actor/ppo_ewma/is_cap_frac"] = out.capped.float()  # total ratio above imp_weight_cap
+    means = torch.stack([verl_F.masked_mean(v, mask) for v in stats.values()])
+    return dict(zip(stats, means.tolist(), strict=True))  # one device sync for all metrics

@@ -1,0 +1,141 @@
+"""``algorithm.old_logits.*``: which provider computes ``old_log_probs`` and its settings.
+
+verl 0.9.1 passes ``config.algorithm`` to the trainer as a raw DictConfig, so these dataclasses
+are built by ``OldLogitsConfig.from_config`` (strict: an unknown key is an error that names it)
+rather than by verl's ``_target_`` instantiation.
+
+Example (Hydra overrides)::
+
+    +algorithm.old_logits.provider=ewma
+    +algorithm.old_logits.ewma.com=4          # default: the staleness bound, see EWMAConfig
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from verl_ext.old_logits.ewma import beta_from_com, com_from_beta
+
+KEY = "algorithm.old_logits"
+STALENESS_KEY = "trainer.v1.sampler.max_off_policy_threshold"
+
+
+@dataclass(frozen=True)
+class EWMAConfig:
+    """``algorithm.old_logits.ewma``.
+
+    Attributes:
+        beta: EWMA decay; give ``beta`` or ``com``, not both.
+        com: centre of mass in *versions*; β = c / (1 + c) with c = com × updates per version.
+            Default: the staleness bound ``trainer.v1.sampler.max_off_policy_threshold``
+            (brief §6.1 item 4: COM := version lag, 8 versions ⇒ β = 0.889, Hilton's default).
+        update_every: ``optimizer_step`` (Hilton; the trainer passes its optimizer steps per
+            version) or ``version`` (once per published weight version).
+        bias_correction: Hilton's total-weight scheme (θ̄_0 = θ_0 weighs as one update).
+        fresh_exact: use the current weights for tokens of staleness 0 (exact there); costs a
+            second forward over rows holding such tokens, and logs ``old_logits/abs_error``.
+        on_missing_state: ``error`` | ``reset`` when resuming without EWMA state.
+    """
+
+    beta: float | None = None
+    com: float | None = None
+    update_every: str = "optimizer_step"
+    bias_correction: bool = True
+    fresh_exact: bool = False
+    on_missing_state: str = "error"
+
+    def __post_init__(self) -> None:
+        if self.beta is not None and self.com is not None:
+            raise ValueError(f"set only one of {KEY}.ewma.beta and {KEY}.ewma.com")
+        if self.beta is not None:
+            com_from_beta(self.beta)
+        _check_choice("ewma.update_every", self.update_every, ("optimizer_step", "version"))
+        _check_choice("ewma.on_missing_state", self.on_missing_state, ("error", "reset"))
+
+
+@dataclass(frozen=True)
+class SnapshotConfig:
+    """``algorithm.old_logits.snapshot``.
+
+    Attributes:
+        max_versions: snapshots kept (≥ the staleness bound; default: the bound).
+        pin_memory: pinned host buffers (asynchronous copies).
+        on_missing: ``error`` | ``current`` (score tokens of a missing version with the current
+            weights and count them in ``old_logits/snapshot/missing_frac``).
+    """
+
+    max_versions: int | None = None
+    pin_memory: bool = True
+    on_missing: str = "error"
+
+    def __post_init__(self) -> None:
+        _check_choice("snapshot.on_missing", self.on_missing, ("error", "current"))
+
+
+@dataclass(frozen=True)
+class OldLogitsConfig:
+    """``algorithm.old_logits``.
+
+    Attributes:
+        provider: registered provider name (``verl_ext.old_logits.registered_providers()``).
+        staleness_bound: filled from ``trainer.v1.sampler.max_off_policy_threshold`` by ``from_config``.
+        ewma, snapshot: per-provider settings.
+    """
+
+    provider: str = "current"
+    staleness_bound: int | None = None
+    ewma: EWMAConfig = field(default_factory=EWMAConfig)
+    snapshot: SnapshotConfig = field(default_factory=SnapshotConfig)
+
+    @classmethod
+    def from_config(cls, old_logits: Mapping[str, Any] | None, max_off_policy_threshold: int | None) -> OldLogitsConfig:
+        """Builds the config from ``algorithm.old_logits`` (a DictConfig or dict, or None for the
+        defaults) and the trainer's staleness bound."""
+        raw = dict(old_logits or {})
+        _reject_unknown(KEY, raw, {f.name for f in dataclasses.fields(cls)} - {"staleness_bound"})
+        sub = {}
+        for name, sub_cls in (("ewma", EWMAConfig), ("snapshot", SnapshotConfig)):
+            values = dict(raw.pop(name, None) or {})
+            _reject_unknown(f"{KEY}.{name}", values, {f.name for f in dataclasses.fields(sub_cls)})
+            sub[name] = sub_cls(**values)
+        bound = None if max_off_policy_threshold is None else int(max_off_policy_threshold)
+        return cls(staleness_bound=bound, **raw, **sub)
+
+    def ewma_beta(self, updates_per_version: int = 1) -> float:
+        """The decay to build ``EWMAShadow`` with.
+
+        Args:
+            updates_per_version: EWMA updates per published version (optimizer steps per
+                training step with ``update_every=optimizer_step``, else 1).
+        """
+        if self.ewma.beta is not None:
+            return self.ewma.beta
+        com_versions = self.ewma.com if self.ewma.com is not None else self._bound_for("ewma.com")
+        return beta_from_com(
+            float(com_versions) * (updates_per_version if self.ewma.update_every == "optimizer_step" else 1)
+        )
+
+    def snapshot_max_versions(self) -> int:
+        """How many snapshots to keep; at least the staleness bound."""
+        if self.snapshot.max_versions is not None:
+            return self.snapshot.max_versions
+        return max(1, self._bound_for("snapshot.max_versions"))
+
+    def _bound_for(self, key: str) -> int:
+        if self.staleness_bound is None:
+            raise ValueError(f"{STALENESS_KEY} is null (no staleness bound), so set {KEY}.{key} explicitly")
+        return self.staleness_bound
+
+
+def _check_choice(key: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"{KEY}.{key}={value!r}; expected one of {choices}")
+
+
+def _reject_unknown(prefix: str, values: Mapping[str, Any], known: set[str]) -> None:
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ValueError(f"unknown key(s) {', '.join(f'{prefix}.{k}' for k in unknown)}; known: {sorted(known)}")

@@ -1,0 +1,119 @@
+"""Metrics of old-logit providers: staleness, approximation quality, threshold entanglement, cost.
+
+Names follow research brief §6.3 and are prefixed ``old_logits/``. All functions take padded
+``(bs, L)`` tensors and a response mask and return ``dict[str, float]``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+
+PREFIX = "old_logits/"
+
+
+def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> float:
+    m = mask.bool()
+    return float(x[m].float().mean()) if m.any() else 0.0
+
+
+def approximation_errors(
+    approx_log_probs: torch.Tensor, exact_log_probs: torch.Tensor, mask: torch.Tensor
+) -> dict[str, float]:
+    """How well an approximate proximal log-prob matches the exact old logits (brief §6.3,
+    AReaL ``prox_logp_method: metrics``), Δ = log π_approx - log π_exact per token:
+
+    * ``abs_error`` = mean |Δ|,
+    * ``rel_error`` = mean |Δ| / |log π_exact|,
+    * ``imp_weight_error`` = mean |e^Δ - 1| (the error of the importance weight it induces),
+    plus the maxima of the first and last.
+    """
+    delta = (approx_log_probs - exact_log_probs).float()
+    imp = torch.expm1(delta).abs()
+    m = mask.bool()
+    return {
+        f"{PREFIX}abs_error": _masked_mean(delta.abs(), m),
+        f"{PREFIX}abs_error_max": float(delta.abs()[m].max()) if m.any() else 0.0,
+        f"{PREFIX}rel_error": _masked_mean(delta.abs() / exact_log_probs.float().abs().clamp(min=1e-8), m),
+        f"{PREFIX}imp_weight_error": _masked_mean(imp, m),
+        f"{PREFIX}imp_weight_error_max": float(imp[m].max()) if m.any() else 0.0,
+    }
+
+
+def staleness_metrics(
+    token_versions: torch.Tensor, current_version: int, mask: torch.Tensor, max_bucket: int = 8
+) -> dict[str, float]:
+    """Histogram of token staleness d = current_version - version over mask-1 tokens.
+
+    Returns ``stale/version_gap_{mean,max}``, ``stale/frac_d{k}`` for k < max_bucket,
+    ``stale/frac_d{max_bucket}+`` and ``stale/partial_frac`` (rows whose tokens span several
+    versions, i.e. partial rollouts).
+    """
+    m = mask.bool() & (token_versions >= 0)
+    d = (current_version - token_versions)[m]
+    out: dict[str, float] = {}
+    if d.numel() == 0:
+        return out
+    out[f"{PREFIX}stale/version_gap_mean"] = float(d.float().mean())
+    out[f"{PREFIX}stale/version_gap_max"] = float(d.max())
+    counts = torch.bincount(d.clamp(min=0, max=max_bucket), minlength=max_bucket + 1).float() / d.numel()
+    for k in range(max_bucket):
+        out[f"{PREFIX}stale/frac_d{k}"] = float(counts[k])
+    out[f"{PREFIX}stale/frac_d{max_bucket}+"] = float(counts[max_bucket])
+    big = torch.iinfo(torch.long).max
+    vmax = torch.where(m, token_versions, torch.full_like(token_versions, -1)).max(dim=-1).values
+    vmin = torch.where(m, token_versions, torch.full_like(token_versions, big)).min(dim=-1).values
+    has = m.any(dim=-1)
+    out[f"{PREFIX}stale/partial_frac"] = float((vmax[has] != vmin[has]).float().mean())
+    return out
+
+
+def ratio_out_of_band(log_ratio: torch.Tensor, lower: float, upper: float) -> torch.Tensor:
+    """Bool ``(bs, L)``: token ratio e^{log_ratio} outside [lower, upper] (token-level IcePop/RS band)."""
+    return (log_ratio < torch.log(torch.tensor(lower))) | (log_ratio > torch.log(torch.tensor(upper)))
+
+
+def discrepancy_mask_by_cause(
+    old_log_probs: torch.Tensor,
+    exact_log_probs: torch.Tensor,
+    rollout_log_probs: torch.Tensor,
+    mask: torch.Tensor,
+    lower: float,
+    upper: float,
+) -> dict[str, float]:
+    """Splits the tokens a discrepancy band [lower, upper] on ρ = π_old/μ removes by cause (brief §6.3,
+    last bullet): with the exact old logits the band sees numerics only; what the provider's
+    old logits add (or remove) is staleness entangled into ρ (brief §2.2 A).
+
+    Returns fractions of mask-1 tokens: ``mask/frac`` (out of band with the provider's old),
+    ``mask/numerics_frac`` (out of band with exact old), ``mask/staleness_frac`` (out with the
+    provider's old, in with exact), ``mask/rescued_frac`` (in with the provider's, out with exact).
+    """
+    m = mask.bool()
+    proxy_out = ratio_out_of_band(old_log_probs - rollout_log_probs, lower, upper)
+    exact_out = ratio_out_of_band(exact_log_probs - rollout_log_probs, lower, upper)
+    return {
+        f"{PREFIX}mask/frac": _masked_mean(proxy_out, m),
+        f"{PREFIX}mask/numerics_frac": _masked_mean(exact_out, m),
+        f"{PREFIX}mask/staleness_frac": _masked_mean(proxy_out & ~exact_out, m),
+        f"{PREFIX}mask/rescued_frac": _masked_mean(~proxy_out & exact_out, m),
+    }
+
+
+@contextmanager
+def cost_meter(metrics: dict[str, float], name: str) -> Iterator[dict[str, float]]:
+    """Times a provider's work into ``old_logits/{name}/time_s``; the body may add counters to the
+    yielded dict (e.g. ``forward_rows``, ``extra_bytes``), which are logged under the same prefix."""
+    counters: dict[str, float] = {}
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    yield counters
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    metrics[f"{PREFIX}{name}/time_s"] = time.perf_counter() - start
+    for key, value in counters.items():
+        metrics[f"{PREFIX}{name}/{key}"] = float(value)

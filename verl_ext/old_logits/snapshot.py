@@ -1,0 +1,149 @@
+"""Exact old logits by version: host copies of the trainer's weights, and the version-grouped
+recompute that uses them.
+
+Research brief §4.1 ("snapshot-based version tracking"): keep the training-side weights θ_v of
+every version still live in the replay buffer, sharded exactly like the trainer's parameters and
+in host memory; at old-logit time group tokens by the version that generated them, run one
+forward per version present with θ_v swapped in, and keep each forward's log-probs only where the
+token's version matches.
+
+Version convention (verl 0.9.1 v1 trainers): ``update_weights(global_steps)`` publishes the
+weights after step ``global_steps`` as version ``global_steps``, so while step g computes its old
+log-probs the trainer holds version g - 1. Tokens of that version need no snapshot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+
+from verl_ext.old_logits.swap import WeightSwap, local_tensors, pin_if_possible
+
+
+class SnapshotMissingError(KeyError):
+    """A token's version has no snapshot (evicted, never saved, or lost on resume)."""
+
+    def __init__(self, version: int, available: Sequence[int]) -> None:
+        super().__init__(
+            f"no weight snapshot for policy version {version} (stored: {list(available)}). Either the staleness bound "
+            "trainer.v1.sampler.max_off_policy_threshold is larger than algorithm.old_logits.snapshot.max_versions, "
+            "or the run resumed from a checkpoint (snapshots are not checkpointed): set "
+            "algorithm.old_logits.snapshot.on_missing=current to fall back to the current weights for such tokens"
+        )
+        self.version = version
+
+
+class SnapshotStore:
+    """Host-memory copies of (local shards of) the trainer weights, keyed by policy version.
+
+    Save the weights of version v right before the optimizer step that replaces them (then the
+    store never holds a copy of the live weights); ``save`` evicts every version that can no
+    longer be sampled once v + 1 is current, given the staleness bound.
+
+    Args:
+        max_versions: staleness bound D in versions (verl: ``trainer.v1.sampler.max_off_policy_threshold``).
+            After ``save(v)`` the store holds versions v + 1 - D .. v, i.e. at most D copies.
+        pin_memory: pin host buffers (fast, asynchronous H2D/D2H copies) when CUDA is present.
+    """
+
+    def __init__(self, max_versions: int, pin_memory: bool = True) -> None:
+        if max_versions < 1:
+            raise ValueError(f"algorithm.old_logits.snapshot.max_versions must be >= 1, got {max_versions}")
+        self.max_versions = max_versions
+        self.pin_memory = pin_memory
+        self._snapshots: dict[int, list[torch.Tensor]] = {}
+        self._free: list[list[torch.Tensor]] = []  # evicted buffers, reused so pinning happens once
+
+    @property
+    def versions(self) -> list[int]:
+        return sorted(self._snapshots)
+
+    @property
+    def nbytes(self) -> int:
+        """Host bytes held by stored snapshots (the ``old_logits/snapshot_bytes`` cost metric)."""
+        return sum(t.numel() * t.element_size() for snap in self._snapshots.values() for t in snap)
+
+    def _buffers_like(self, live: list[torch.Tensor]) -> list[torch.Tensor]:
+        while self._free:
+            bufs = self._free.pop()
+            if [(b.shape, b.dtype) for b in bufs] == [(t.shape, t.dtype) for t in live]:
+                return bufs
+        return [pin_if_possible(torch.empty(t.shape, dtype=t.dtype, device="cpu"), self.pin_memory) for t in live]
+
+    @torch.no_grad()
+    def save(self, version: int, params: Sequence[torch.Tensor]) -> None:
+        """Copies the live parameters (local shards, in their own dtype: the forward's numerics)
+        as ``version`` and evicts versions older than ``version + 1 - max_versions``."""
+        live = local_tensors(params)
+        bufs = self._snapshots.pop(version, None) or self._buffers_like(live)
+        for b, t in zip(bufs, live, strict=True):
+            b.copy_(t, non_blocking=True)
+        if live and live[0].is_cuda:
+            torch.cuda.current_stream().synchronize()  # the host copy must be complete before params change
+        self._snapshots[version] = bufs
+        self.evict_older_than(version + 1 - self.max_versions)
+
+    def evict_older_than(self, min_version: int) -> list[int]:
+        """Drops snapshots of versions < ``min_version``; returns the evicted versions."""
+        gone = [v for v in self._snapshots if v < min_version]
+        for v in gone:
+            self._free.append(self._snapshots.pop(v))
+        return gone
+
+    def get(self, version: int) -> list[torch.Tensor]:
+        """The stored tensors of ``version`` (host memory). Raises ``SnapshotMissingError``."""
+        if version not in self._snapshots:
+            raise SnapshotMissingError(version, self.versions)
+        return self._snapshots[version]
+
+    def swap_in(
+        self, version: int, params: Sequence[torch.Tensor], backup_device: str | torch.device | None = None
+    ) -> WeightSwap:
+        """Loads snapshot ``version`` into the live parameters; restore with the returned
+        ``WeightSwap`` (context manager or ``swap_out()``), bit-exactly."""
+        snap = self.get(version)
+
+        def write(targets: list[torch.Tensor]) -> None:
+            for t, s in zip(targets, snap, strict=True):
+                t.copy_(s, non_blocking=True)
+
+        return WeightSwap(params, write, backup_device)
+
+
+def scatter_by_version(
+    token_versions: torch.Tensor,
+    logprob_fn: Callable[[int, torch.Tensor], torch.Tensor],
+) -> tuple[torch.Tensor, dict[int, int]]:
+    """Per-token log-probs under the weights of each token's own version.
+
+    For every version v present, calls ``logprob_fn(v, rows)`` once, for only the rows that hold
+    a token of version v, and keeps the result where ``token_versions == v``. Tokens without a
+    version (-1: tool/observation tokens, padding) get 0.
+
+    Args:
+        token_versions: ``(bs, L)`` int tensor, -1 where a token has no version.
+        logprob_fn: ``(version, rows) -> (len(rows), L)`` log-probs of the response tokens of
+            those rows computed with the weights of ``version``.
+
+    Returns:
+        ``(log_probs (bs, L), rows_per_version)``; ``rows_per_version[v]`` is how many rows the
+        forward of version v covered (the compute cost: Σ over versions).
+    """
+    out: torch.Tensor | None = None
+    rows_per_version: dict[int, int] = {}
+    for v in torch.unique(token_versions[token_versions >= 0]).tolist():
+        here = token_versions == v
+        rows = here.any(dim=-1).nonzero(as_tuple=True)[0]
+        lp = logprob_fn(int(v), rows)
+        if lp.shape != (rows.numel(), token_versions.shape[-1]):
+            raise ValueError(
+                f"logprob_fn({v}, rows) returned shape {tuple(lp.shape)}, expected {(rows.numel(), token_versions.shape[-1])}"
+            )
+        if out is None:
+            out = torch.zeros(token_versions.shape, dtype=lp.dtype, device=lp.device)
+        out[rows] = torch.where(here[rows], lp, out[rows])
+        rows_per_version[int(v)] = rows.numel()
+    if out is None:
+        out = torch.zeros(token_versions.shape, dtype=torch.float32, device=token_versions.device)
+    return out, rows_per_version

@@ -1,0 +1,93 @@
+"""Temporarily load other weights into live parameters and put the live ones back bit-exactly.
+
+Both the EWMA shadow (``ewma.py``) and the snapshot store (``snapshot.py``) need the same move:
+back up the live (possibly sharded) parameters, overwrite them with other values for a
+forward-only pass, and restore the backup. The backup is a plain copy in the parameters' own
+dtype, so the restore is bit-exact whatever the source dtype was.
+
+Works on local shards: a ``torch.distributed.tensor.DTensor`` is reduced to its local tensor and
+nothing here communicates, so every rank swaps its own shard (FSDP2, Megatron distributed
+optimizer shards, or plain unsharded tensors).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+
+
+def local_tensors(params: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """The tensors that hold this rank's data, sharing storage with ``params``.
+
+    Args:
+        params: parameters; plain tensors, ``nn.Parameter`` or ``DTensor`` (any mix).
+
+    Returns:
+        one tensor per parameter whose in-place modification changes the parameter.
+    """
+    out = []
+    for p in params:
+        # DTensor.to_local() returns a view of the local shard; under no_grad it is a plain alias.
+        t = p.to_local() if hasattr(p, "to_local") else p
+        out.append(t.detach())
+    return out
+
+
+def pin_if_possible(t: torch.Tensor, pin_memory: bool) -> torch.Tensor:
+    """Pins a host tensor when asked and when an accelerator runtime exists (pinning needs one)."""
+    if pin_memory and torch.cuda.is_available():
+        return t.pin_memory()
+    return t
+
+
+class WeightSwap:
+    """One swap of other values into live parameters, restorable bit-exactly.
+
+    Created by ``EWMAShadow.swap_in`` and ``SnapshotStore.swap_in``; use as a context manager
+    (``with shadow.swap_in(params): forward()``) or call ``swap_out()`` explicitly.
+
+    Args:
+        params: live parameters (local shards are used).
+        write: writes the replacement values into the given local tensors, in place.
+        backup_device: where the backup of the live values lives; ``None`` = same device
+            (fastest; costs one parameter copy of accelerator memory), ``"cpu"`` = host memory.
+    """
+
+    def __init__(
+        self,
+        params: Sequence[torch.Tensor],
+        write: Callable[[list[torch.Tensor]], None],
+        backup_device: str | torch.device | None = None,
+    ) -> None:
+        self._live = local_tensors(params)
+        with torch.no_grad():
+            if backup_device is None:
+                self._backup = [t.clone() for t in self._live]
+            else:
+                self._backup = [
+                    pin_if_possible(torch.empty_like(t, device=backup_device), True).copy_(t, non_blocking=True)
+                    for t in self._live
+                ]
+            write(self._live)
+        self._active = True
+
+    @property
+    def active(self) -> bool:
+        return self._active
+
+    def swap_out(self) -> None:
+        """Restores the live values bit-exactly. Idempotent."""
+        if not self._active:
+            return
+        with torch.no_grad():
+            for t, b in zip(self._live, self._backup, strict=True):
+                t.copy_(b, non_blocking=True)
+        self._backup = []
+        self._active = False
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.swap_out()

@@ -1,0 +1,1 @@
+"""Reward plugins (DVReward judge rewards, env rewards). Importing this package is free."""

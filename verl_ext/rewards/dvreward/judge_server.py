@@ -1,0 +1,488 @@
+"""``verl-ext judge-server``: a local OpenAI-compatible judge on 127.0.0.1.
+
+Serves the subset of ``/v1/chat/completions`` a DVReward judge uses (greedy decoding,
+``max_tokens``, ``logprobs``/``top_logprobs``) plus ``/v1/models``, ``/health`` and ``/stats``.
+Concurrent requests are queued and answered in batches (one padded forward per decoding step).
+
+Two backends behind the same HTTP and batching code:
+
+* ``--model PATH``: any transformers causal LM with a chat template (CPU, or CUDA when present).
+  Text only: a request with an image part gets HTTP 400.
+* ``--fake-answers FILE.json``: deterministic answers for tests and benchmarks. The file maps a
+  substring of the user message to an answer spec, or is a list of rules::
+
+      {"Is there a red car?": 0.9,                       # P(yes); logprobs of yes and no
+       "Is the sky green?": {"p_yes": 0.2, "delay_s": 5},  # answered after 5 s
+       "Is it broken?": {"content": "maybe"},           # neither yes nor no
+       "Write JSON": {"content": "{...}"},              # any text (question-builder tests)
+       "Is the door open?": {"status": 500, "fail_times": 2}}   # HTTP 500 twice, then 0.5
+      [{"match": ["red car", "photo of a"], "p_yes": 0.7}]  # all substrings must occur
+
+  The rule whose substrings all occur in the user message and are longest in total wins; a
+  request no rule matches is answered "unsure" (neither yes nor no).
+
+The server binds 127.0.0.1 only; ``--port 0`` picks a free port, which is printed (and written
+to ``--port-file``) once the server accepts connections.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+HOST = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    """The fields of a chat-completions request this server honours."""
+
+    messages: list[dict[str, Any]]
+    max_tokens: int = 16
+    logprobs: bool = False
+    top_logprobs: int = 0
+
+    @classmethod
+    def from_body(cls, body: Any) -> ChatRequest:
+        if not isinstance(body, dict) or not isinstance(body.get("messages"), list) or not body["messages"]:
+            raise ValueError("body must be a JSON object with a non-empty 'messages' list")
+        if body.get("stream") or body.get("n", 1) != 1:
+            raise ValueError("stream and n > 1 are not supported")
+        return cls(
+            messages=body["messages"],
+            max_tokens=max(1, min(int(body.get("max_tokens") or body.get("max_completion_tokens") or 16), 256)),
+            logprobs=bool(body.get("logprobs")),
+            top_logprobs=max(0, min(int(body.get("top_logprobs") or 0), 20)),
+        )
+
+    def user_text(self) -> str:
+        """The last user message as text; image parts become their URL."""
+        content = next((m.get("content") for m in reversed(self.messages) if m.get("role") == "user"), "")
+        if isinstance(content, str):
+            return content
+        parts = [p.get("text") or (p.get("image_url") or {}).get("url", "") for p in content if isinstance(p, dict)]
+        return "\n".join(parts)
+
+
+@dataclass
+class Completion:
+    """One generated answer: per token ``(text, logprob, [(candidate, logprob), ...])``.
+
+    A request the backend refuses has ``http_status`` != 200 and an ``error``; ``delay_s``
+    (answer after a delay) is set by the fake backend only, to emulate a slow server.
+    """
+
+    content: str
+    tokens: list[tuple[str, float, list[tuple[str, float]]]] = field(default_factory=list)
+    finish_reason: str = "stop"
+    delay_s: float = 0.0
+    http_status: int = 200
+    error: str | None = None
+
+
+class Backend(Protocol):
+    """Answers a batch of requests, one ``Completion`` each, in order (runs in a worker thread)."""
+
+    def complete(self, batch: Sequence[ChatRequest]) -> list[Completion]: ...
+
+
+@dataclass(frozen=True)
+class FakeRule:
+    """One fake answer: used when every ``match`` substring occurs in the user message.
+
+    ``p_yes`` answers yes/no with log-probs log(p) and log(1-p); ``content`` answers that text;
+    ``status`` != 200 fails with that HTTP status (the first ``fail_times`` times only, if set);
+    ``delay_s`` delays the response.
+    """
+
+    match: tuple[str, ...]
+    p_yes: float | None = None
+    content: str | None = None
+    delay_s: float = 0.0
+    status: int = 200
+    fail_times: int = 0
+
+
+class FakeBackend:
+    """Deterministic answers from a map of user-message substrings to answer specs."""
+
+    def __init__(self, spec: dict[str, Any] | list[dict[str, Any]]) -> None:
+        if isinstance(spec, dict):  # {"substring": p_yes or {spec}} shorthand
+            spec = [{"match": [k], **(v if isinstance(v, dict) else {"p_yes": v})} for k, v in spec.items()]
+        self.rules = [FakeRule(**{**item, "match": tuple(item["match"])}) for item in spec]
+        self._failures_served = [0] * len(self.rules)
+        self._lock = threading.Lock()
+
+    def _rule(self, text: str) -> int | None:
+        matching = [i for i, r in enumerate(self.rules) if all(m in text for m in r.match)]
+        return max(matching, key=lambda i: sum(map(len, self.rules[i].match)), default=None)
+
+    def _answer(self, index: int | None) -> Completion:
+        if index is None:
+            return Completion("unsure", [("unsure", 0.0, [("unsure", 0.0)])])
+        rule = self.rules[index]
+        with self._lock:
+            if rule.status != 200 and (rule.fail_times == 0 or self._failures_served[index] < rule.fail_times):
+                self._failures_served[index] += 1
+                return Completion("", http_status=rule.status, delay_s=rule.delay_s, error="injected fault")
+        if rule.content is not None:
+            return Completion(rule.content, [(rule.content, 0.0, [(rule.content, 0.0)])], delay_s=rule.delay_s)
+        p = 0.5 if rule.p_yes is None else float(rule.p_yes)
+        top = [(tok, math.log(q)) for tok, q in (("yes", p), ("no", 1.0 - p)) if q > 0.0]
+        answer = "yes" if p >= 0.5 else "no"
+        return Completion(answer, [(answer, dict(top)[answer], top)], delay_s=rule.delay_s)
+
+    def complete(self, batch: Sequence[ChatRequest]) -> list[Completion]:
+        return [self._answer(self._rule(req.user_text())) for req in batch]
+
+
+class HFBackend:
+    """Greedy decoding with a transformers causal LM; torch/transformers are imported here."""
+
+    def __init__(self, path: str, device: str = "auto", cpu_threads: int = 1) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.torch = torch
+        self.device = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
+        if self.device == "cpu":
+            # Small models on a shared CPU: one thread was 20x faster than two on a loaded 2-core
+            # box (OpenMP threads spin at every op's barrier while their core is taken).
+            torch.set_num_threads(cpu_threads)
+        dtype = torch.bfloat16 if self.device.startswith("cuda") else torch.float32
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        if self.tokenizer.pad_token is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(self.device).eval()
+
+    def complete(self, batch: Sequence[ChatRequest]) -> list[Completion]:
+        results: list[Completion | None] = [
+            Completion("", http_status=400, error="this judge-server model is text-only: no image parts")
+            if any(_has_image(m.get("content")) for m in req.messages)
+            else None
+            for req in batch
+        ]
+        todo = [i for i, r in enumerate(results) if r is None]
+        if todo:
+            for i, completion in zip(todo, self._generate([batch[i] for i in todo]), strict=True):
+                results[i] = completion
+        return results
+
+    def _generate(self, batch: Sequence[ChatRequest]) -> list[Completion]:
+        torch, tok = self.torch, self.tokenizer
+        texts = [
+            tok.apply_chat_template(
+                [{**m, "content": _flatten_text(m.get("content"))} for m in req.messages],
+                add_generation_prompt=True,
+                tokenize=False,
+            )
+            for req in batch
+        ]
+        # Left padding keeps every row's last prompt token at the same position for decoding.
+        enc = tok(texts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
+        enc = {k: v.to(self.device) for k, v in enc.items()}
+        with torch.inference_mode():
+            out = self.model.generate(
+                **enc,
+                max_new_tokens=max(r.max_tokens for r in batch),
+                do_sample=False,
+                temperature=None,
+                top_p=None,
+                top_k=None,
+                output_logits=True,
+                return_dict_in_generate=True,
+                pad_token_id=tok.pad_token_id,
+            )
+        # (batch, steps, vocab) log-probs of the raw logits, as OpenAI servers report them.
+        logprobs = torch.log_softmax(torch.stack(out.logits, dim=1).float(), dim=-1)
+        new_ids = out.sequences[:, enc["input_ids"].shape[1] :]
+        return [self._completion(req, new_ids[b], logprobs[b]) for b, req in enumerate(batch)]
+
+    def _completion(self, req: ChatRequest, ids, logprobs) -> Completion:
+        """``ids``: (steps,) generated ids; ``logprobs``: (steps, vocab)."""
+        tok, tokens, finish = self.tokenizer, [], "length"
+        for t in range(min(req.max_tokens, ids.shape[0])):
+            token_id = int(ids[t])
+            if token_id == tok.eos_token_id:
+                finish = "stop"
+                break
+            values, indices = self.torch.topk(logprobs[t], k=max(1, req.top_logprobs))
+            top = [(tok.decode([int(i)]), float(v)) for v, i in zip(values, indices, strict=True)]
+            tokens.append((tok.decode([token_id]), float(logprobs[t, token_id]), top))
+        return Completion("".join(t[0] for t in tokens), tokens, finish)
+
+
+def _has_image(content: Any) -> bool:
+    return isinstance(content, list) and any(isinstance(p, dict) and p.get("type") != "text" for p in content)
+
+
+def _flatten_text(content: Any) -> str:
+    if isinstance(content, list):
+        return "\n".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return content or ""
+
+
+@dataclass
+class BatchStats:
+    requests: int = 0
+    batches: int = 0
+    max_batch: int = 0
+
+
+class Batcher:
+    """Collects concurrent requests and runs them through the backend in batches.
+
+    The backend runs in one worker thread so the event loop keeps accepting requests while a
+    batch computes; everything that queued meanwhile forms the next batch.
+    """
+
+    def __init__(self, backend: Backend, max_batch: int = 32, wait_s: float = 0.002) -> None:
+        self.backend = backend
+        self.max_batch = max_batch
+        self.wait_s = wait_s
+        self.stats = BatchStats()
+        self.queue: asyncio.Queue[tuple[ChatRequest, asyncio.Future[Completion]]] = asyncio.Queue()
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="judge-backend")
+
+    async def submit(self, request: ChatRequest) -> Completion:
+        future = asyncio.get_running_loop().create_future()
+        self.queue.put_nowait((request, future))
+        return await future
+
+    def _drain(self, batch: list) -> None:
+        while len(batch) < self.max_batch and not self.queue.empty():
+            batch.append(self.queue.get_nowait())
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            batch = [await self.queue.get()]
+            self._drain(batch)
+            if len(batch) < self.max_batch and self.wait_s > 0:
+                await asyncio.sleep(self.wait_s)  # let requests that are in flight join
+                self._drain(batch)
+            self.stats.requests += len(batch)
+            self.stats.batches += 1
+            self.stats.max_batch = max(self.stats.max_batch, len(batch))
+            try:
+                results = await loop.run_in_executor(self._executor, self.backend.complete, [r for r, _ in batch])
+            except Exception as exc:  # noqa: BLE001 - delivered to every request of the batch
+                results = [exc] * len(batch)
+            for (_, future), result in zip(batch, results, strict=True):
+                if future.done():  # the client went away
+                    continue
+                if isinstance(result, Exception):
+                    future.set_exception(result)
+                else:
+                    future.set_result(result)
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+def completion_body(request: ChatRequest, completion: Completion, model: str) -> dict[str, Any]:
+    """The OpenAI chat-completion JSON for one answer."""
+    choice: dict[str, Any] = {
+        "index": 0,
+        "message": {"role": "assistant", "content": completion.content},
+        "finish_reason": completion.finish_reason,
+        "logprobs": None,
+    }
+    if request.logprobs:
+        choice["logprobs"] = {
+            "content": [
+                {
+                    "token": text,
+                    "logprob": logprob,
+                    "top_logprobs": [{"token": c, "logprob": lp} for c, lp in top[: request.top_logprobs]],
+                }
+                for text, logprob, top in completion.tokens
+            ]
+        }
+    return {
+        "id": f"chatcmpl-{time.monotonic_ns()}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [choice],
+        "usage": {"completion_tokens": len(completion.tokens)},
+    }
+
+
+def build_app(backend: Backend, model_name: str, max_batch: int = 32, api_key_env: str | None = None):
+    """The FastAPI app; the batcher starts and stops with the app's lifespan."""
+    state: dict[str, Batcher] = {}
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        state["batcher"] = batcher = Batcher(backend, max_batch=max_batch)
+        task = asyncio.create_task(batcher.run())
+        yield
+        task.cancel()
+        batcher.close()
+
+    app = FastAPI(lifespan=lifespan)
+
+    def error(status: int, message: str) -> JSONResponse:
+        return JSONResponse({"error": {"message": message, "code": status}}, status_code=status)
+
+    @app.post("/v1/chat/completions")
+    async def chat(raw: Request):
+        if api_key_env and raw.headers.get("authorization") != f"Bearer {os.environ.get(api_key_env, '')}":
+            return error(401, "invalid API key")
+        try:
+            request = ChatRequest.from_body(await raw.json())
+        except ValueError as exc:
+            return error(400, str(exc))
+        completion = await state["batcher"].submit(request)
+        if completion.delay_s:
+            await asyncio.sleep(completion.delay_s)
+        if completion.http_status != 200:
+            return error(completion.http_status, completion.error or "error")
+        return completion_body(request, completion, model_name)
+
+    @app.get("/v1/models")
+    async def models():
+        return {"object": "list", "data": [{"id": model_name, "object": "model"}]}
+
+    @app.get("/health")
+    async def health():
+        return {"status": "ok"}
+
+    @app.get("/stats")
+    async def stats():
+        return vars(state["batcher"].stats)
+
+    return app
+
+
+def bind(port: int = 0) -> socket.socket:
+    """A listening socket on 127.0.0.1 (``port=0``: a free one)."""
+    # proto=IPPROTO_TCP is what makes asyncio set TCP_NODELAY on accepted connections; with the
+    # default proto 0 every response waits ~40 ms for a delayed ACK (Nagle).
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((HOST, port))
+    return sock
+
+
+class ServerThread:
+    """Run the judge server in a background thread (tests, benchmarks). Use as a context manager."""
+
+    def __init__(self, backend: Backend, model_name: str = "judge", max_batch: int = 32, **app_kwargs: Any) -> None:
+        import uvicorn
+
+        self.sock = bind(0)
+        self.port = self.sock.getsockname()[1]
+        # a short graceful shutdown: tests leave deliberately slow requests in flight
+        app = build_app(backend, model_name, max_batch, **app_kwargs)
+        config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=1)
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=lambda: asyncio.run(self.server.serve(sockets=[self.sock])), daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://{HOST}:{self.port}/v1"
+
+    def __enter__(self) -> ServerThread:
+        self.thread.start()
+        while not self.server.started:
+            if not self.thread.is_alive():
+                raise RuntimeError("judge server thread exited during startup")
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
+        self.sock.close()
+
+
+@contextmanager
+def spawn(args: Sequence[str], startup_timeout_s: float = 600.0) -> Iterator[str]:
+    """Run ``verl-ext judge-server <args>`` in a subprocess, yield its base URL, stop it after.
+
+    The child writes its port to a file once it accepts connections, so no port is guessed.
+    """
+    with tempfile.TemporaryDirectory() as tmp, open(os.path.join(tmp, "log"), "w+") as log:
+        port_file = os.path.join(tmp, "port")
+        command = [sys.executable, "-m", "verl_ext.cli", "judge-server", *args, "--port-file", port_file]
+        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + startup_timeout_s
+            while not os.path.exists(port_file):
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    log.seek(0)
+                    raise RuntimeError(f"judge-server did not start: {log.read()[-2000:]}")
+                time.sleep(0.05)
+            with open(port_file) as f:
+                yield f"http://{HOST}:{f.read().strip()}/v1"
+        finally:
+            proc.terminate()
+            proc.wait(timeout=60)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="verl-ext judge-server", description=__doc__.split("\n\n")[0])
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--model", help="path of a transformers causal LM with a chat template")
+    source.add_argument("--fake-answers", help="JSON file of deterministic answers (see module docstring)")
+    parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    parser.add_argument("--port-file", help="write the bound port here once the server is ready")
+    parser.add_argument("--served-model-name", default=None, help="the model name reported (default: the path)")
+    parser.add_argument("--max-batch", type=int, default=32)
+    parser.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+    parser.add_argument("--cpu-threads", type=int, default=1, help="torch threads on CPU (more for big models)")
+    parser.add_argument("--require-api-key-env", help="answer 401 unless the Bearer token equals this env var")
+    args = parser.parse_args(argv)
+
+    import uvicorn
+
+    if args.model:
+        backend: Backend = HFBackend(args.model, args.device, args.cpu_threads)
+    else:
+        with open(args.fake_answers) as f:
+            backend = FakeBackend(json.load(f))
+    name = args.served_model_name or args.model or "fake-judge"
+    app = build_app(backend, name, args.max_batch, api_key_env=args.require_api_key_env)
+    sock = bind(args.port)
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+
+    async def announce() -> None:
+        while not server.started:
+            await asyncio.sleep(0.01)
+        if args.port_file:
+            with open(args.port_file + ".tmp", "w") as f:
+                f.write(str(port))
+            os.replace(args.port_file + ".tmp", args.port_file)
+        print(f"judge-server listening on http://{HOST}:{port}/v1 (model {name})", flush=True)
+
+    async def serve() -> None:
+        announcer = asyncio.create_task(announce())
+        await server.serve(sockets=[sock])
+        announcer.cancel()
+
+    asyncio.run(serve())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,131 @@
+"""Rewards and metrics for hybrid GUI + tool episodes (``hybrid_gui_tool`` agent loop).
+
+``compute_score`` is a verl ``custom_reward_function`` (``reward.custom_reward_function.path=
+pkg://verl_ext.rewards.env_rewards``). It reads the episode record the agent loop left in
+``extra_info["verl_ext"]`` (``verl_ext.steps.StepMetadata``) and returns a dict whose ``score``
+is either the plain verifier reward (``mode="verifier"``) or the per-sample part of ToolCUA's
+Tool-Efficient Path Reward (``mode="path"``, default), plus every component as its own key so
+GDPO-style per-component normalisation (``algorithm.gdpo_reward_keys``) works.
+
+ToolCUA (arXiv 2605.12481, research notes §2.3):
+``R = R_fmt + R_acc + 0.4 * R_tool + 0.2 * R_length``, with ``R_tool = I_succ * [(t_b > 0 and c > 0)
+or (t_b < 0 and c = 0)]`` and ``R_length`` comparing the step count with the rollout-group mean.
+The group term cannot be computed per sample; ``group_path_reward`` applies it over a group
+through ``verl_ext.advantages.toolcua`` (the advantages plugin's post-processor). ``len_gain`` =
+``I_succ * (1 - s / S_max)`` is the zero-patch GDPO approximation of §8.4(b).
+
+Faulted episodes (``valid == 0``) score 0 only as a placeholder: the agent loop has zeroed their
+response mask and marked the metadata invalid, so they carry no gradient and verl-ext's estimators
+drop them from group statistics. Metrics (``episode_metrics``) exclude them and count them apart.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from verl_ext.steps import step_metadata
+
+DEFAULT_MAX_STEPS = 30
+
+
+def reward_components(extras: dict[str, Any], valid: bool, max_steps: int = DEFAULT_MAX_STEPS) -> dict[str, float]:
+    """The per-sample components of one episode, as floats (verl stores them as reward extras).
+
+    Keys: ``success`` (R_acc), ``format_ok`` (R_fmt), ``tool_ok`` (R_tool), ``len_gain``,
+    ``num_steps`` (s), ``num_tool_calls`` (c), ``used_tool``, ``tool_beneficial`` (t_b, +1/-1),
+    ``valid``.
+    """
+    success = bool(extras.get("success")) and valid
+    calls = int(extras.get("num_tool_calls") or 0)
+    steps = int(extras.get("num_steps") or 0)
+    benefit = 1 if extras.get("tool_beneficial") else -1
+    tool_ok = success and ((benefit > 0 and calls > 0) or (benefit < 0 and calls == 0))
+    return {
+        "success": float(success),
+        "format_ok": float(bool(extras.get("format_ok")) and valid),
+        "tool_ok": float(tool_ok),
+        "len_gain": float(success) * max(0.0, 1.0 - steps / max_steps),
+        "num_steps": float(steps),
+        "num_tool_calls": float(calls),
+        "used_tool": float(calls > 0),
+        "tool_beneficial": float(benefit),
+        "valid": float(valid),
+    }
+
+
+def compute_score(
+    data_source: str,
+    solution_str: str,
+    ground_truth: Any,
+    extra_info: dict[str, Any] | None = None,
+    mode: str = "path",
+    tool_weight: float = 0.4,
+    max_steps: int = DEFAULT_MAX_STEPS,
+    **kwargs: Any,
+) -> dict[str, float]:
+    """verl reward function for ``hybrid_gui_tool`` rows.
+
+    Args:
+        mode: ``"verifier"``: score = env verifier success (0/1). ``"path"``: score =
+            ``R_fmt + R_acc + tool_weight * R_tool`` (the group length term is left to
+            ``group_path_reward`` / the advantages plugin).
+        tool_weight: lambda of ToolCUA (0.4). max_steps: ``S_max`` for ``len_gain``.
+
+    Raises:
+        verl_ext.steps.MissingStepMetadataError: the row was not produced by ``hybrid_gui_tool``.
+    """
+    if mode not in ("path", "verifier"):
+        raise ValueError(f"env reward mode must be 'path' or 'verifier', got {mode!r} (reward_kwargs.mode)")
+    meta = step_metadata(extra_info)
+    parts = reward_components(meta.extras, meta.valid, max_steps)
+    if mode == "verifier":
+        score = parts["success"]
+    else:
+        score = parts["format_ok"] + parts["success"] + tool_weight * parts["tool_ok"]
+    return {"score": score, **parts}
+
+
+def group_path_reward(
+    uid: np.ndarray, components: list[dict[str, float]], *, tool_weight: float = 0.4, length_weight: float = 0.2,
+    max_steps: int = DEFAULT_MAX_STEPS,
+) -> np.ndarray:
+    """The full ToolCUA reward over rollout groups (``uid``), with ``R_length`` from each group's
+    mean step count. Invalid (faulted) rows are left out of the group mean and get NaN, so a caller
+    cannot mistake them for failures. Shape (m,)."""
+    from verl_ext.advantages.toolcua import tool_efficient_reward
+
+    uid = np.asarray(uid)
+    column = {key: np.array([c[key] for c in components]) for key in components[0]} if components else {}
+    out = np.full(len(components), np.nan)
+    keep = column.get("valid", np.ones(0)) > 0
+    if keep.any():
+        out[keep] = tool_efficient_reward(
+            uid[keep], column["num_steps"][keep], column["success"][keep] > 0, column["format_ok"][keep],
+            column["num_tool_calls"][keep], column["tool_beneficial"][keep],
+            tool_weight=tool_weight, length_weight=length_weight, max_steps=max_steps,
+        )
+    return out
+
+
+def episode_metrics(records: list[dict[str, float]]) -> dict[str, float]:
+    """OSWorld-MCP metrics over episodes (each a ``reward_components`` dict).
+
+    accuracy: success rate. TIR (tool-invocation rate, ToolCUA's definition): a tool-beneficial
+    episode counts when it succeeded using a tool, a non-beneficial one when it succeeded without
+    tools. ACS: mean steps of successful episodes. Faulted episodes are excluded (``faults``).
+    """
+    valid = [r for r in records if r["valid"] > 0]
+    n = len(valid)
+    if n == 0:
+        return {"episodes": 0.0, "faults": float(len(records)), "accuracy": 0.0, "tir": 0.0, "acs": 0.0}
+    successes = [r for r in valid if r["success"] > 0]
+    return {
+        "episodes": float(n),
+        "faults": float(len(records) - n),
+        "accuracy": len(successes) / n,
+        "tir": sum(r["tool_ok"] for r in valid) / n,
+        "acs": float(np.mean([r["num_steps"] for r in successes])) if successes else 0.0,
+        "tool_use_rate": sum(r["used_tool"] for r in valid) / n,
+    }
