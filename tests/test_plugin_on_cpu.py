@@ -109,7 +109,7 @@ def test_doctor_cli_exit_codes():
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert "verl 0.9.1" in ok.stdout and "hf" in ok.stdout and "gloo_backend_dedupe" in ok.stdout
     bad = subprocess.run(
-        [sys.executable, "-m", "verl_ext.cli", "doctor", "+backend=cpu", "algorithm.adv_estimator=not_an_estimator"],
+        [sys.executable, "-m", "verl_ext.cli", "doctor", "+plugins/backend=cpu", "algorithm.adv_estimator=not_an_estimator"],
         capture_output=True, text=True, timeout=300,
     )
     assert bad.returncode == 1

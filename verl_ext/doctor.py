@@ -178,6 +178,11 @@ def main(argv: list[str]) -> int:
             registered = False
         status = "registered" if registered else f"MISSING ({error!r})" if error else "MISSING"
         print(f"  {spec.kind:<15} {spec.name:<26} {status}")
+    try:
+        providers = ", ".join(sorted(registered_names("old_logits")))
+    except Exception as exc:  # noqa: BLE001
+        providers, ok = f"MISSING ({exc!r})", False
+    print(f"  {'old_logits':<15} {providers}")
     print("\noptional dependencies:")
     for extra, modules in EXTRAS.items():
         for module, purpose in modules.items():

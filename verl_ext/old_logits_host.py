@@ -69,8 +69,6 @@ def install_worker_state(ray_self: Any, config: OldLogitsConfig, updates_per_ver
         return
     engine = worker.actor.engine
     state = OldLogitWorkerState(config, list(engine.module.parameters()), updates_per_version, backup_device="cpu")
-    state.version = 0
-    state.active = None
     original_step = engine.optimizer_step
 
     def optimizer_step():

@@ -21,6 +21,7 @@ from verl.workers.rollout.llm_server import FullyAsyncLLMServerClient, LLMServer
 from verl.workers.rollout.replica import TokenOutput
 
 TOKEN_VERSIONS_KEY = "token_global_steps"
+NO_VERSION = -1  # the version of a response token the model did not generate
 
 # Per asyncio task: the versions of each server call made by the current outer generate().
 _call_versions: ContextVar[list[list[Any]] | None] = ContextVar("verl_ext_call_versions", default=None)
@@ -33,6 +34,22 @@ def call_token_versions(output: TokenOutput) -> list[Any]:
     if versions is None:
         versions = [output.extra_fields.get("global_steps")] * len(output.token_ids)
     return list(versions)
+
+
+def align_token_versions(response_mask: list[int], model_versions: list[Any]) -> list[Any]:
+    """One version per response token of a multi-turn row: the model's tokens take
+    ``model_versions`` in order, every other token (observations, chat markup) gets ``NO_VERSION``.
+
+    Raises:
+        ValueError: the mask counts a different number of model tokens than versions recorded.
+    """
+    if sum(response_mask) != len(model_versions):
+        raise ValueError(
+            f"{sum(response_mask)} model tokens in the response but {len(model_versions)} token versions "
+            "from the server: the agent loop must add call_token_versions(output) for every generate()"
+        )
+    model = iter(model_versions)
+    return [next(model) if m else NO_VERSION for m in response_mask]
 
 
 class _RecordCallVersions(LLMServerClient):

@@ -25,9 +25,10 @@ verl-ext prepare-data text_corridor "$OUT/data" --train-size 512 --val-size 64 -
 # lr 3e-3 and two optimizer steps per training step (mini-batches of 4 prompts): the model is random
 # and the budget is a few dozen steps on 2 cores.
 # Each rollout turn is at most 6 tokens (text_env's max_action_tokens); 6 turns + 5 observations
-# (about 17 tokens each) fit in 144 response tokens. Validation samples at temperature 1 like training: a greedy random
-# model says the same thing in every state, which measures nothing.
-python -m verl.trainer.main_ppo +backend=cpu \
+# (about 17 tokens each) fit in 144 response tokens.
+# Validation samples at temperature 1, like training: a greedy random model says the same thing in
+# every state, which measures nothing.
+python -m verl.trainer.main_ppo +plugins/backend=cpu \
     algorithm.adv_estimator="$ADV" \
     +algorithm.gigpo.gamma=0.95 \
     +algorithm.hgpo.gamma=0.95 \

@@ -114,7 +114,8 @@ def report(results: dict[str, dict[int, dict[int, dict[str, float]]]], steps: in
         "| step " + header, rule,
     ]
     for s in val_steps:
-        lines.append(f"| {s} | " + " | ".join(_cell(series(results[e], VAL_SUCCESS, [s])[:, 0]) for e in estimators) + " |")
+        cells = [_cell(series(results[e], VAL_SUCCESS, [s])[:, 0]) for e in estimators]
+        lines.append(f"| {s} | " + " | ".join(cells) + " |")
     lines += ["", "**Training success rate** (32 episodes per step, averaged over the window):", "",
               "| steps " + header, rule]
     for lo, hi in windows:
@@ -125,8 +126,8 @@ def report(results: dict[str, dict[int, dict[int, dict[str, float]]]], steps: in
     lines += ["", f"**What the policy does** (validation, step 0 -> step {last}):", "",
               "| metric " + header, rule]
     for name, key in (("share of R actions", VAL_RIGHT), ("share of invalid answers", VAL_INVALID)):
-        cells = [f"{np.nanmean(series(results[e], key, [0])):.2f} -> {np.nanmean(series(results[e], key, [last])):.2f}"
-                 for e in estimators]
+        cells = [f"{np.nanmean(series(results[e], key, [0])):.2f} -> "
+                 f"{np.nanmean(series(results[e], key, [last])):.2f}" for e in estimators]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     if loads:
         cells = [f"{np.mean([i['wall_s'] for i in runs_info[e]]):.0f}" if runs_info[e] else "not recorded"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import read_metrics, run_recipe
+from .conftest import assert_finite, read_metrics, run_recipe
 
 pytestmark = pytest.mark.e2e
 
@@ -29,14 +29,20 @@ def test_snapshot_provider_recovers_exact_old_logits_for_stale_samples(tmp_path)
         assert metrics[step]["old_logits/stale/version_gap_max"] >= 1
 
 
-def test_ewma_provider_state_is_checkpointed_and_restored(tmp_path):
-    run_recipe("quickstart/run_cpu.sh", tmp_path, *ASYNC, "+algorithm.old_logits.provider=ewma", steps=2)
+PPO_EWMA = ("+plugins/old_logits=ewma", "+plugins/loss=ppo_ewma")
+
+
+def test_ppo_ewma_with_the_ewma_provider_trains_and_resumes(tmp_path):
+    run_recipe("quickstart/run_cpu.sh", tmp_path, *ASYNC, *PPO_EWMA, steps=2)
+    metrics = read_metrics(tmp_path / "metrics.jsonl")
+    for step in (1, 2):
+        assert_finite(metrics[step], ["actor/pg_loss", "actor/ppo_ewma/approx_kl", "actor/ppo_ewma/prox_lag",
+                                      "actor/ppo_ewma/is_weight_mean", "old_logits/ewma/forward_rows"])
+    # before any update the EWMA equals the weights (bias-corrected): the proximal policy lags by 0
+    assert metrics[1]["actor/ppo_ewma/prox_lag"] == 0.0
     state = tmp_path / "checkpoints" / "global_step_2" / "verl_ext_old_logits" / "rank_0.pt"
     assert state.exists()
-    run_recipe(
-        "quickstart/run_cpu.sh", tmp_path, *ASYNC, "+algorithm.old_logits.provider=ewma", "trainer.resume_mode=auto",
-        steps=3,
-    )
+    run_recipe("quickstart/run_cpu.sh", tmp_path, *ASYNC, *PPO_EWMA, "trainer.resume_mode=auto", steps=3)
     metrics = read_metrics(tmp_path / "metrics.jsonl")
     assert set(metrics) == {3}
     assert metrics[3]["old_logits/ewma/forward_rows"] > 0

@@ -84,14 +84,6 @@ def test_random_play_sometimes_succeeds_and_revisits_states():
     assert 0 < sum(many) < len(many)
 
 
-def test_token_versions_follow_the_response_mask():
-    from verl_ext.agent_loops.text_env import NO_VERSION, token_versions
-
-    assert token_versions([1, 1, 0, 0, 1], [3, 3, 4]) == [3, 3, NO_VERSION, NO_VERSION, 4]
-    with pytest.raises(ValueError, match="token versions"):
-        token_versions([1, 0, 1], [3])
-
-
 def test_the_reward_reads_the_episode_the_loop_recorded():
     from verl_ext.agent_loops.text_env import _Episode, write_step_metadata
     from verl_ext.rewards.text_env import compute_score

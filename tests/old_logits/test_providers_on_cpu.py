@@ -224,3 +224,19 @@ def test_declared_needs_follow_the_config(policy):
         state.weights("ewma")
     with pytest.raises(ValueError, match="weight spec"):
         state.weights("snapshot")
+
+
+def test_shipped_plugin_fragments_build_a_config():
+    from pathlib import Path
+
+    from omegaconf import OmegaConf
+
+    import verl_ext
+
+    fragments = sorted((Path(verl_ext.__file__).parent / "plugins" / "old_logits").glob("*.yaml"))
+    assert fragments
+    for path in fragments:
+        node = OmegaConf.load(path).algorithm.old_logits
+        config = OldLogitsConfig.from_config(node, max_off_policy_threshold=4)
+        assert config.provider == path.stem
+        build_provider(config)

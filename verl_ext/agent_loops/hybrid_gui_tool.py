@@ -38,13 +38,12 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutp
 from verl.experimental.agent_loop.tool_parser import ToolParser
 from verl.utils.profiler import simple_timer
 
-from verl_ext.agent_loops.text_env import token_versions
 from verl_ext.envs.core import EnvFault, Observation
 from verl_ext.envs.policies import SYSTEM_PROMPT
 from verl_ext.envs.pool import get_pool
 from verl_ext.envs.tools import ToolDef
 from verl_ext.envs.verl_tools import EnvTool, png_to_image
-from verl_ext.rollout_client import TOKEN_VERSIONS_KEY, call_token_versions
+from verl_ext.rollout_client import TOKEN_VERSIONS_KEY, align_token_versions, call_token_versions
 from verl_ext.steps import StepMetadata, anchor_key
 
 LAYOUTS = ("trajectory", "per_turn")
@@ -305,7 +304,7 @@ class HybridGuiToolAgentLoop(AgentLoopBase):
             step = None if self.layout == "trajectory" or episode.fault and not episode.anchors else i
             extra_fields = {**episode.server_fields, **write_step_metadata(episode, traj_uid, step).to_extra_fields()}
             if row.versions:  # per-token weight versions for the old-logit providers
-                extra_fields[TOKEN_VERSIONS_KEY] = token_versions(row.response_mask, row.versions)[:limit]
+                extra_fields[TOKEN_VERSIONS_KEY] = align_token_versions(row.response_mask, row.versions)[:limit]
                 known = [v for v in row.versions if v is not None]
                 if known:
                     extra_fields["min_global_steps"], extra_fields["max_global_steps"] = min(known), max(known)

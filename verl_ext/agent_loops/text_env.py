@@ -28,10 +28,9 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutp
 from verl.utils.profiler import simple_timer
 
 from verl_ext.envs.text_corridor import TextCorridor
-from verl_ext.rollout_client import TOKEN_VERSIONS_KEY, call_token_versions
+from verl_ext.rollout_client import TOKEN_VERSIONS_KEY, align_token_versions, call_token_versions
 from verl_ext.steps import StepMetadata, anchor_key
 
-NO_VERSION = -1  # version of a token the model did not generate (observations, chat markup)
 
 
 @dataclass
@@ -131,7 +130,7 @@ class TextEnvAgentLoop(AgentLoopBase):
                 episode: _Episode) -> AgentLoopOutput:
         n_resp = len(response_mask)
         limit = self.response_length
-        versions = token_versions(response_mask, episode.model_versions)
+        versions = align_token_versions(response_mask, episode.model_versions)
         extra_fields: dict[str, Any] = write_step_metadata(episode, uuid4().hex).to_extra_fields()
         extra_fields[TOKEN_VERSIONS_KEY] = versions[:limit]
         extra_fields["min_global_steps"] = min(episode.call_versions)
@@ -145,20 +144,6 @@ class TextEnvAgentLoop(AgentLoopBase):
             metrics=episode.metrics,
             extra_fields=extra_fields,
         )
-
-
-def token_versions(response_mask: list[int], model_versions: list[int]) -> list[int]:
-    """One version per response token: the model's tokens take ``model_versions`` in order,
-    every other token (observations, chat markup the builder inserted) gets ``NO_VERSION``.
-
-    Raises:
-        ValueError: the mask has a different number of model tokens than versions were recorded.
-    """
-    if sum(response_mask) != len(model_versions):
-        raise ValueError(f"text_env: {sum(response_mask)} model tokens in the response but "
-                         f"{len(model_versions)} token versions from the server")
-    model = iter(model_versions)
-    return [next(model) if m else NO_VERSION for m in response_mask]
 
 
 def write_step_metadata(episode: _Episode, traj_uid: str) -> StepMetadata:

@@ -53,7 +53,8 @@ class TextCorridor:
 
     def __post_init__(self) -> None:
         if self.length < 3:
-            raise ValueError(f"TextCorridor needs length >= 3 (a start cell that is neither wall nor exit), got {self.length}")
+            raise ValueError(f"TextCorridor needs length >= 3 (a start cell that is neither wall nor exit), "
+                             f"got {self.length}")
         if self.start is not None and not 0 <= self.start < self.length - 1:
             raise ValueError(f"start must be a cell in 0..{self.length - 2}, got {self.start}")
         self.position = 0

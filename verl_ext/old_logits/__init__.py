@@ -21,11 +21,6 @@ from verl_ext.old_logits.snapshot import (
     SnapshotStore,
     scatter_by_version,
 )
-from verl_ext.old_logits.versions import (
-    TokenVersionRecorder,
-    token_versions_tensor,
-    validate_spans,
-)
 from verl_ext.old_logits.worker import OldLogitWorkerState
 
 __all__ = [
@@ -39,7 +34,6 @@ __all__ = [
     "SnapshotConfig",
     "SnapshotMissingError",
     "SnapshotStore",
-    "TokenVersionRecorder",
     "beta_from_com",
     "build_provider",
     "com_from_beta",
@@ -47,6 +41,4 @@ __all__ = [
     "register_provider",
     "registered_providers",
     "scatter_by_version",
-    "token_versions_tensor",
-    "validate_spans",
 ]

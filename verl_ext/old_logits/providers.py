@@ -43,7 +43,7 @@ from verl_ext.old_logits.worker import CURRENT, EWMA, snapshot_spec
 # Fields a provider may fetch through ``OldLogitHost.old_logits_fetch`` (all padded (bs, L)).
 RESPONSE_MASK = "response_mask"
 ROLLOUT_LOG_PROBS = "rollout_log_probs"  # μ, the inference engine's log-probs
-TOKEN_VERSIONS = "token_versions"  # long, -1 = no version (see verl_ext.old_logits.versions)
+TOKEN_VERSIONS = "token_versions"  # long, -1 = no version (see verl_ext.rollout_client)
 PRECOMPUTED_LOG_PROBS = "precomputed_old_log_probs"  # float, NaN = not scored (dedicated / interrupt)
 
 
@@ -182,7 +182,7 @@ class SnapshotProvider(OldLogitProvider):
         fields=(TOKEN_VERSIONS,),
         weights=(CURRENT, "snapshot"),
         worker_hooks=("before_optimizer_step",),
-        rollout_side="record per-token versions (TokenVersionRecorder)",
+        rollout_side="record per-token versions (verl_ext.rollout_client, extra_fields['token_global_steps'])",
     )
 
     def compute(self, trainer: OldLogitHost, batch: Any, metrics: dict[str, float]) -> Any:
@@ -294,7 +294,7 @@ class LogLinearProvider(OldLogitProvider):
     needs = ProviderNeeds(
         fields=(ROLLOUT_LOG_PROBS, TOKEN_VERSIONS),
         weights=(CURRENT,),
-        rollout_side="record per-token versions (TokenVersionRecorder)",
+        rollout_side="record per-token versions (verl_ext.rollout_client, extra_fields['token_global_steps'])",
     )
 
     def compute(self, trainer: OldLogitHost, batch: Any, metrics: dict[str, float]) -> Any:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from verl_ext.old_logits.swap import WeightSwap, local_tensors, pin_if_possible
+from verl_ext.old_logits.swap import WeightSwap, host_empty_like, local_tensors
 
 
 class SnapshotMissingError(KeyError):
@@ -69,7 +69,7 @@ class SnapshotStore:
             bufs = self._free.pop()
             if [(b.shape, b.dtype) for b in bufs] == [(t.shape, t.dtype) for t in live]:
                 return bufs
-        return [pin_if_possible(torch.empty(t.shape, dtype=t.dtype, device="cpu"), self.pin_memory) for t in live]
+        return [host_empty_like(t, self.pin_memory) for t in live]
 
     @torch.no_grad()
     def save(self, version: int, params: Sequence[torch.Tensor]) -> None:

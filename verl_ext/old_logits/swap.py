@@ -34,18 +34,17 @@ def local_tensors(params: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     return out
 
 
-def pin_if_possible(t: torch.Tensor, pin_memory: bool) -> torch.Tensor:
-    """Pins a host tensor when asked and when an accelerator runtime exists (pinning needs one)."""
-    if pin_memory and torch.cuda.is_available():
-        return t.pin_memory()
-    return t
+def host_empty_like(t: torch.Tensor, pin_memory: bool) -> torch.Tensor:
+    """An uninitialised host tensor shaped like ``t``, allocated pinned (through PyTorch's caching
+    host allocator, so repeated swaps reuse the pinned blocks) when asked and when CUDA exists."""
+    return torch.empty(t.shape, dtype=t.dtype, device="cpu", pin_memory=pin_memory and torch.cuda.is_available())
 
 
 class WeightSwap:
     """One swap of other values into live parameters, restorable bit-exactly.
 
     Created by ``EWMAShadow.swap_in`` and ``SnapshotStore.swap_in``; use as a context manager
-    (``with shadow.swap_in(params): forward()``) or call ``swap_out()`` explicitly.
+    (``with shadow.swap_in(): forward()``) or call ``swap_out()`` explicitly.
 
     Args:
         params: live parameters (local shards are used).
@@ -65,10 +64,9 @@ class WeightSwap:
             if backup_device is None:
                 self._backup = [t.clone() for t in self._live]
             else:
-                self._backup = [
-                    pin_if_possible(torch.empty_like(t, device=backup_device), True).copy_(t, non_blocking=True)
-                    for t in self._live
-                ]
+                if torch.device(backup_device).type != "cpu":
+                    raise ValueError(f"backup_device must be None (beside the weights) or 'cpu', got {backup_device!r}")
+                self._backup = [host_empty_like(t, pin_memory=True).copy_(t, non_blocking=True) for t in self._live]
             write(self._live)
         self._active = True
 

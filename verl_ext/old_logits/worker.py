@@ -75,6 +75,10 @@ class OldLogitWorkerState:
         )
         self.missing_snapshot_forwards = 0
         self._last_saved: int | None = None
+        # Set by the trainer glue: the version the live weights hold now, and the weight swap
+        # in progress (entered and exited by two separate calls into the worker).
+        self.version = 0
+        self.active: AbstractContextManager[Any] | None = None
 
     def before_optimizer_step(self, version: int) -> None:
         """Snapshot the weights of ``version`` once, right before they are first changed."""

@@ -1,0 +1,46 @@
+"""Weight swaps with CUDA parameters and pinned host buffers (skipped without CUDA; run on a GPU
+machine with ``python -m pytest tests/old_logits/test_swap_cuda.py``)."""
+
+import pytest
+import torch
+
+from verl_ext.old_logits.ewma import EWMAShadow
+from verl_ext.old_logits.snapshot import SnapshotStore
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+def _params():
+    g = torch.Generator(device="cuda").manual_seed(0)
+    return [torch.randn(s, device="cuda", generator=g).to(torch.bfloat16) for s in [(1000, 33), (7,), (4096,)]]
+
+
+@pytest.mark.parametrize("backup_device", [None, "cpu"])
+def test_ewma_swap_restores_cuda_params_bit_exactly(backup_device):
+    params = _params()
+    shadow = EWMAShadow(params, 0.9)
+    for _ in range(3):
+        for p in params:
+            p.add_(torch.randn_like(p) * 0.01)
+        shadow.update()
+    live = [p.clone() for p in params]
+    for _ in range(2):  # the second swap reuses cached pinned blocks
+        with shadow.swap_in(backup_device):
+            assert all(torch.equal(p, a.to(torch.bfloat16)) for p, a in zip(params, shadow.average()))
+        torch.cuda.synchronize()
+        assert all(torch.equal(p, x) for p, x in zip(params, live))
+
+
+def test_snapshot_of_cuda_params_is_pinned_and_exact():
+    params = _params()
+    store = SnapshotStore(max_versions=2)
+    store.save(0, params)
+    saved = [p.clone() for p in params]
+    assert all(s.is_pinned() for s in store.get(0))
+    for p in params:
+        p.mul_(2)
+    live = [p.clone() for p in params]
+    with store.swap_in(0, params, backup_device="cpu"):
+        assert all(torch.equal(p, s) for p, s in zip(params, saved))
+    torch.cuda.synchronize()
+    assert all(torch.equal(p, x) for p, x in zip(params, live))
