@@ -61,9 +61,17 @@ def text_corridor_rows(n: int, seed: int, split: str) -> list[dict]:
     return rows
 
 
+def _minidesk_rows(n: int, seed: int, split: str) -> list[dict]:
+    """MiniDesk hybrid GUI + tool tasks (imported lazily: the env package is heavier)."""
+    from verl_ext.envs.dataset import minidesk_rows
+
+    return minidesk_rows(n, seed, split)
+
+
 DATASETS: dict[str, Callable[[int, int, str], list[dict]]] = {
     "arithmetic": arithmetic_rows,
     "text_corridor": text_corridor_rows,
+    "minidesk": _minidesk_rows,
 }
 
 
