@@ -55,10 +55,10 @@ class VerlExtTrainerMixin:
             config.algorithm.get("old_logits", None), config.trainer.v1.sampler.get("max_off_policy_threshold")
         )
         self.old_logit_provider = build_provider(self.old_logits_config)
+        self._old_logit_host = None  # built on first use, once the worker groups exist
         if self.old_logit_provider.name == "rollout":
             _switch_to_bypass_loss(config)
         super().__init__(config, *args, **kwargs)
-        self._old_logit_host = None
 
     # ------------------------------------------------------------------ old-logit providers
     def _old_logits_needs_worker_state(self) -> bool:
