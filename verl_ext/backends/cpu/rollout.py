@@ -204,15 +204,6 @@ class HFRolloutServer:
         self._rejecting = False
         self._gate_open.set()
 
-    async def abort_request(self, request_id: str, **kwargs: Any) -> dict[str, Any]:
-        return {"aborted": False, "request_id": request_id, "error": "per-request abort is not supported by hf"}
-
-    async def wait_for_requests_to_drain(self) -> None:
-        self._ensure_loop()
-        while self._queue or self._running:
-            await self._batch_done.wait()
-            await asyncio.sleep(BATCH_WINDOW_S)
-
     # ------------------------------------------------------------------ weights
     async def update_weights(self, named_tensors: dict[str, torch.Tensor], global_steps: int | None) -> int:
         loaded = await asyncio.to_thread(self.engine.load_weights, named_tensors.items())
