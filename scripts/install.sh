@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
 # Set up verl-ext in ./.venv on a fresh Debian machine.
-#   bash scripts/install.sh           # runtime: torch (CPU build where available), verl 0.9.1, verl-ext
-#   bash scripts/install.sh --test    # + test/benchmark extras and Debian's chromium for the browser envs
+#   bash scripts/install.sh           # torch (CPU build where available), verl 0.9.1, verl-ext with the
+#                                     # browser envs (+ Debian's chromium) and the judge: the quickstart
+#   bash scripts/install.sh --test    # + test/benchmark and MCP extras
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-extras="judge"
+extras="gui,judge"
 if [ "${1:-}" = "--test" ]; then
     extras="dev,gui,judge,mcp"
-    if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
-        echo "[install] chromium + chromium-driver from Debian (browser environments)"
-        SUDO=$([ "$(id -u)" = 0 ] && echo "" || echo sudo)
-        $SUDO apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium chromium-driver >/dev/null
-    fi
+fi
+if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+    echo "[install] chromium + chromium-driver from Debian (browser environments)"
+    SUDO=$([ "$(id -u)" = 0 ] && echo "" || echo sudo)
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium chromium-driver >/dev/null
 fi
 
 [ -x .venv/bin/python ] || python3 -m venv .venv

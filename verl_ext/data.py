@@ -61,17 +61,25 @@ def text_corridor_rows(n: int, seed: int, split: str) -> list[dict]:
     return rows
 
 
-def _minidesk_rows(n: int, seed: int, split: str) -> list[dict]:
+def _minidesk_rows(n: int, seed: int, split: str, templates: list[str] | None = None) -> list[dict]:
     """MiniDesk hybrid GUI + tool tasks (imported lazily: the env package is heavier)."""
     from verl_ext.envs.dataset import minidesk_rows
 
-    return minidesk_rows(n, seed, split)
+    return minidesk_rows(n, seed, split, templates)
+
+
+def _dv_describe_rows(n: int, seed: int, split: str) -> list[dict]:
+    """Templated description prompts with their DVReward questions (``recipes/dvreward_judge``)."""
+    from verl_ext.rewards.dvreward.describe_task import describe_rows
+
+    return describe_rows(n, seed, split)
 
 
 DATASETS: dict[str, Callable[[int, int, str], list[dict]]] = {
     "arithmetic": arithmetic_rows,
     "text_corridor": text_corridor_rows,
     "minidesk": _minidesk_rows,
+    "dv_describe": _dv_describe_rows,
 }
 
 
@@ -90,9 +98,17 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--train-size", type=int, default=256)
     parser.add_argument("--val-size", type=int, default=32)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--templates", default=None,
+                        help="minidesk only: comma-separated task templates (default: all; `verl-ext eval --help`)")
     args = parser.parse_args(argv)
     make_rows = DATASETS[args.dataset]
+    options = {}
+    if args.templates:
+        if args.dataset != "minidesk":
+            parser.error("--templates applies to the minidesk dataset only")
+        options["templates"] = [t.strip() for t in args.templates.split(",") if t.strip()]
     for split, size in (("train", args.train_size), ("val", args.val_size)):
-        path = write_parquet(make_rows(size, args.seed, split), os.path.join(args.out_dir, f"{split}.parquet"))
+        rows = make_rows(size, args.seed, split, **options)
+        path = write_parquet(rows, os.path.join(args.out_dir, f"{split}.parquet"))
         print(f"{args.dataset} {split}: {size} rows -> {path}")
     return 0

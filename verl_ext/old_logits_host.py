@@ -7,7 +7,12 @@ fetch, forward under some weights, store). This module implements them for verl'
   ``_compute_old_log_prob`` does;
 - a forward under other weights ("ewma", "snapshot:<v>") swaps those weights into the actor's
   local parameter shards on every worker, runs verl's own ``compute_log_prob``, and swaps back;
-- per-token versions come from ``extra_fields["token_global_steps"]`` (``verl_ext.rollout_client``).
+- per-token versions come from ``extra_fields["token_global_steps"]`` (``verl_ext.rollout_client``);
+- the rollout side of the exact providers ``dedicated`` and ``interrupt``
+  (``verl_ext.old_logits.precomputed``): ``DedicatedScorer`` starts the forward-only scorer the
+  LLM client hands each segment to; ``InterruptScoring`` scores, at each weight sync and before
+  the optimizer step, the segments the rollout servers logged, with verl's own
+  ``compute_log_prob`` on the trainer's current weights.
 
 Worker-side state (``OldLogitWorkerState``: EWMA shadow, snapshot store) lives on each actor
 worker as an attribute and is driven with Ray's ``__ray_call__`` (no worker subclass): the
@@ -17,7 +22,9 @@ taken, at every optimizer step.
 
 from __future__ import annotations
 
+import logging
 import os
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -25,19 +32,26 @@ import ray
 import torch
 import transfer_queue as tq
 from tensordict import TensorDict
+from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 from verl.workers.utils.padding import response_from_nested, response_to_nested
 
 from verl_ext.old_logits.config import OldLogitsConfig
+from verl_ext.old_logits.metrics import PREFIX
+from verl_ext.old_logits.precomputed import SegmentStore, precomputed_log_probs
 from verl_ext.old_logits.providers import (
     PRECOMPUTED_LOG_PROBS,
     RESPONSE_MASK,
     ROLLOUT_LOG_PROBS,
     TOKEN_VERSIONS,
 )
+from verl_ext.old_logits.worker import CURRENT
 from verl_ext.rollout_client import TOKEN_VERSIONS_KEY
 
 STATE_ATTR = "_verl_ext_old_logits"
 CHECKPOINT_DIR = "verl_ext_old_logits"
+ROLLOUT_SIDE_PROVIDERS = ("dedicated", "interrupt")
+
+logger = logging.getLogger("verl_ext.old_logits")
 
 
 # ----------------------------------------------------------------------------- worker side
@@ -60,6 +74,13 @@ def _state(ray_self: Any):
     return state
 
 
+def local_parameters(module: Any) -> list[Any]:
+    """This rank's parameter shards of an engine's model: FSDP2 keeps one module (DTensor shards),
+    verl's Megatron engine a list of model chunks (virtual pipeline stages; TP/PP-local tensors)."""
+    chunks = module if isinstance(module, (list, tuple)) else [module]
+    return [p for chunk in chunks for p in chunk.parameters()]
+
+
 def install_worker_state(ray_self: Any, config: OldLogitsConfig, updates_per_version: int) -> None:
     """Create the worker's EWMA/snapshot state over its local parameter shards (idempotent)."""
     from verl_ext.old_logits.worker import OldLogitWorkerState
@@ -68,7 +89,7 @@ def install_worker_state(ray_self: Any, config: OldLogitsConfig, updates_per_ver
     if getattr(worker, STATE_ATTR, None) is not None:
         return
     engine = worker.actor.engine
-    state = OldLogitWorkerState(config, list(engine.module.parameters()), updates_per_version, backup_device="cpu")
+    state = OldLogitWorkerState(config, local_parameters(engine.module), updates_per_version, backup_device="cpu")
     original_step = engine.optimizer_step
 
     def optimizer_step():
@@ -128,6 +149,27 @@ class VerlOldLogitHost:
 
     def __init__(self, trainer: Any) -> None:
         self.trainer = trainer
+        self.rollout_side: DedicatedScorer | InterruptScoring | None = None
+
+    def start_rollout_side(self, config: OldLogitsConfig) -> None:
+        """Starts the rollout side of ``dedicated`` / ``interrupt``. Call once the rollout servers
+        exist and before the first weight sync (the trainer's ``on_init_end``)."""
+        if config.provider == "dedicated":
+            self.rollout_side = DedicatedScorer(self, config)
+        elif config.provider == "interrupt":
+            self.rollout_side = InterruptScoring(self, config)
+
+    def llm_client_kwargs(self) -> dict[str, Any]:
+        """Extra arguments for the version-recording LLM client (``dedicated``: the scorer)."""
+        return self.rollout_side.client_kwargs() if self.rollout_side is not None else {}
+
+    def old_logits_rollout_sync(self, metrics: dict[str, float]) -> None:
+        if self.rollout_side is None:
+            raise RuntimeError(
+                "algorithm.old_logits.provider=dedicated/interrupt: the rollout side was not started; "
+                "use trainer.v1.trainer_mode=verl_ext_colocate_async or verl_ext_sync"
+            )
+        self.rollout_side.sync(metrics)
 
     def on_workers(self, fn, *args: Any) -> list[Any]:
         workers = self.trainer.actor_rollout_wg.workers
@@ -142,20 +184,19 @@ class VerlOldLogitHost:
         unknown = set(fields) - {RESPONSE_MASK, ROLLOUT_LOG_PROBS, TOKEN_VERSIONS, PRECOMPUTED_LOG_PROBS}
         if unknown:
             raise KeyError(f"old-logit fields {sorted(unknown)} are not available from verl's batch")
-        if PRECOMPUTED_LOG_PROBS in fields:
-            raise NotImplementedError(
-                "algorithm.old_logits.provider=dedicated/interrupt need old log-probs scored on the rollout "
-                "side (precomputed_old_log_probs); verl-ext does not record them yet. Use snapshot (exact) or ewma."
-            )
         select = [f for f in (RESPONSE_MASK, ROLLOUT_LOG_PROBS) if f in fields or f == RESPONSE_MASK]
-        if TOKEN_VERSIONS in fields:
+        needs_extra = TOKEN_VERSIONS in fields or PRECOMPUTED_LOG_PROBS in fields
+        if needs_extra:
             select.append("extra_fields")
         data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=select)
-        extra = data.pop("extra_fields").tolist() if TOKEN_VERSIONS in fields else None
+        extra = data.pop("extra_fields").tolist() if needs_extra else None
         padded = data.to_padded_tensor()
         out = {name: padded[name] for name in select if name != "extra_fields"}
-        if extra is not None:
+        if TOKEN_VERSIONS in fields:
             out[TOKEN_VERSIONS] = token_versions(extra, out[RESPONSE_MASK], batch.keys)
+        if PRECOMPUTED_LOG_PROBS in fields:
+            store = self.rollout_side.store if isinstance(self.rollout_side, InterruptScoring) else None
+            out[PRECOMPUTED_LOG_PROBS] = precomputed_log_probs(extra, out[RESPONSE_MASK], store)
         return out
 
     def old_logits_forward(self, batch: Any, weights: str, rows: torch.Tensor | None = None) -> torch.Tensor:
@@ -215,3 +256,137 @@ def token_versions(extra_fields: list[dict], response_mask: torch.Tensor, keys: 
             "forwards TokenOutput.extra_fields (single_turn_agent, hybrid_gui_tool, text_env do)"
         )
     return torch.where(response_mask.bool(), out, torch.full_like(out, -1))
+
+
+# ----------------------------------------------------------------------------- rollout side
+
+
+def _require_hf_rollout(trainer: Any, provider: str, what: str) -> None:
+    name = trainer.config.actor_rollout_ref.rollout.name
+    if name != "hf":
+        raise NotImplementedError(
+            f"algorithm.old_logits.provider={provider} needs {what}; verl-ext builds it for the cpu backend's "
+            f"rollout (actor_rollout_ref.rollout.name=hf) only, not for {name!r}. Use provider=snapshot (exact) "
+            "or ewma on this backend"
+        )
+
+
+class DedicatedScorer:
+    """``dedicated``: a forward-only scorer actor (``HFOldLogitScorer``) next to the rollout
+    replicas. It receives every weight version from replica 0's server adapter at the same sync as
+    the replica, and the LLM client has it score each segment as soon as the segment returns."""
+
+    def __init__(self, host: VerlOldLogitHost, config: OldLogitsConfig) -> None:
+        from verl_ext.backends.cpu.rollout import SCORER_ACTOR_NAME, HFOldLogitScorer
+
+        trainer = host.trainer
+        _require_hf_rollout(trainer, "dedicated", "a forward-only scorer that receives the weights with the rollout")
+        rollout = trainer.config.actor_rollout_ref.rollout
+        self.actor = (
+            ray.remote(HFOldLogitScorer)
+            .options(name=SCORER_ACTOR_NAME, num_cpus=0, max_concurrency=1024)
+            .remote(
+                config=rollout,
+                model_config=trainer.config.actor_rollout_ref.model,
+                servers=trainer.llm_server_manager.server_handles,
+                temperature=rollout.temperature,
+                sync_timeout_s=config.dedicated.sync_timeout_s,
+            )
+        )
+        ray.get(self.actor.get_global_steps.remote())  # surfaces model-loading errors here
+
+    def client_kwargs(self) -> dict[str, Any]:
+        return {"old_logit_scorer": self.actor}
+
+    def sync(self, metrics: dict[str, float]) -> None:
+        """Nothing to score here; reports the scorer's work since the last step."""
+        stats = ray.get(self.actor.take_stats.remote())
+        metrics.update({f"{PREFIX}dedicated/scorer_{name}": float(value) for name, value in stats.items()})
+
+
+class InterruptScoring:
+    """``interrupt``: the rollout servers log every segment (the ``hf`` server's segment log); at
+    each step, after verl's abort has paused generation and before the first optimizer step, the
+    trainer takes the logged segments (all of the version it still holds: the aborted prefixes
+    and the calls that finished since the last sync), scores them with verl's
+    ``compute_log_prob`` on its current weights and keeps the results in a ``SegmentStore`` that
+    the rows' ``old_logit_segments`` are resolved against."""
+
+    PARTITION = "verl_ext_old_logit_segments"
+
+    def __init__(self, host: VerlOldLogitHost, config: OldLogitsConfig) -> None:
+        _require_hf_rollout(host.trainer, "interrupt", "rollout servers that log the segments they generate")
+        self.host = host
+        self.store = SegmentStore(config.interrupt_max_versions())
+        self.servers = host.trainer.llm_server_manager.server_handles
+        ray.get([server.enable_segment_log.remote() for server in self.servers])
+
+    def client_kwargs(self) -> dict[str, Any]:
+        return {}
+
+    def sync(self, metrics: dict[str, float]) -> None:
+        start = time.perf_counter()
+        segments = [seg for taken in ray.get([s.take_segments.remote() for s in self.servers]) for seg in taken]
+        version = self.host.old_logits_version()
+        current = [seg for seg in segments if seg["version"] == version]
+        if len(current) < len(segments):
+            others = sorted({seg["version"] for seg in segments if seg["version"] != version}, key=str)
+            logger.warning(
+                "verl-ext interrupt: %d logged segments of versions %s, not the trainer's %d, cannot be scored "
+                "exactly; left unscored", len(segments) - len(current), others, version,
+            )
+        for seg, log_probs in zip(current, self._score(current), strict=True):
+            self.store.put(seg["segment_id"], version, log_probs)
+        evicted = self.store.evict(version)
+        metrics.update(
+            {
+                f"{PREFIX}interrupt/segments": float(len(current)),
+                f"{PREFIX}interrupt/segment_tokens": float(sum(len(seg["token_ids"]) for seg in current)),
+                # the forward covers prompt + earlier prefixes too: the cost of re-scoring prefixes
+                f"{PREFIX}interrupt/forward_tokens": float(
+                    sum(len(seg["prompt_ids"]) + len(seg["token_ids"]) for seg in current)
+                ),
+                f"{PREFIX}interrupt/unscorable_segments": float(len(segments) - len(current)),
+                f"{PREFIX}interrupt/stored_segments": float(len(self.store)),
+                f"{PREFIX}interrupt/evicted_segments": float(evicted),
+                f"{PREFIX}interrupt/sync_time_s": time.perf_counter() - start,
+            }
+        )
+
+    def _score(self, segments: list[dict[str, Any]]) -> list[torch.Tensor]:
+        """log-probs of each segment's tokens given its prompt, by the actor workers' own
+        ``compute_log_prob`` (rows written to a TransferQueue partition of their own)."""
+        if not segments:
+            return []
+        rows = [_segment_row(seg) for seg in segments]
+        rows += [rows[-1]] * (-len(rows) % self._dp_size())  # verl splits a batch evenly over dp ranks
+        keys = [f"verl_ext_segment_{i}" for i in range(len(rows))]
+        meta = tq.kv_batch_put(keys=keys, partition_id=self.PARTITION, fields=list_of_dict_to_tensordict(rows))
+        try:
+            log_probs = self.host.old_logits_forward(meta, CURRENT)
+        finally:
+            tq.kv_clear(keys=keys, partition_id=self.PARTITION)
+        return [log_probs[i, : len(seg["token_ids"])] for i, seg in enumerate(segments)]
+
+    def _dp_size(self) -> int:
+        wg = self.host.trainer.actor_rollout_wg
+        if "actor" not in wg._dispatch_info:
+            wg._dispatch_info["actor"] = wg._query_dispatch_info("actor")
+        return max(wg._dispatch_info["actor"]) + 1
+
+
+def _segment_row(segment: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """One segment as a training row, in the layout verl's agent loop writes to TransferQueue."""
+    prompts = torch.tensor(segment["prompt_ids"], dtype=torch.int64)
+    responses = torch.tensor(segment["token_ids"], dtype=torch.int64)
+    input_ids = torch.cat([prompts, responses])
+    response_mask = torch.ones_like(responses)
+    return {
+        "prompts": prompts,
+        "responses": responses,
+        "response_mask": response_mask,
+        "loss_mask": response_mask,
+        "input_ids": input_ids,
+        "attention_mask": torch.ones_like(input_ids),
+        "position_ids": torch.arange(input_ids.numel(), dtype=torch.int64),
+    }

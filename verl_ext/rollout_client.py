@@ -10,21 +10,41 @@ spans a weight update), the outer layer concatenates them into
 TransferQueue.
 
 The verl-ext trainers return these clients from ``get_llm_client``; nothing else changes.
+
+The same per-call layer carries the rollout side of the exact old-logit providers
+(``verl_ext.old_logits.precomputed``): with ``old_logit_scorer`` (provider ``dedicated``) it has
+the scorer score each call's tokens right after the call returns (an aborted call included), and
+the outer layer writes ``extra_fields["token_old_log_probs"]``; a server that stamps its calls
+with segment ids (the ``hf`` backend, read by provider ``interrupt``) gets them listed in
+``extra_fields["old_logit_segments"]``.
 """
 
 from __future__ import annotations
 
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
 from verl.workers.rollout.llm_server import FullyAsyncLLMServerClient, LLMServerClient
 from verl.workers.rollout.replica import TokenOutput
 
+from verl_ext.old_logits.precomputed import SEGMENT_ID_KEY, SEGMENTS_KEY, TOKEN_OLD_LOG_PROBS_KEY
+
 TOKEN_VERSIONS_KEY = "token_global_steps"
 NO_VERSION = -1  # the version of a response token the model did not generate
 
-# Per asyncio task: the versions of each server call made by the current outer generate().
-_call_versions: ContextVar[list[list[Any]] | None] = ContextVar("verl_ext_call_versions", default=None)
+
+@dataclass
+class _Call:
+    """What one server call contributes to its logical generate()."""
+
+    versions: list[Any]
+    old_log_probs: list[float | None] | None  # the dedicated scorer's values (None: no scorer)
+    segment_id: str | None  # the server's segment id (None: no tokens, or a server without ids)
+
+
+# Per asyncio task: the server calls made by the current outer generate().
+_calls: ContextVar[list[_Call] | None] = ContextVar("verl_ext_calls", default=None)
 
 
 def call_token_versions(output: TokenOutput) -> list[Any]:
@@ -53,33 +73,64 @@ def align_token_versions(response_mask: list[int], model_versions: list[Any]) ->
 
 
 class _RecordCallVersions(LLMServerClient):
-    """Innermost layer: sees every single server call, including resumed ones."""
+    """Innermost layer: sees every single server call, including resumed ones.
+
+    Args:
+        old_logit_scorer: the ``dedicated`` provider's scorer actor (``score(prompt_ids,
+            token_ids, version)``), or None.
+    """
+
+    old_logit_scorer: Any = None
+
+    def __init__(self, *args: Any, old_logit_scorer: Any = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.old_logit_scorer = old_logit_scorer
 
     async def generate(self, request_id, **kwargs: Any) -> TokenOutput:
         output = await super().generate(request_id, **kwargs)
-        sink = _call_versions.get()
+        segment_id = output.extra_fields.pop(SEGMENT_ID_KEY, None)
+        old_log_probs = await self._score(kwargs["prompt_ids"], output)
+        sink = _calls.get()
         if sink is not None:
-            sink.append(call_token_versions(output))
+            sink.append(_Call(call_token_versions(output), old_log_probs, segment_id))
         return output
+
+    async def _score(self, prompt_ids: list[int], output: TokenOutput) -> list[float | None] | None:
+        """The scorer's log-probs of the call's tokens, asked for right away, while the scorer
+        still holds the call's version (every call with tokens: the scorer's weight update waits
+        for all of them). None without a scorer; ``None`` entries where the scorer refused."""
+        if self.old_logit_scorer is None:
+            return None
+        if not output.token_ids:
+            return []
+        scored = await self.old_logit_scorer.score.remote(
+            prompt_ids, output.token_ids, output.extra_fields.get("global_steps")
+        )
+        return scored if scored is not None else [None] * len(output.token_ids)
 
 
 class _AttachTokenVersions:
-    """Outermost layer: one logical generate() -> per-token versions for all its tokens."""
+    """Outermost layer: one logical generate() -> per-token versions (and old log-probs or
+    segment ids, see the module docstring) for all its tokens."""
 
     async def generate(self, request_id, **kwargs: Any) -> TokenOutput:
-        sink: list[list[Any]] = []
-        token = _call_versions.set(sink)
+        sink: list[_Call] = []
+        token = _calls.set(sink)
         try:
             output = await super().generate(request_id, **kwargs)
         finally:
-            _call_versions.reset(token)
-        versions = [v for call in sink for v in call]
+            _calls.reset(token)
+        versions = [v for call in sink for v in call.versions]
         if len(versions) != len(output.token_ids):
             raise RuntimeError(
                 f"verl-ext: recorded {len(versions)} token versions for {len(output.token_ids)} tokens "
                 f"(request {request_id}); the client's resume logic changed, token versions would be wrong"
             )
         output.extra_fields[TOKEN_VERSIONS_KEY] = versions
+        if self.old_logit_scorer is not None:
+            output.extra_fields[TOKEN_OLD_LOG_PROBS_KEY] = [lp for call in sink for lp in call.old_log_probs]
+        if any(call.segment_id is not None for call in sink):
+            output.extra_fields[SEGMENTS_KEY] = [[call.segment_id, len(call.versions)] for call in sink if call.versions]
         return output
 
 

@@ -4,7 +4,8 @@ An agent loop records, for each trajectory (one row per trajectory) or each turn
 turn, the agent loop returning a list of outputs), a ``StepMetadata`` and passes
 ``extra_fields=meta.to_extra_fields()`` to ``AgentLoopOutput``. verl carries it through
 TransferQueue as a plain python dict under ``extra_fields["verl_ext"]`` (no custom classes there);
-estimators, rewards and providers read it back with ``step_metadata(extra_fields)``.
+estimators, rewards and providers read it back with ``step_metadata(extra_fields)``, readers of
+whole batches (the advantage glue) with ``plain_step_metadata(extra_fields)``.
 
 Layouts:
 - one row per trajectory: ``spans[i]`` is the ``[start, end)`` token range of step i in the row's
@@ -24,6 +25,10 @@ import numpy as np
 EXTRA_FIELDS_KEY = "verl_ext"
 SCHEMA_VERSION = 1
 ROLES = ("", "planner", "executor")
+_ROLE_SET = frozenset(ROLES)
+REQUIRED_FIELDS = ("traj_uid", "step_idx", "anchor", "step_reward")
+# Fields with one entry per step (each may be None: not recorded).
+PER_STEP_FIELDS = ("anchor", "step_reward", "spans", "action_valid", "action_match", "role", "subgoal")
 
 # What to change when the metadata is missing: named in every error about it.
 AGENT_LOOP_SETTING = (
@@ -106,17 +111,7 @@ class StepMetadata:
     extras: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        n = len(self.step_idx)
-        per_step = {"anchor": self.anchor, "step_reward": self.step_reward, "spans": self.spans,
-                    "action_valid": self.action_valid, "action_match": self.action_match,
-                    "role": self.role, "subgoal": self.subgoal}
-        wrong = {k: len(v) for k, v in per_step.items() if v is not None and len(v) != n}
-        if wrong:
-            raise ValueError(f"StepMetadata of {self.traj_uid!r}: {n} steps but lengths {wrong}")
-        if self.role is not None and not set(self.role) <= set(ROLES):
-            raise ValueError(f"StepMetadata of {self.traj_uid!r}: role must be one of {ROLES}")
-        if self.spans is not None and any(len(s) != 2 or s[0] > s[1] for s in self.spans):
-            raise ValueError(f"StepMetadata of {self.traj_uid!r}: spans must be [start, end) pairs")
+        _check_steps(self.traj_uid, self.step_idx, {k: getattr(self, k) for k in PER_STEP_FIELDS})
 
     @property
     def num_steps(self) -> int:
@@ -140,28 +135,62 @@ class StepMetadata:
             MissingStepMetadataError: no ``extra_fields["verl_ext"]``; names the agent-loop setting.
             ValueError: a newer schema version or malformed lists.
         """
-        plain = (extra_fields or {}).get(EXTRA_FIELDS_KEY)
-        if not plain:
-            raise MissingStepMetadataError(
-                f"this row has no step metadata (extra_fields[{EXTRA_FIELDS_KEY!r}]): "
-                f"{AGENT_LOOP_SETTING}"
-            )
-        plain = dict(plain)
-        version = plain.pop("version", SCHEMA_VERSION)
-        if version > SCHEMA_VERSION:
-            raise ValueError(f"step metadata version {version} is newer than this verl-ext ({SCHEMA_VERSION})")
-        missing = [k for k in ("traj_uid", "step_idx", "anchor", "step_reward") if k not in plain]
-        if missing:
-            raise MissingStepMetadataError(
-                f"step metadata lacks {missing} (written by an older or custom agent loop?): "
-                f"{AGENT_LOOP_SETTING}"
-            )
-        known = {f.name for f in fields(cls)}
+        plain = dict(_plain_of(extra_fields))
+        plain.pop("version", None)
         extras = dict(plain.pop("extras", None) or {})
-        extras.update({k: plain.pop(k) for k in list(plain) if k not in known})
+        extras.update({k: plain.pop(k) for k in list(plain) if k not in _FIELD_NAMES})
         return cls(**plain, extras=extras)
+
+
+_FIELD_NAMES = frozenset(f.name for f in fields(StepMetadata))
+
+
+def _plain_of(extra_fields: dict[str, Any] | None) -> dict[str, Any]:
+    """The plain dict under ``extra_fields["verl_ext"]``, with its version and required keys checked."""
+    plain = (extra_fields or {}).get(EXTRA_FIELDS_KEY)
+    if not plain:
+        raise MissingStepMetadataError(
+            f"this row has no step metadata (extra_fields[{EXTRA_FIELDS_KEY!r}]): {AGENT_LOOP_SETTING}"
+        )
+    version = plain.get("version", SCHEMA_VERSION)
+    if version > SCHEMA_VERSION:
+        raise ValueError(f"step metadata version {version} is newer than this verl-ext ({SCHEMA_VERSION})")
+    missing = [k for k in REQUIRED_FIELDS if k not in plain]
+    if missing:
+        raise MissingStepMetadataError(
+            f"step metadata lacks {missing} (written by an older or custom agent loop?): {AGENT_LOOP_SETTING}"
+        )
+    return plain
+
+
+def _check_steps(traj_uid: str, step_idx: list[int], per_step: dict[str, Any]) -> None:
+    """The checks every reader makes: per-step lists as long as ``step_idx``, known roles, spans
+    that are ``[start, end)`` pairs. ``per_step`` maps ``PER_STEP_FIELDS`` (missing = None)."""
+    n = len(step_idx)
+    wrong = {k: len(v) for k in PER_STEP_FIELDS if (v := per_step.get(k)) is not None and len(v) != n}
+    if wrong:
+        raise ValueError(f"StepMetadata of {traj_uid!r}: {n} steps but lengths {wrong}")
+    role, spans = per_step.get("role"), per_step.get("spans")
+    if role is not None and not _ROLE_SET.issuperset(role):
+        raise ValueError(f"StepMetadata of {traj_uid!r}: role must be one of {ROLES}")
+    if spans is not None and any(len(s) != 2 or s[0] > s[1] for s in spans):
+        raise ValueError(f"StepMetadata of {traj_uid!r}: spans must be [start, end) pairs")
 
 
 def step_metadata(extra_fields: dict[str, Any] | None) -> StepMetadata:
     """The one accessor: the ``StepMetadata`` of a row, from its ``extra_fields``."""
     return StepMetadata.from_extra_fields(extra_fields)
+
+
+def plain_step_metadata(extra_fields: dict[str, Any] | None) -> dict[str, Any]:
+    """The accessor for readers of whole batches: a row's metadata as the plain dict TransferQueue
+    carries (``StepMetadata`` field names; optional fields may be absent; unknown keys are left in
+    place), after exactly the checks ``step_metadata`` makes, without building a ``StepMetadata``
+    (that costs more per row than the advantage estimator itself).
+
+    Raises:
+        MissingStepMetadataError, ValueError: as ``step_metadata``.
+    """
+    plain = _plain_of(extra_fields)
+    _check_steps(plain["traj_uid"], plain["step_idx"], plain)
+    return plain

@@ -14,10 +14,16 @@ Hooks added on top of verl:
   response token (``extra_fields["token_global_steps"]``, see ``verl_ext.rollout_client``);
 - old-logit providers (``algorithm.old_logits.provider``): ``_compute_old_log_prob`` delegates to
   the provider (``verl_ext.old_logits``) through ``verl_ext.old_logits_host``; the default
-  ``current`` is verl's own path, untouched;
+  ``current`` is verl's own path, untouched; ``dedicated`` / ``interrupt`` start their rollout side
+  in ``on_init_end`` (before the first weight sync) and pass the LLM client what it needs;
 - step-aware advantages: for the estimators in ``verl_ext.advantages`` the advantage step
   fetches each row's step metadata (``extra_fields``) from TransferQueue and computes token
-  advantages with ``verl_ext.advantages.verl_glue``; verl's own estimators run unchanged.
+  advantages with ``verl_ext.advantages.verl_glue``; verl's own estimators run unchanged;
+- group-level reward post-processors (``verl_ext.reward_postprocess``, e.g.
+  ``algorithm.path_length_reward``) run on the rewards before any estimator;
+- faults are not answers: rows the reward manager flags as unscorable (``dvreward``'s
+  ``dv_valid=0``) are kept out of their group's statistics and the loss
+  (``verl_ext.advantages.validity``); DVReward's judge metrics are logged every step.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
 from verl_ext.doctor import assert_config_plugins
+from verl_ext.rewards.env_rewards import training_batch_metrics
 from verl_ext.rollout_client import VersionedFullyAsyncLLMServerClient, VersionedLLMServerClient
 
 logger = logging.getLogger("verl_ext")
@@ -78,6 +85,16 @@ class VerlExtTrainerMixin:
         mini_batches = max(1, self.config.data.train_batch_size // actor.ppo_mini_batch_size)
         return mini_batches * actor.ppo_epochs * self.parameter_sync_step
 
+    def on_init_end(self):
+        from verl_ext.old_logits_host import ROLLOUT_SIDE_PROVIDERS
+
+        if self.old_logit_provider.name in ROLLOUT_SIDE_PROVIDERS:  # before the first weight sync
+            self._host().start_rollout_side(self.old_logits_config)
+        super().on_init_end()
+
+    def _llm_client_kwargs(self) -> dict:
+        return self._old_logit_host.llm_client_kwargs() if self._old_logit_host is not None else {}
+
     def _compute_old_log_prob(self, batch, metrics):
         if self.old_logit_provider.name == "current":
             return super()._compute_old_log_prob(batch, metrics)
@@ -116,18 +133,32 @@ class VerlExtTrainerMixin:
                                self.old_logits_config.ewma.on_missing_state)
 
     def _compute_advantage(self, batch, metrics):
-        from verl_ext.advantages import ESTIMATORS
+        from verl_ext import reward_postprocess
+        from verl_ext.advantages import ESTIMATORS, validity
+        from verl_ext.rewards.dvreward.metrics import training_metrics as dvreward_metrics
 
-        name = self.config.algorithm.adv_estimator
-        if name not in ESTIMATORS:
+        algorithm = self.config.algorithm
+        step_aware = algorithm.adv_estimator in ESTIMATORS
+        validity_key = validity.flag_key(self.config.reward)  # a reward manager that flags faults
+        if not step_aware and not reward_postprocess.enabled(algorithm) and validity_key is None:
             return super()._compute_advantage(batch, metrics)
         rows = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["extra_fields"])
         # `pop` gives the NonTensorStack (as verl's _validate reads it); `rows["extra_fields"]` is a plain list
         extra_fields = rows.pop("extra_fields").tolist()
+        metrics.update(training_batch_metrics(extra_fields))
+        metrics.update(dvreward_metrics([f for f, tag in zip(extra_fields, batch.tags) if not tag.get("is_padding")]))
+        estimate = _step_aware(extra_fields) if step_aware else trainer_base.compute_advantage_for_multi_trajectories
+
+        def compute(data, *args, **kwargs):
+            metrics.update(_postprocess_rewards(data, extra_fields, algorithm))
+            invalid = _exclude_invalid_rewards(data, extra_fields, validity_key, step_aware, metrics)
+            return validity.zero_out(estimate(data, *args, **kwargs), invalid)
+
         # verl's _compute_advantage does KL-in-reward, rollout correction and the write-back to
-        # TransferQueue around one call to `compute_advantage_for_multi_trajectories`; swap in the
-        # step-aware computation for that one call instead of copying the method.
-        with _replace_attr(trainer_base, "compute_advantage_for_multi_trajectories", _step_aware(extra_fields)):
+        # TransferQueue around one call to `compute_advantage_for_multi_trajectories`; swap in
+        # reward post-processing + the (step-aware) estimator for that one call instead of
+        # copying the method.
+        with _replace_attr(trainer_base, "compute_advantage_for_multi_trajectories", compute):
             return super()._compute_advantage(batch, metrics)
 
     def _build_replay_buffer(self):
@@ -161,6 +192,27 @@ def _rollout_vs_old_metrics(batch) -> dict:
     fields = ["old_log_probs", "rollout_log_probs", "response_mask", "responses"]
     data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
     return calculate_debug_metrics(DataProto(batch=data.to_padded_tensor()))
+
+
+def _postprocess_rewards(data, extra_fields: list[dict], algorithm) -> dict:
+    """Group-level reward post-processors (``verl_ext.reward_postprocess``) on
+    ``data.batch["token_level_rewards"]``, before any estimator sees the rewards."""
+    from verl_ext import reward_postprocess
+
+    return reward_postprocess.apply(data, extra_fields, algorithm)
+
+
+def _exclude_invalid_rewards(data, extra_fields: list[dict], key: str | None, nan_scores: bool, metrics: dict):
+    """Rows whose reward the manager flagged as a fault (``reward_extra_info[key] == 0``) leave their
+    group and the loss (``verl_ext.advantages.validity``); returns their mask for ``zero_out``."""
+    from verl_ext.advantages import validity
+
+    uids = [str(u) for u in data.non_tensor_batch["uid"]]
+    invalid = validity.invalid_rows(uids, extra_fields, key)
+    if key is not None:
+        validity.exclude(data, invalid, nan_scores)
+        metrics.update(validity.metrics(uids, invalid))
+    return invalid
 
 
 def _step_aware(extra_fields: list[dict]):
@@ -203,7 +255,7 @@ class VerlExtTrainerSync(VerlExtTrainerMixin, PPOTrainerSync):
     base_mode = "sync"
 
     def get_llm_client(self):
-        return self.llm_server_manager.get_client(client_cls=VersionedLLMServerClient)
+        return self.llm_server_manager.get_client(client_cls=VersionedLLMServerClient, **self._llm_client_kwargs())
 
 
 @register_trainer("verl_ext_colocate_async")
@@ -213,4 +265,6 @@ class VerlExtTrainerColocateAsync(VerlExtTrainerMixin, PPOTrainerColocateAsync):
     base_mode = "colocate_async"
 
     def get_llm_client(self):
-        return self.llm_server_manager.get_client(client_cls=VersionedFullyAsyncLLMServerClient)
+        return self.llm_server_manager.get_client(
+            client_cls=VersionedFullyAsyncLLMServerClient, **self._llm_client_kwargs()
+        )

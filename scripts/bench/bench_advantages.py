@@ -1,11 +1,13 @@
-"""Benchmark: vectorised step-aware advantage estimators vs straightforward Python loops.
+"""Benchmark: vectorised step-aware advantage estimators vs straightforward Python loops, and the
+verl glue (``compute_token_advantages``: per-row metadata in, token advantages out) on batches of
+realistic shapes.
 
 Both sides get the same random step batch (tests/advantages/step_data.py) and are timed in
 alternation, so machine load hits both alike; the loop versions are the test references in
-tests/advantages/loop_reference.py. Prints a markdown table and, with --write, replaces the
+tests/advantages/loop_reference.py. Prints markdown tables and, with --write, replaces the
 ``## Advantage estimators`` section of docs/benchmarks.md.
 
-    python scripts/bench/bench_advantages.py                  # 1k, 10k, 100k, 1M rows
+    python scripts/bench/bench_advantages.py                  # 1k, 10k, 100k, 1M rows + glue
     python scripts/bench/bench_advantages.py --sizes 1000 10000 --write
 """
 
@@ -20,6 +22,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+import torch
+from omegaconf import OmegaConf
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "advantages"))
@@ -28,6 +32,8 @@ from loop_reference import LOOPS  # noqa: E402
 from step_data import BASE, random_steps  # noqa: E402
 
 from verl_ext.advantages import compute_with_returns, grouping  # noqa: E402
+from verl_ext.advantages.verl_glue import compute_token_advantages  # noqa: E402
+from verl_ext.steps import StepMetadata, anchor_key  # noqa: E402
 
 # name -> (hyper-parameters, optional step columns): the published scripts' settings.
 SETTINGS = {
@@ -40,6 +46,19 @@ SETTINGS = {
 GROUP_SIZE, MAX_LEN, N_ANCHORS = 8, 30, 20
 ROWS_PER_GROUP = (1 + GROUP_SIZE) / 2 * (1 + MAX_LEN) / 2  # expected rows of one random group
 HEADING = "## Advantage estimators"
+# (label, trajectories, (min, max) steps per trajectory, response tokens per row, layout) of the glue batches.
+GLUE_SHAPES = [
+    ("text corridor (`run_cpu.sh`): 32 trajectories x 1-6 steps, one row each, 144 tokens", 32, (1, 6), 144,
+     "trajectory"),
+    ("256 trajectories x 15 steps, one row each, 8,192 tokens", 256, (15, 15), 8192, "trajectory"),
+    ("256 trajectories x 15 steps, one row per turn, 1,024 tokens", 256, (15, 15), 1024, "per_turn"),
+]
+GLUE_CONFIG = OmegaConf.create({"gamma": 1.0, "gigpo": {"gamma": 0.95, "mode": "mean_std_norm"},
+                                "hgpo": {"gamma": 0.95, "history_length": 2}})
+# A documented step time: one verl-agent GiGPO iteration on ALFWorld (Qwen2.5-1.5B, 128 trajectories
+# of up to 50 one-row-per-turn steps) took 362.83 s (GiGPO paper, research notes
+# stepwise_advantages.md §3.6).
+DOCUMENTED_STEP_S = 362.83
 NOTES = """
 Reading the tables:
 
@@ -97,7 +116,63 @@ def bench(sizes: list[int]) -> list[dict]:
     return rows
 
 
-def table(rows: list[dict]) -> str:
+def glue_batch(n_traj: int, n_steps: tuple[int, int], length: int, layout: str, seed: int = 0) -> dict:
+    """What the trainer hands ``compute_token_advantages``: right-padded response masks, one
+    ``extra_fields`` dict per row (StepMetadata as the agent loops write it), uids, scores; groups of
+    8 trajectories, 20 anchor states, padding rows up to a multiple of 16."""
+    rng = np.random.default_rng(seed)
+    states = [anchor_key(np.full(4, i, dtype=np.uint8)) for i in range(N_ANCHORS)]  # sha256 keys
+    extra, uids, masks, scores = [], [], [], []
+    for t in range(n_traj):
+        steps = int(rng.integers(n_steps[0], n_steps[1] + 1))
+        rewards = [0.0] * (steps - 1) + [float(rng.integers(0, 2))]
+        anchors = [states[i] for i in rng.integers(0, N_ANCHORS, steps)]
+        extras = {"success": bool(rewards[-1]), "num_steps": steps, "actions": ["R"] * steps}
+        uid = f"{t // GROUP_SIZE:08d}-7f3a-4b1c-9d2e-{t // GROUP_SIZE:012d}"
+        if layout == "trajectory":
+            width = length // n_steps[1]
+            spans = [[i * width, i * width + width // 2] for i in range(steps)]  # model turn, then observation
+            metas = [StepMetadata(f"traj-{t}", list(range(steps)), anchors, rewards, spans=spans,
+                                  action_valid=[True] * steps, extras=extras)]
+            mask = np.zeros((1, length), dtype=np.int64)
+            for start, end in spans:
+                mask[0, start:end] = 1
+        else:
+            metas = [StepMetadata(f"traj-{t}", [i], [anchors[i]], [rewards[i]], action_valid=[True], extras=extras)
+                     for i in range(steps)]
+            mask = (np.arange(length) < rng.integers(length // 4, length, (steps, 1))).astype(np.int64)
+        extra += [{**m.to_extra_fields(), "min_global_steps": 3, "max_global_steps": 3} for m in metas]
+        uids += [uid] * len(metas)
+        masks.append(mask)
+        scores += [rewards[-1]] * len(metas)
+    pad = -len(uids) % 16  # verl's padding rows: a copy of row 0's fields under a "pad..." uid
+    extra += [extra[0]] * pad
+    uids += ["pad" + "0" * 32] * pad
+    masks.append(np.zeros((pad, length), dtype=np.int64))
+    return dict(response_mask=torch.from_numpy(np.concatenate(masks)), extra_fields=extra, uids=uids,
+                scores=torch.tensor(scores + [0.0] * pad), row_keys=[f"{u}_0_{i}" for i, u in enumerate(uids)])
+
+
+def bench_glue() -> list[dict]:
+    rows = []
+    for label, n_traj, n_steps, length, layout in GLUE_SHAPES:
+        batch = glue_batch(n_traj, n_steps, length, layout)
+        n_steps_total = sum(len(e["verl_ext"]["step_idx"]) for e, u in zip(batch["extra_fields"], batch["uids"])
+                            if not u.startswith("pad"))
+        row = dict(label=label, rows=len(batch["uids"]), steps=n_steps_total, length=length)
+        for name in ("gigpo", "hgpo"):
+            compute_token_advantages(name, algo_config=GLUE_CONFIG, **batch)  # warm-up (imports)
+            times = [timed(lambda: compute_token_advantages(name, algo_config=GLUE_CONFIG, **batch))
+                     for _ in range(11)]
+            row[name] = statistics.median(t[0] for t in times)
+            row[name + "_wall"] = statistics.median(t[1] for t in times)
+            print(f"glue {name:6s} {label}: {row[name] * 1e3:.2f} ms CPU (wall {row[name + '_wall'] * 1e3:.2f} ms)",
+                  flush=True)
+        rows.append(row)
+    return rows
+
+
+def table(rows: list[dict], glue_rows: list[dict]) -> str:
     sizes = sorted({r["n"] for r in rows})
     names = list(dict.fromkeys(r["name"] for r in rows))
     by = {(r["name"], r["keys"], r["n"]): r for r in rows}
@@ -138,6 +213,20 @@ def table(rows: list[dict]) -> str:
         cells = [f"{by[(name, 'str', n)]['vec'] / n * 1e6:.2f} \\| {by[(name, 'int', n)]['vec'] / n * 1e6:.2f}"
                  for n in sizes]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += ["", "**verl glue** (`verl_glue.compute_token_advantages`, what the trainer's advantage hook runs: "
+              "per-row `extra_fields` parsing, the estimator, token painting; median process CPU time of 11 calls, "
+              "wall time in brackets)", "",
+              "| batch | rows (incl. padding) | steps | gigpo | hgpo |", "|---|---|---|---|---|"]
+    for r in glue_rows:
+        lines.append(f"| {r['label']} | {r['rows']:,} | {r['steps']:,} | {r['gigpo'] * 1e3:.1f} ms "
+                     f"({r['gigpo_wall'] * 1e3:.1f}) | {r['hgpo'] * 1e3:.1f} ms ({r['hgpo_wall'] * 1e3:.1f}) |")
+    largest = max(max(r["gigpo_wall"], r["hgpo_wall"]) for r in glue_rows)
+    lines += ["", f"Share of a training step (reasoning, not a measurement): the slowest glue call above took "
+              f"{largest * 1e3:.0f} ms of wall time on this CPU. A documented GPU step of the same kind of "
+              f"training, one verl-agent GiGPO iteration on ALFWorld (Qwen2.5-1.5B, 128 trajectories of up to "
+              f"50 one-row-per-turn steps), took {DOCUMENTED_STEP_S:.0f} s (GiGPO paper; research notes "
+              f"`stepwise_advantages.md` §3.6): {largest / DOCUMENTED_STEP_S * 100:.3f}% of it. A step ten times "
+              f"faster would still put it at {largest / DOCUMENTED_STEP_S * 1000:.2f}%.", ""]
     return "\n".join(lines) + "\n" + NOTES
 
 
@@ -162,7 +251,7 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000, 100_000, 1_000_000])
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     args = parser.parse_args()
-    section = table(bench(args.sizes))
+    section = table(bench(args.sizes), bench_glue())
     print("\n" + section)
     if args.write:
         write_section(ROOT / "docs" / "benchmarks.md", section)

@@ -110,8 +110,23 @@ def test_reverse_scan_long_segment_does_not_overflow():
     np.testing.assert_allclose(x[-60:], gamma ** np.arange(59, -1, -1.0), rtol=1e-12)
 
 
-def test_sparse_int_keys_use_the_hash_table_correctly():
-    # Keys spread far beyond 4n take the open-addressing path; compare with np.unique.
+def test_none_and_nan_are_keys_of_their_own():
+    key = np.array(["a", None, "a", float("nan"), None], dtype=object)
+    codes, uniques = grouping.factorize(key)
+    assert codes.tolist() == [0, 1, 0, 2, 1]
+    assert uniques[0] == "a" and uniques[1] is None and uniques[2] != uniques[2]
+
+
+def test_long_text_keys_compare_by_content():
+    # Page-text anchors: equal text from different objects is one key, a one-character change another.
+    page = "<div>" + "x" * 5000
+    key = np.array([page, "".join(list(page)), page + "!", page], dtype=object)
+    assert key[0] is not key[1]
+    assert grouping.factorize(key)[0].tolist() == [0, 0, 1, 0]
+
+
+def test_sparse_int_keys_are_coded_correctly():
+    # Keys spread far beyond 4n skip the lookup table (hash table); compare with np.unique.
     rng = np.random.default_rng(3)
     key = rng.choice(rng.integers(-(2**62), 2**62, 5000), 20000)
     codes, uniques = grouping.factorize(key)

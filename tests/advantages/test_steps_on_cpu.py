@@ -11,6 +11,7 @@ from verl_ext.steps import (
     MissingStepMetadataError,
     StepMetadata,
     anchor_key,
+    plain_step_metadata,
     step_metadata,
 )
 
@@ -63,6 +64,20 @@ def test_inconsistent_lists_are_refused(bad):
     fields = dict(traj_uid="t", step_idx=[0, 1], anchor=["a", "b"], step_reward=[0.0, 1.0]) | bad
     with pytest.raises(ValueError, match="'t'"):
         StepMetadata(**fields)
+    # The batch readers' accessor makes the same checks on the plain dict a row carries.
+    with pytest.raises(ValueError, match="'t'"):
+        plain_step_metadata({EXTRA_FIELDS_KEY: fields})
+
+
+@pytest.mark.parametrize("extra", [None, {}, {EXTRA_FIELDS_KEY: {"traj_uid": "t", "step_idx": [0]}}])
+def test_plain_accessor_refuses_missing_metadata_alike(extra):
+    with pytest.raises(MissingStepMetadataError, match="agent loop.*default_agent_loop"):
+        plain_step_metadata(extra)
+
+
+def test_plain_accessor_returns_the_row_dict_unchanged():
+    extra = sample().to_extra_fields()
+    assert plain_step_metadata(extra) is extra[EXTRA_FIELDS_KEY]
 
 
 def test_anchor_key_is_stable_and_content_based():

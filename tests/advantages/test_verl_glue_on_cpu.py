@@ -191,3 +191,29 @@ def test_nan_score_from_a_failed_judge_invalidates_the_trajectory():
                                           scores=torch.tensor([10.0, 10.0, 0.0, 0.0]), algo_config=CONFIG)
     torch.testing.assert_close(adv, flagged)
     assert torch.all(adv[2] == 0)
+
+
+def test_painting_matches_a_token_by_token_loop():
+    # Rows in any order, several spans per row, gaps, zero-length spans, spans past the end (cut),
+    # rows without steps, a random mask: each token gets its step's value or 0.
+    from verl_ext.advantages.verl_glue import _paint
+
+    rng = np.random.default_rng(0)
+    bs, length = 7, 40
+    row, start, end = [], [], []
+    for r in rng.permutation(bs)[:5]:
+        cuts = np.sort(rng.choice(np.arange(length + 6), 2 * rng.integers(1, 5), replace=False))
+        for s, e in cuts.reshape(-1, 2):
+            row.append(r), start.append(s), end.append(e if rng.random() < 0.8 else s)
+    shuffle = rng.permutation(len(row))
+    row, start, end = (np.array(x)[shuffle] for x in (row, start, end))
+    mask = rng.random((bs, length)) < 0.8
+    adv, ret = rng.normal(size=len(row)), rng.normal(size=len(row))
+    painted = _paint(row, start, end, (adv, ret), mask, [f"row {i}" for i in range(bs)])
+    for values, tokens in zip((adv, ret), painted):
+        expected = np.zeros((bs, length), dtype=np.float32)
+        for j in range(len(row)):
+            for t in range(start[j], min(end[j], length)):
+                expected[row[j], t] = values[j] if mask[row[j], t] else 0.0
+        assert tokens.dtype == np.float32
+        np.testing.assert_array_equal(tokens, expected)

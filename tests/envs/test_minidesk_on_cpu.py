@@ -241,3 +241,14 @@ def test_reset_reloads_the_page_if_it_was_navigated_away(minidesk):
     minidesk.browser.get("about:blank")
     obs, _ = minidesk.reset("mail_open", 1)
     assert obs.find("app-mail") is not None
+
+
+@pytest.mark.browser
+def test_screenshots_cover_the_whole_viewport(minidesk):
+    import io
+
+    from PIL import Image
+
+    minidesk.reset({"template": "mail_send", "seed": 0}, 0)
+    image = Image.open(io.BytesIO(minidesk.screenshot()))
+    assert image.size == (minidesk.browser.width, minidesk.browser.height)  # click_at's coordinate space

@@ -131,3 +131,18 @@ def test_many_waiting_trajectories_do_not_starve_the_executor():
         assert pool.stats()["leases"] == 6 and pool.stats()["created"] == 1
     finally:
         pool.close()
+
+
+def test_env_backends_by_name_registration_or_import_path():
+    from verl_ext.envs.minidesk.env import MiniDeskEnv
+    from verl_ext.envs.pool import make_env, register_env_backend
+
+    env = make_env("verl_ext.envs.minidesk.env:MiniDeskEnv", max_steps=3)  # no browser until reset
+    assert isinstance(env, MiniDeskEnv) and env.max_steps == 3
+    env.close()
+    with pytest.raises(ValueError, match="built in"):
+        register_env_backend("minidesk", MiniDeskEnv)
+    with pytest.raises(ValueError, match="has no attribute 'Nope'"):
+        make_env("verl_ext.envs.minidesk.env:Nope")
+    with pytest.raises(ValueError, match="use one of minidesk, miniwob"):
+        make_env("no_such_backend")

@@ -19,3 +19,14 @@ def test_missing_versions_name_the_rows_and_the_fix():
     mask = torch.tensor([[1, 1], [0, 0]])
     with pytest.raises(ValueError, match=r"\['a'\].*verl_ext trainer"):
         token_versions([{}, {}], mask, ["a", "pad_b"])  # the all-masked padding row is fine
+
+
+def test_local_parameters_cover_fsdp_modules_and_megatron_chunk_lists():
+    import torch
+
+    from verl_ext.old_logits_host import local_parameters
+
+    one = torch.nn.Linear(3, 2)
+    chunks = [torch.nn.Linear(3, 2), torch.nn.Linear(2, 1)]  # Megatron: one module per virtual stage
+    assert local_parameters(one) == list(one.parameters())
+    assert local_parameters(chunks) == [*chunks[0].parameters(), *chunks[1].parameters()]

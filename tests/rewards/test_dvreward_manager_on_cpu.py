@@ -296,3 +296,27 @@ def test_config_errors_name_the_key(base_config):
         RewardLoopWorker(config)
     with pytest.raises(ValueError, match="env_score_key"):
         RewardLoopWorker(_config(base_config, env_weight=0.5))
+
+
+def test_training_metrics_from_the_managers_rows(base_config, fake_judge, golden):
+    # What the verl-ext trainer logs each step (verl_ext/dvreward/*) from the rows' reward_extra_info.
+    from verl_ext.rewards.dvreward.metrics import training_metrics
+
+    healthy = RewardLoopWorker(_config(base_config, judge_url=fake_judge(golden["p"]).url))
+    down = RewardLoopWorker(_config(base_config, judge_url=_dead_url()))
+    data = _trajectory(healthy.input_tokenizer, ["a red car"], {"dv_questions": _questions(golden)})
+    rows = [{"reward_extra_info": _score(w, data)["reward_extra_info"]} for w in (healthy, healthy, down)]
+    rows.append({})  # a row from another reward (no DVReward keys) is skipped
+    m = training_metrics(rows)
+    assert m["verl_ext/dvreward/score/mean"] == pytest.approx(golden["score"]["geometric"], abs=1e-4)
+    assert (m["verl_ext/dvreward/semantic/mean"], m["verl_ext/dvreward/quality/mean"]) == (
+        pytest.approx(0.6), pytest.approx(0.8))
+    assert m["verl_ext/dvreward/valid_fraction"] == pytest.approx(2 / 3)
+    assert m["verl_ext/dvreward/questions_per_sample"] == 3.0
+    assert m["verl_ext/dvreward/failure_rate"] == pytest.approx(3 / 9)  # the judge-down row's 3 questions
+    assert m["verl_ext/dvreward/cache_hit_rate"] == pytest.approx(3 / 9)  # the 2nd healthy row: all cached
+    assert m["verl_ext/dvreward/judge_latency_s/max"] >= m["verl_ext/dvreward/judge_latency_s/mean"] >= 0.0
+    # every row flagged: no score to average, and no NaN logged
+    only_failed = training_metrics(rows[2:])
+    assert "verl_ext/dvreward/score/mean" not in only_failed and only_failed["verl_ext/dvreward/valid_fraction"] == 0.0
+    assert training_metrics([{}, None]) == {}

@@ -226,12 +226,10 @@ class StepBatch:
 
         role_codes = np.zeros(n, dtype=np.int64)
         if "role" in columns:
-            role_names = columns["role"].tolist()
-            try:
-                role_codes = np.fromiter(map(_ROLE_CODES.__getitem__, role_names), np.int64, n)[order]
-            except KeyError:
-                known = np.isin(np.asarray(role_names, dtype=object), ROLES)
-                bad(~known, f"role must be one of {ROLES}", unsorted_traj)
+            codes, names = grouping.factorize(columns["role"])
+            role_codes = np.array([_ROLE_CODES.get(name, -1) for name in names.tolist()], dtype=np.int64)[codes]
+            bad(role_codes < 0, f"role must be one of {ROLES}", unsorted_traj)
+            role_codes = role_codes[order]
         value_col = None
         if "values" in columns:
             value_col = columns["values"][order].astype(np.float64)

@@ -19,78 +19,44 @@ def factorize(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Dense group codes for one key column, numbered in order of first appearance.
 
     Args:
-        key: shape (n,); integers, floats, strings or any hashable python objects.
+        key: shape (n,); integers, floats, strings or any hashable python objects (``None`` and
+            NaN are keys like any other).
 
     Returns:
         ``(codes, uniques)``: ``codes`` shape (n,) int64 in ``[0, len(uniques))`` with
         ``uniques[codes] == key``; ``uniques[0]`` is ``key[0]``, and so on. Input that is already
         grouped (all rows of a key contiguous) therefore gets non-decreasing codes.
     """
+    import pandas as pd  # here, not at the top: importing the estimators stays numpy-only (plugin load)
+    from pandas._libs.hashtable import PyObjectHashTable
+
     key = np.asarray(key)
-    if key.dtype.kind in "iub":
-        return _first_appearance(_int_codes(key.astype(np.int64)), key)
-    if key.dtype.kind == "f":
-        return _first_appearance(np.unique(key, return_inverse=True)[1].astype(np.int64), key)
     if key.ndim != 1:
         raise ValueError(f"keys must be one-dimensional, got shape {key.shape}")
-    # A dict built and queried in C (no Python bytecode per row) numbers the keys by first
-    # appearance and compares them exactly; numpy's sorting of python objects or fixed-width
-    # unicode is several times slower.
-    keys = key.tolist()
-    index = dict(zip(dict.fromkeys(keys), range(len(keys))))
-    codes = np.fromiter(map(index.__getitem__, keys), dtype=np.int64, count=len(keys))
-    return codes, np.fromiter(index, dtype=object, count=len(index))
+    # pandas' hash tables run in C; a python dict is about 2x slower, numpy's sorting of objects 3-4x.
+    if key.dtype.kind in "OUS":
+        # Python objects: pandas' object table uses the hash every python string caches and exact
+        # equality on a collision; None and NaN stay keys of their own. pd.factorize would pick its
+        # string table instead, which hashes the UTF-8 bytes of every row again: slow on long
+        # anchors (page text, sha256 hex).
+        values = key.astype(object, copy=False)
+        uniques, codes = PyObjectHashTable(len(values)).factorize(values, ignore_na=False)
+    else:
+        codes, uniques = pd.factorize(key, use_na_sentinel=False)
+    return codes.astype(np.int64, copy=False), uniques
 
 
 def _int_codes(key: np.ndarray) -> np.ndarray:
-    """Dense codes (in no particular order) for int64 keys, in O(n) without sorting."""
+    """Dense codes (in no particular order) for int64 keys."""
     n = len(key)
     if n == 0:
         return np.zeros(0, dtype=np.int64)
     low, high = int(key.min()), int(key.max())
-    if high - low <= 4 * n:  # compact ids: a lookup table over the range
+    if high - low <= 4 * n:  # compact ids: a lookup table over the range, no hashing
         present = np.zeros(high - low + 1, dtype=bool)
         present[key - low] = True
         return (np.cumsum(present) - 1)[key - low]
-    return _hash_table_codes(key)
-
-
-def _hash_table_codes(key: np.ndarray) -> np.ndarray:
-    """Dense codes for arbitrary int64 keys through a vectorised open-addressing hash table.
-
-    Every pending row tries its slot at once: empty slots take one of their candidates, rows that
-    find their own key there are done, the rest probe the next slot. With the table at most half
-    full, a few rounds settle every row.
-    """
-    n = len(key)
-    bits = max(4, (2 * n - 1).bit_length())  # at most half full: few collisions, cache-sized
-    mask = (1 << bits) - 1
-    mixed = key.view(np.uint64) * np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing (wraps)
-    table = np.zeros(mask + 1, dtype=np.int64)
-    used = np.zeros(mask + 1, dtype=bool)
-    code = np.empty(n, dtype=np.int64)
-    rows, keys = np.arange(n), key
-    slots = (mixed >> np.uint64(64 - bits)).astype(np.int64)
-    while len(rows):
-        free = ~used[slots]
-        table[slots[free]] = keys[free]
-        used[slots[free]] = True
-        hit = table[slots] == keys
-        code[rows[hit]] = slots[hit]
-        miss = ~hit
-        rows, keys, slots = rows[miss], keys[miss], (slots[miss] + 1) & mask
-    return (np.cumsum(used) - 1)[code]
-
-
-def _first_appearance(codes: np.ndarray, key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Renumber dense codes in order of first appearance; also return the unique keys."""
-    n_codes = int(codes.max(initial=-1)) + 1
-    first = np.full(n_codes, len(codes), dtype=np.int64)
-    np.minimum.at(first, codes, np.arange(len(codes)))
-    by_first = np.argsort(first)
-    rename = np.empty(n_codes, dtype=np.int64)
-    rename[by_first] = np.arange(n_codes)
-    return rename[codes], key[first[by_first]]
+    return factorize(key)[0]
 
 
 def combine(*codes: np.ndarray) -> tuple[np.ndarray, int]:

@@ -7,19 +7,19 @@ and calls ``compute_token_advantages``; everything step-aware happens in the pur
 
 from __future__ import annotations
 
+from itertools import chain
+from operator import methodcaller
 from typing import Any
 
 import numpy as np
 import torch
 
 from verl_ext.advantages import compute_with_returns, grouping, hyperparameters
-from verl_ext.steps import MissingStepMetadataError, step_metadata
+from verl_ext.steps import MissingStepMetadataError, plain_step_metadata
 
 EPISODE_SCORES = ("reward", "steps")
 # Keys an estimator may take from ``algorithm.*`` when its own section does not set them.
 _ALGORITHM_FALLBACK = ("gamma", "lam")
-_DTYPES = {"row": np.int64, "start": np.int64, "end": np.int64, "step_idx": np.int64, "step_reward": np.float64,
-           "action_valid": bool, "action_match": bool, "valid": bool, "truncated": bool}
 
 
 def estimator_params(name: str, algo_config: Any) -> tuple[dict[str, Any], str]:
@@ -82,7 +82,7 @@ def compute_token_advantages(
         verl_ext.advantages.StepDataError: inconsistent steps (the message names trajectories).
     """
     params, episode_score = estimator_params(name, algo_config)
-    mask = response_mask.detach().cpu().numpy().astype(bool)
+    mask = response_mask.detach().cpu().numpy() != 0
     bs, length = mask.shape
     labels = row_keys if row_keys is not None else [f"row {i}" for i in range(bs)]
     steps = _flatten_steps(extra_fields, uids, labels, length)
@@ -90,59 +90,68 @@ def compute_token_advantages(
         zeros = torch.zeros(bs, length, dtype=torch.float32, device=response_mask.device)
         return zeros, zeros.clone()
     if values is not None:
-        value_rows = values.detach().float().cpu().numpy()
-        steps["values"] = value_rows[steps["row"], np.minimum(steps["start"], length - 1)]
+        first_token = torch.from_numpy(np.minimum(steps["start"], length - 1))
+        steps["values"] = values.detach().cpu()[torch.from_numpy(steps["row"]), first_token].double().numpy()
     if episode_score == "reward":
         steps["step_reward"], scored = _with_terminal_residual(steps, scores.detach().double().cpu().numpy())
         steps["valid"] &= scored  # a NaN score is a failed judge: no signal, not a zero reward
     row, start, end = steps.pop("row"), steps.pop("start"), steps.pop("end")
     advantages, returns = compute_with_returns(name, **steps, **params)
-    owner = _span_owner(row, start, end, bs, length, labels)
-    painted = [np.where(mask & (owner >= 0), per_step[np.maximum(owner, 0)], 0.0)
-               for per_step in (advantages, returns)]
-    return tuple(torch.as_tensor(x, dtype=torch.float32, device=response_mask.device) for x in painted)
+    painted = _paint(row, start, end, (advantages, returns), mask, labels)
+    return tuple(torch.from_numpy(x).to(response_mask.device) for x in painted)
 
 
 def _flatten_steps(
     extra_fields: list[dict], uids: list[str], labels: list[str], length: int
 ) -> dict[str, np.ndarray]:
-    """One entry per step of every non-padding row; the per-row dict parsing verl forces on us."""
-    columns: dict[str, list] = {k: [] for k in (
-        "row", "start", "end", "uid", "traj_uid", "step_idx", "anchor", "step_reward",
-        "action_valid", "action_match", "role", "subgoal", "valid", "truncated")}
-    for i, uid in enumerate(uids):
-        if str(uid).startswith("pad"):
-            continue
+    """One entry per step of every non-padding row: the per-row dict parsing verl forces on us,
+    kept to one pass over the rows and one C-level pass (``chain``) per column."""
+    rows = [i for i, uid in enumerate(uids) if not str(uid).startswith("pad")]
+    metas = []
+    for i in rows:
         try:
-            meta = step_metadata(extra_fields[i])
+            metas.append(plain_step_metadata(extra_fields[i]))
         except MissingStepMetadataError as exc:
-            raise MissingStepMetadataError(f"{labels[i]} (uid {uid!r}): {exc}") from None
-        n = meta.num_steps
-        if meta.spans is None and n != 1:
-            raise ValueError(
-                f"{labels[i]} (traj_uid {meta.traj_uid!r}) has {n} steps but no spans: a row with "
-                "several steps (one row per trajectory) needs each step's token span"
-            )
-        spans = meta.spans if meta.spans is not None else [[0, length]]
-        columns["row"] += [i] * n
-        columns["start"] += [s for s, _ in spans]
-        columns["end"] += [e for _, e in spans]
-        columns["uid"] += [uid] * n
-        columns["traj_uid"] += [meta.traj_uid] * n
-        columns["step_idx"] += meta.step_idx
-        columns["anchor"] += meta.anchor
-        columns["step_reward"] += meta.step_reward
-        columns["action_valid"] += meta.action_valid or [True] * n
-        columns["action_match"] += meta.action_match or [True] * n
-        columns["role"] += meta.role or [""] * n
-        columns["subgoal"] += meta.subgoal or [None] * n
-        columns["valid"] += [meta.valid] * n
-        columns["truncated"] += [meta.truncated] * n
-    if all(s is None for s in columns["subgoal"]):  # himac then falls back to subgoal ordinals
-        del columns["subgoal"]
-    # Ids, anchors, roles and subgoals stay python objects (fromiter keeps a list element intact).
-    return {k: np.asarray(v, dtype=_DTYPES[k]) if k in _DTYPES else np.fromiter(v, dtype=object, count=len(v))
-            for k, v in columns.items()}
+            raise MissingStepMetadataError(f"{labels[i]} (uid {uids[i]!r}): {exc}") from None
+    counts = np.fromiter((len(m["step_idx"]) for m in metas), dtype=np.int64, count=len(metas))
+    unspanned = [(i, m) for i, m, n in zip(rows, metas, counts) if m.get("spans") is None and n > 1]
+    if unspanned:
+        i, meta = unspanned[0]
+        raise ValueError(
+            f"{labels[i]} (traj_uid {meta['traj_uid']!r}) has {len(meta['step_idx'])} steps but no spans: "
+            "a row with several steps (one row per trajectory) needs each step's token span"
+        )
+
+    def per_step(key: str, missing: Any = None) -> list:
+        """The flat column of a per-step field; ``missing`` on every step of rows without it."""
+        values = list(map(methodcaller("get", key), metas))  # C loops where every row recorded it
+        if None in values:
+            values = [[missing] * n if v is None else v for v, n in zip(values, counts.tolist())]
+        return list(chain.from_iterable(values))
+
+    def per_row(values: list, dtype: Any) -> np.ndarray:
+        return np.repeat(np.array(values, dtype=dtype), counts)
+
+    def objects(values: list) -> np.ndarray:  # fromiter keeps each element intact, even a list
+        return np.fromiter(values, dtype=object, count=len(values))
+
+    spans = np.array(per_step("spans", [0, length]), dtype=np.int64).reshape(-1, 2)
+    columns = {
+        "row": per_row(rows, np.int64), "start": spans[:, 0], "end": spans[:, 1],
+        "uid": np.repeat(objects([uids[i] for i in rows]), counts),
+        "traj_uid": np.repeat(objects([m["traj_uid"] for m in metas]), counts),
+        "step_idx": np.array(per_step("step_idx"), dtype=np.int64),
+        "anchor": objects(per_step("anchor")),
+        "step_reward": np.array(per_step("step_reward"), dtype=np.float64),
+        "action_valid": np.array(per_step("action_valid", True), dtype=bool),
+        "action_match": np.array(per_step("action_match", True), dtype=bool),
+        "role": objects(per_step("role", "")),
+        "valid": per_row([m.get("valid", True) for m in metas], bool),
+        "truncated": per_row([m.get("truncated", False) for m in metas], bool),
+    }
+    if any(m.get("subgoal") is not None for m in metas):  # else himac falls back to subgoal ordinals
+        columns["subgoal"] = objects(per_step("subgoal"))
+    return columns
 
 
 def _with_terminal_residual(
@@ -162,20 +171,40 @@ def _with_terminal_residual(
     return reward, finite[traj]
 
 
-def _span_owner(
-    row: np.ndarray, start: np.ndarray, end: np.ndarray, bs: int, length: int, labels: list[str]
-) -> np.ndarray:
-    """Shape (bs, L): the step (index into the flat steps) owning each token, -1 for none."""
+def _paint(
+    row: np.ndarray, start: np.ndarray, end: np.ndarray, per_step: tuple[np.ndarray, ...], mask: np.ndarray,
+    labels: list[str],
+) -> list[np.ndarray]:
+    """Each array of ``per_step`` (n,) written on its steps' token spans: float32 (bs, L), 0 outside
+    spans and where ``mask`` (bs, L) is False.
+
+    The spans cut every row into runs (gap, span, gap, span, ..., tail); one ``np.repeat`` of the
+    run values over the run lengths writes the whole batch in a single sequential pass, with the
+    values copied exactly.
+    """
+    bs, length = mask.shape
     start, end = np.clip(start, 0, length), np.clip(end, 0, length)
     order = np.lexsort((start, row))
-    same_row = row[order][1:] == row[order][:-1]
-    overlap = same_row & (start[order][1:] < end[order][:-1])
-    if overlap.any():
-        bad = sorted({labels[r] for r in row[order][1:][overlap]})
+    row, start, end = row[order], start[order], end[order]
+    same_row = np.append(False, row[1:] == row[:-1])
+    prev_end = np.where(same_row, np.roll(end, 1), 0)
+    if (start < prev_end).any():
+        bad = sorted({labels[r] for r in row[start < prev_end]})
         raise ValueError(f"step spans overlap in {bad}: each token belongs to at most one step")
-    # Integer difference array: +id at a span's start, -id at its end; no float round-off.
-    marks = np.zeros((bs, length + 1), dtype=np.int64)
-    ids = np.arange(len(row)) + 1
-    np.add.at(marks, (row, start), ids)
-    np.add.at(marks, (row, end), -ids)
-    return np.cumsum(marks, axis=1)[:, :length] - 1
+    # Run j of the sorted steps sits after 2 runs per earlier step and one tail per earlier row.
+    n, at = len(row), 2 * np.arange(len(row)) + row
+    steps_through_row = np.cumsum(np.bincount(row, minlength=bs))
+    tail_at = 2 * steps_through_row + np.arange(bs)
+    last_end = np.zeros(bs, dtype=np.int64)
+    row_last = np.append(~same_row[1:], True)
+    last_end[row[row_last]] = end[row_last]
+    run_length = np.zeros(2 * n + bs, dtype=np.int64)
+    run_length[at], run_length[at + 1], run_length[tail_at] = start - prev_end, end - start, length - last_end
+    painted = []
+    for values in per_step:
+        run_value = np.zeros(2 * n + bs, dtype=np.float32)
+        run_value[at + 1] = values[order]
+        tokens = np.repeat(run_value, run_length).reshape(bs, length)
+        tokens *= mask
+        painted.append(tokens)
+    return painted

@@ -15,6 +15,17 @@ Two layouts (constructor ``layout``):
   style: each prompt holds the task, the last ``history_window`` actions with their results, and
   the current page. HGPO's context-consistency groups are defined for this layout.
 
+Two action formats (constructor ``action_format``):
+
+- ``tool_call`` (default): the model writes function calls (verl's tool parser, ``multi_turn.format``);
+  GUI primitives go through ``computer_use``, app tools are called directly.
+- ``menu``: for models too small to write calls (the cpu recipes' tiny model): each turn the
+  model answers ``T`` or ``G``, the next step of the task's tool-preferring or GUI-only
+  reference plan (``verl_ext.envs.menu``; MiniDesk only, ``trajectory`` layout only). The
+  dataset's system prompt is replaced by the menu's; observations are the menu, not the page.
+  An answer that names no available option ends the episode, as a reply without a function
+  call does in ``tool_call`` mode.
+
 Dataset row (``extra_info``): ``env`` = {``backend``: minidesk|miniwob, ``task``, ``seed``} (or flat
 ``env_backend`` / ``task`` / ``seed`` keys). Output ``extra_fields["verl_ext"]`` is a
 ``verl_ext.steps.StepMetadata`` whose ``extras`` carry success, counts, the tool-beneficial label,
@@ -38,6 +49,7 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutp
 from verl.experimental.agent_loop.tool_parser import ToolParser
 from verl.utils.profiler import simple_timer
 
+from verl_ext.envs import menu
 from verl_ext.envs.core import EnvFault, Observation
 from verl_ext.envs.policies import SYSTEM_PROMPT
 from verl_ext.envs.pool import get_pool
@@ -47,6 +59,7 @@ from verl_ext.rollout_client import TOKEN_VERSIONS_KEY, align_token_versions, ca
 from verl_ext.steps import StepMetadata, anchor_key
 
 LAYOUTS = ("trajectory", "per_turn")
+ACTION_FORMATS = ("tool_call", "menu")
 
 
 @dataclass
@@ -78,6 +91,7 @@ class _Row:
     response_mask: list[int]
     logprobs: list[float]
     versions: list[Any]
+    images: list[Any] = field(default_factory=list)  # every image in token_ids, in order (VL models)
 
 
 def task_of(extra_info: dict[str, Any]) -> tuple[str, dict[str, Any], int]:
@@ -103,17 +117,24 @@ class HybridGuiToolAgentLoop(AgentLoopBase):
         history_window: ``per_turn`` only: how many past actions each prompt repeats.
         screenshots: send screenshots to VL models (needs a processor); text observations always.
         artifact_screenshot: store a base64 PNG of the final page in the artifact (large).
+        action_format: ``tool_call`` (function calls) or ``menu`` (one letter, T/G; see above).
+        max_action_tokens: ``menu`` only: ``max_tokens`` of each model turn.
     """
 
     def __init__(self, *args: Any, tools: Any = None, max_envs: int = 4, max_steps: int = 30,
                  layout: str = "trajectory", history_window: int = 4, screenshots: bool = False,
-                 artifact_screenshot: bool = False, **kwargs: Any):
+                 artifact_screenshot: bool = False, action_format: str = "tool_call", max_action_tokens: int = 4,
+                 **kwargs: Any):
         # ``tools`` (verl's multi_turn.tool_config_path tools) is accepted and not used: each
         # episode's env defines its own tool list (task apps + distractors).
         super().__init__(*args, **kwargs)
         if layout not in LAYOUTS:
             raise ValueError(f"hybrid_gui_tool layout must be one of {LAYOUTS}, got {layout!r} "
                              "(agent loop kwarg layout)")
+        if action_format not in ACTION_FORMATS:
+            raise ValueError(f"hybrid_gui_tool action_format must be one of {ACTION_FORMATS}, got {action_format!r}")
+        if action_format == "menu" and layout != "trajectory":
+            raise ValueError("hybrid_gui_tool action_format=menu supports layout=trajectory only")
         multi_turn = self.rollout_config.multi_turn
         self.max_turns = min(max_steps, multi_turn.max_assistant_turns or max_steps)
         self.max_envs = max_envs
@@ -122,6 +143,8 @@ class HybridGuiToolAgentLoop(AgentLoopBase):
         self.history_window = history_window
         self.screenshots = bool(screenshots and getattr(self.processor, "image_processor", None))
         self.artifact_screenshot = artifact_screenshot
+        self.action_format = action_format
+        self.max_action_tokens = max_action_tokens
         self.tool_parser = ToolParser.get_tool_parser(multi_turn.format, self.tokenizer)
         self.max_tool_response_length = multi_turn.max_tool_response_length
         self.response_length = self.rollout_config.response_length
@@ -140,12 +163,15 @@ class HybridGuiToolAgentLoop(AgentLoopBase):
                 prompt_ids = await self.ct_build_initial_tokens(prompt)
                 rows = [_Row(prompt_ids, [], [], [])]
             else:
-                tools = {t.name: EnvTool.from_def(t) for t in env.tool_defs()}
-                if self.tool_parser.stop_token_ids:  # parsers whose models do not stop after a call
-                    stops = set(sampling_params.get("stop_token_ids") or []) | set(self.tool_parser.stop_token_ids)
-                    sampling_params = {**sampling_params, "stop_token_ids": sorted(stops)}
-                play = self._play_trajectory if self.layout == "trajectory" else self._play_per_turn
-                rows = await play(env, tools, sampling_params, raw_prompt, episode)
+                if self.action_format == "menu":
+                    rows = await self._play_menu(env, sampling_params, episode)
+                else:
+                    tools = {t.name: EnvTool.from_def(t) for t in env.tool_defs()}
+                    if self.tool_parser.stop_token_ids:  # parsers whose models do not stop after a call
+                        stops = set(sampling_params.get("stop_token_ids") or []) | set(self.tool_parser.stop_token_ids)
+                        sampling_params = {**sampling_params, "stop_token_ids": sorted(stops)}
+                    play = self._play_trajectory if self.layout == "trajectory" else self._play_per_turn
+                    rows = await play(env, tools, sampling_params, raw_prompt, episode)
                 episode.counts = dict(env.counts)
                 if episode.fault is None:
                     episode.artifact = await asyncio.to_thread(self._artifact, env)
@@ -159,7 +185,7 @@ class HybridGuiToolAgentLoop(AgentLoopBase):
         images = self._images(episode.obs)
         messages = self._first_messages(raw_prompt, episode.obs.render(), images)
         prompt_ids = await self.ct_build_initial_tokens(messages, tools=schemas, images=images or None)
-        row = _Row(prompt_ids, [], [], [])
+        row = _Row(prompt_ids, [], [], [], images)  # the same list: tool responses extend it
         request_id = uuid4().hex  # one per trajectory: the server keeps its prefix cache
         for _ in range(self.max_turns):
             output = await self._generate(request_id, row.token_ids, sampling_params, images, episode)
@@ -209,7 +235,7 @@ class HybridGuiToolAgentLoop(AgentLoopBase):
                 prompt_ids, output.token_ids, [], [] if output.log_probs else None,
                 assistant_logprobs=output.log_probs or None,
             )
-            rows.append(_Row(merged.token_ids, mask, logprobs or [], call_token_versions(output)))
+            rows.append(_Row(merged.token_ids, mask, logprobs or [], call_token_versions(output), images))
             content, call, response = await self._act(env, tools, output.token_ids, episode,
                                                       execute=len(mask) < self.response_length)
             if response is None:
@@ -220,7 +246,63 @@ class HybridGuiToolAgentLoop(AgentLoopBase):
             episode.stop_reason, episode.truncated = "max_turns", True
         return rows
 
-    # --- one step, shared by both layouts -----------------------------------------------------
+    async def _play_menu(self, env: Any, sampling_params: dict[str, Any], episode: _Episode) -> list[_Row]:
+        plans = menu.PlanMenu(episode.reset_info.get("plans") or {})
+        messages = [{"role": "system", "content": menu.SYSTEM_PROMPT},
+                    {"role": "user", "content": plans.first_message(episode.obs)}]
+        row = _Row(await self.ct_build_initial_tokens(messages), [], [], [])
+        sampling_params = {**sampling_params, "max_tokens": self.max_action_tokens}
+        request_id = uuid4().hex
+        for _ in range(self.max_turns):
+            output = await self._generate(request_id, row.token_ids, sampling_params, [], episode)
+            row.versions += call_token_versions(output)
+            start = len(row.response_mask)
+            merged, row.response_mask, logprobs = await self.ct_merge_assistant_token(
+                row.token_ids, output.token_ids, row.response_mask, row.logprobs if output.log_probs else None,
+                assistant_logprobs=output.log_probs or None,
+            )
+            row.token_ids, row.logprobs = merged.token_ids, logprobs or row.logprobs
+            if len(row.response_mask) > self.response_length:  # the turn would be cut: it is not a step
+                episode.stop_reason, episode.truncated = "response_length", True
+                break
+            text = self.tokenizer.decode(output.token_ids, skip_special_tokens=True)
+            mode = menu.parse_choice(text)
+            action = plans.action(mode, episode.obs) if mode else None
+            episode.spans.append([start, len(row.response_mask)])
+            episode.anchors.append(anchor_key(episode.obs.page_text()))
+            episode.valid_format.append(action is not None)
+            episode.actions.append(f"{mode}: {menu.describe(action)}" if mode else "")
+            episode.rewards.append(0.0)
+            if action is None:  # as in tool_call mode (ToolCUA's format rule): no valid choice ends it
+                episode.stop_reason = "no_valid_choice"
+                break
+            plans.advance(mode)
+            with simple_timer("tool_calls", episode.metrics):
+                obs, reward, terminated, truncated, info = await asyncio.to_thread(env.step, action)
+            episode.rewards[-1] = float(reward)
+            if info.get("fault"):
+                episode.fault, episode.stop_reason = info["fault"], "fault"
+                break
+            episode.obs, episode.success = obs, bool(info.get("success", False))
+            if terminated or truncated:
+                episode.truncated = truncated
+                episode.stop_reason = "terminated" if terminated else "max_steps"
+                break
+            messages.append({"role": "assistant", "content": text})
+            previous = list(messages)
+            messages.append({"role": "user", "content": plans.feedback(episode.obs)})
+            merged, row.response_mask, logprobs = await self.ct_merge_context_msg(
+                previous, messages, row.token_ids, row.response_mask, row.logprobs or None,
+            )
+            row.token_ids, row.logprobs = merged.token_ids, logprobs or row.logprobs
+            if len(row.response_mask) >= self.response_length:
+                episode.stop_reason, episode.truncated = "response_length", True
+                break
+        else:
+            episode.stop_reason, episode.truncated = "max_turns", True
+        return [row]
+
+    # --- one step, shared by the function-call layouts ----------------------------------------
     async def _generate(self, request_id: str, prompt_ids: list[int], sampling_params: dict[str, Any],
                         images: list[Any], episode: _Episode) -> Any:
         with simple_timer("generate_sequences", episode.metrics):
@@ -314,7 +396,7 @@ class HybridGuiToolAgentLoop(AgentLoopBase):
                 response_ids=row.token_ids[len(row.token_ids) - n_resp:][:limit] if n_resp else [],
                 response_mask=mask[:limit], response_logprobs=row.logprobs[:limit] if row.logprobs else None,
                 num_turns=2 * len(episode.anchors) + 1 if step is None else 2, metrics=episode.metrics,
-                extra_fields=extra_fields,
+                extra_fields=extra_fields, multi_modal_data={"images": row.images} if row.images else None,
             ))
         return outputs
 

@@ -1,10 +1,18 @@
 """``text_env``: a verl agent loop that plays one ``TextCorridor`` episode per trajectory.
 
-One row per trajectory: model turn -> ``env.step(text)`` -> observation as a user message ->
-model turn ..., until the env terminates or truncates or the response budget runs out. Tokens are
-built only with verl's Continuous-Token helpers (``ct_build_initial_tokens`` /
-``ct_merge_assistant_token`` / ``ct_merge_context_msg``), so observation tokens get
-``response_mask`` 0 and decoded text is never re-encoded into the model's own turns.
+Model turn -> ``env.step(text)`` -> observation -> model turn ..., until the env terminates or
+truncates or the response budget runs out. Two layouts (constructor ``layout``):
+
+- ``trajectory`` (default): one row per episode; each observation is appended as a user message,
+  so observation tokens get ``response_mask`` 0.
+- ``per_turn``: one row per model turn (``run`` returns a list; verl's v1 trainers store each as
+  its own row), verl-agent style: each prompt is the task, the last ``history_window`` actions
+  with the observation each led to, and the current observation. HGPO's context groups are
+  defined for this layout (``algorithm.hgpo.history_length`` = ``history_window``).
+
+Tokens are built only with verl's Continuous-Token helpers (``ct_build_initial_tokens`` /
+``ct_merge_assistant_token`` / ``ct_merge_context_msg``), so decoded text is never re-encoded into
+the model's own turns.
 
 Dataset row (``extra_info``): ``seed`` (the env reset seed; rows sharing a ``uid`` share it, so a
 group starts from one state) and optional ``env`` = {``length``, ``max_steps``, ``start``}.
@@ -12,7 +20,9 @@ group starts from one state) and optional ``env`` = {``length``, ``max_steps``, 
 Output ``extra_fields``:
 - ``"verl_ext"``: a ``verl_ext.steps.StepMetadata`` (one step per assistant turn: its token span,
   anchor = the observation before acting, env reward, action validity; ``extras`` carry
-  ``success`` and counts, which ``verl_ext.rewards.text_env.compute_score`` turns into the score);
+  ``success`` and counts, which ``verl_ext.rewards.text_env.compute_score`` turns into the score).
+  In the ``per_turn`` layout each row carries its own step, without a span, and the episode's
+  ``extras``;
 - ``"token_global_steps"``: the weight version of every response token, -1 on observation tokens;
 - ``"min_global_steps"`` / ``"max_global_steps"``: what verl's own loops copy from the server
   reply (the v1 trainer tags every row with them).
@@ -31,6 +41,7 @@ from verl_ext.envs.text_corridor import TextCorridor
 from verl_ext.rollout_client import TOKEN_VERSIONS_KEY, align_token_versions, call_token_versions
 from verl_ext.steps import StepMetadata, anchor_key
 
+LAYOUTS = ("trajectory", "per_turn")
 
 
 @dataclass
@@ -51,6 +62,18 @@ class _Episode:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
+@dataclass
+class _Row:
+    """One training row: prompt, response, and what goes with each response token."""
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    response_mask: list[int]
+    logprobs: list[float] | None
+    versions: list[int]  # weight version of each response token (-1 on observation tokens)
+    call_versions: list[int]  # min/max weight version of each server call that wrote the row
+
+
 def env_of(extra_info: dict[str, Any]) -> tuple[TextCorridor, int]:
     """The env and reset seed a dataset row asks for; names the key when it is missing."""
     if "seed" not in extra_info:
@@ -66,51 +89,55 @@ class TextEnvAgentLoop(AgentLoopBase):
 
     Args:
         max_action_tokens: ``max_tokens`` of each model turn; the action is parsed from them.
+        layout: ``trajectory`` (one row per episode) or ``per_turn`` (one row per turn, v1 trainers).
+        history_window: ``per_turn`` only: how many past actions (with the observation each led
+            to) every prompt repeats.
     """
 
-    def __init__(self, *args: Any, max_action_tokens: int = 6, **kwargs: Any):
+    def __init__(self, *args: Any, max_action_tokens: int = 6, layout: str = "trajectory",
+                 history_window: int = 2, **kwargs: Any):
         super().__init__(*args, **kwargs)
+        if layout not in LAYOUTS:
+            raise ValueError(f"text_env layout must be one of {LAYOUTS}, got {layout!r} (agent loop kwarg layout)")
         self.max_action_tokens = max_action_tokens
+        self.layout = layout
+        self.history_window = history_window
         self.max_assistant_turns = self.rollout_config.multi_turn.max_assistant_turns
         self.response_length = self.rollout_config.response_length
 
-    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
+    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput | list[AgentLoopOutput]:
         env, seed = env_of(kwargs.get("extra_info") or {})
         obs, reset_info = env.reset(seed=seed)
         episode = _Episode(reset_info=reset_info)
-        messages = _initial_messages(list(kwargs.get("raw_prompt") or []), obs)
+        raw_prompt = list(kwargs.get("raw_prompt") or [])
+        sampling_params = {**sampling_params, "max_tokens": self.max_action_tokens}
+        max_turns = min(env.max_steps, self.max_assistant_turns or env.max_steps)
+        if self.layout == "trajectory":
+            return await self._play_trajectory(env, obs, raw_prompt, sampling_params, max_turns, episode)
+        return await self._play_per_turn(env, obs, raw_prompt, sampling_params, max_turns, episode)
+
+    async def _play_trajectory(self, env: TextCorridor, obs: str, raw_prompt: list[dict[str, Any]],
+                               sampling_params: dict[str, Any], max_turns: int, episode: _Episode) -> AgentLoopOutput:
+        messages = _initial_messages(raw_prompt, obs)
         prompt_ids = await self.ct_build_initial_tokens(messages)
         response_mask: list[int] = []
         logprobs: list[float] = []
-        sampling_params = {**sampling_params, "max_tokens": self.max_action_tokens}
         request_id = uuid4().hex  # one id per trajectory: the server keeps its prefix cache
-        max_turns = min(env.max_steps, self.max_assistant_turns or env.max_steps)
         for _ in range(max_turns):
-            with simple_timer("generate_sequences", episode.metrics):
-                output = await self.server_manager.generate(
-                    request_id=request_id, prompt_ids=prompt_ids, sampling_params=sampling_params
-                )
+            output = await self._generate(request_id, prompt_ids, sampling_params, episode)
             start = len(response_mask)
             merged, response_mask, logprobs = await self.ct_merge_assistant_token(
                 prompt_ids, output.token_ids, response_mask, logprobs, assistant_logprobs=output.log_probs
             )
             prompt_ids = merged.token_ids
             episode.model_versions += call_token_versions(output)
-            episode.call_versions += [output.extra_fields["min_global_steps"], output.extra_fields["max_global_steps"]]
             if len(response_mask) > self.response_length:  # the turn would be cut: it is not a step
                 episode.stop_reason, episode.truncated = "response_length", True
                 break
-            text = self.tokenizer.decode(output.token_ids, skip_special_tokens=True)
             episode.spans.append([start, len(response_mask)])
-            episode.anchors.append(anchor_key(obs))
-            obs, reward, terminated, truncated, info = env.step(text)
-            episode.rewards.append(reward)
-            episode.action_valid.append(info["action_valid"])
-            episode.actions.append(info["action"])
-            episode.success = bool(info["success"])
-            if terminated or truncated:
-                episode.stop_reason = "terminated" if terminated else "max_steps"
-                episode.truncated = truncated
+            text = self.tokenizer.decode(output.token_ids, skip_special_tokens=True)
+            obs, done = _step(env, obs, text, episode)
+            if done:
                 break
             messages.append({"role": "assistant", "content": text})
             previous = list(messages)
@@ -124,38 +151,91 @@ class TextEnvAgentLoop(AgentLoopBase):
                 break
         else:
             episode.stop_reason, episode.truncated = "max_turns", True
-        return self._output(prompt_ids, response_mask, logprobs, episode)
-
-    def _output(self, prompt_ids: list[int], response_mask: list[int], logprobs: list[float],
-                episode: _Episode) -> AgentLoopOutput:
-        n_resp = len(response_mask)
-        limit = self.response_length
+        n_resp, limit = len(response_mask), self.response_length
         versions = align_token_versions(response_mask, episode.model_versions)
-        extra_fields: dict[str, Any] = write_step_metadata(episode, uuid4().hex).to_extra_fields()
-        extra_fields[TOKEN_VERSIONS_KEY] = versions[:limit]
-        extra_fields["min_global_steps"] = min(episode.call_versions)
-        extra_fields["max_global_steps"] = max(episode.call_versions)
-        return AgentLoopOutput(
-            prompt_ids=prompt_ids[: len(prompt_ids) - n_resp],
-            response_ids=prompt_ids[len(prompt_ids) - n_resp:][:limit],
-            response_mask=response_mask[:limit],
-            response_logprobs=logprobs[:limit],
-            num_turns=2 * len(episode.spans) + 1,
-            metrics=episode.metrics,
-            extra_fields=extra_fields,
-        )
+        row = _Row(prompt_ids[: len(prompt_ids) - n_resp], prompt_ids[len(prompt_ids) - n_resp:][:limit],
+                   response_mask[:limit], logprobs[:limit], versions[:limit], episode.call_versions)
+        return _output(row, write_step_metadata(episode, uuid4().hex), 2 * len(episode.spans) + 1, episode)
+
+    async def _play_per_turn(self, env: TextCorridor, obs: str, raw_prompt: list[dict[str, Any]],
+                             sampling_params: dict[str, Any], max_turns: int, episode: _Episode) -> list[AgentLoopOutput]:
+        # A turn never outgrows the response budget, so every turn is a step.
+        sampling_params = {**sampling_params, "max_tokens": min(self.max_action_tokens, self.response_length)}
+        rows: list[_Row] = []
+        history: list[str] = []
+        request_id = uuid4().hex
+        for _ in range(max_turns):
+            recent = history[-self.history_window:] if self.history_window > 0 else []
+            past = "Previous actions (latest last):\n" + "\n".join(recent) + "\n" if recent else ""
+            prompt_ids = await self.ct_build_initial_tokens(_initial_messages(raw_prompt, past + obs))
+            output = await self._generate(request_id, prompt_ids, sampling_params, episode)
+            merged, response_mask, logprobs = await self.ct_merge_assistant_token(
+                prompt_ids, output.token_ids, [], [] if output.log_probs else None, assistant_logprobs=output.log_probs
+            )
+            tokens, n_prompt = merged.token_ids, len(merged.token_ids) - len(response_mask)
+            rows.append(_Row(tokens[:n_prompt], tokens[n_prompt:], response_mask, logprobs or None,
+                             align_token_versions(response_mask, call_token_versions(output)),
+                             episode.call_versions[-2:]))
+            text = self.tokenizer.decode(output.token_ids, skip_special_tokens=True)
+            obs, done = _step(env, obs, text, episode)
+            history.append(f"{len(history) + 1}. {episode.actions[-1] or 'invalid'} -> {obs}")
+            if done:
+                break
+        else:
+            episode.stop_reason, episode.truncated = "max_turns", True
+        traj_uid = uuid4().hex
+        # Built after the episode: every row carries the episode's outcome in its extras.
+        return [_output(row, write_step_metadata(episode, traj_uid, step=i), 2, episode) for i, row in enumerate(rows)]
+
+    async def _generate(self, request_id: str, prompt_ids: list[int], sampling_params: dict[str, Any],
+                        episode: _Episode) -> Any:
+        with simple_timer("generate_sequences", episode.metrics):
+            output = await self.server_manager.generate(
+                request_id=request_id, prompt_ids=prompt_ids, sampling_params=sampling_params
+            )
+        episode.call_versions += [output.extra_fields["min_global_steps"], output.extra_fields["max_global_steps"]]
+        return output
 
 
-def write_step_metadata(episode: _Episode, traj_uid: str) -> StepMetadata:
-    """The one writer of this loop's ``extra_fields["verl_ext"]`` (contract: ``verl_ext.steps``)."""
-    n = len(episode.spans)
+def _step(env: TextCorridor, obs: str, text: str, episode: _Episode) -> tuple[str, bool]:
+    """Play ``text`` from ``obs`` and record the step; returns the next observation and whether the
+    episode is over."""
+    episode.anchors.append(anchor_key(obs))
+    obs, reward, terminated, truncated, info = env.step(text)
+    episode.rewards.append(reward)
+    episode.action_valid.append(info["action_valid"])
+    episode.actions.append(info["action"])
+    episode.success = bool(info["success"])
+    if terminated or truncated:
+        episode.stop_reason = "terminated" if terminated else "max_steps"
+        episode.truncated = truncated
+    return obs, terminated or truncated
+
+
+def _output(row: _Row, meta: StepMetadata, num_turns: int, episode: _Episode) -> AgentLoopOutput:
+    extra_fields: dict[str, Any] = meta.to_extra_fields()
+    extra_fields[TOKEN_VERSIONS_KEY] = row.versions
+    extra_fields["min_global_steps"] = min(row.call_versions)
+    extra_fields["max_global_steps"] = max(row.call_versions)
+    return AgentLoopOutput(
+        prompt_ids=row.prompt_ids, response_ids=row.response_ids, response_mask=row.response_mask,
+        response_logprobs=row.logprobs, num_turns=num_turns, metrics=episode.metrics, extra_fields=extra_fields,
+    )
+
+
+def write_step_metadata(episode: _Episode, traj_uid: str, step: int | None = None) -> StepMetadata:
+    """The one writer of this loop's ``extra_fields["verl_ext"]`` (contract: ``verl_ext.steps``):
+    all steps with their token spans (``step=None``, one row per trajectory), or the single step
+    ``step`` without a span (one row per turn). The episode's ``extras`` are the same on every row."""
+    n = len(episode.anchors)
+    pick = range(n) if step is None else [step]
     return StepMetadata(
         traj_uid=traj_uid,
-        step_idx=list(range(n)),
-        anchor=episode.anchors,
-        step_reward=episode.rewards,
-        spans=episode.spans,
-        action_valid=episode.action_valid,
+        step_idx=list(pick),
+        anchor=[episode.anchors[i] for i in pick],
+        step_reward=[episode.rewards[i] for i in pick],
+        spans=episode.spans if step is None else None,
+        action_valid=[episode.action_valid[i] for i in pick],
         truncated=episode.truncated,
         extras={
             "success": episode.success,

@@ -153,6 +153,10 @@ class Browser:
         self.driver.set_page_load_timeout(self.command_timeout_s)
         self.driver.set_script_timeout(self.command_timeout_s)
         _LIVE.add(self)
+        # --window-size sizes the window, not the page: without this the viewport (and every
+        # screenshot) is shorter than `height` and click_at points near the bottom miss the page.
+        self.cdp("Emulation.setDeviceMetricsOverride",
+                 {"width": self.width, "height": self.height, "deviceScaleFactor": 1, "mobile": False})
         return self
 
     def pids(self) -> list[int]:

@@ -3,6 +3,7 @@ accuracy, tool-invocation rate (TIR) and average completion steps (ACS), OSWorld
 
     verl-ext eval --env minidesk --policy scripted-tool --seeds 3 --parallel 2
     verl-ext eval --env miniwob --policy http://localhost:8000/v1 --tasks click-button,enter-text
+    verl-ext eval --policy checkpoint:runs/toolcua_hybrid/.../global_step_30 --action-format menu --max-steps 8
 """
 
 from __future__ import annotations
@@ -85,7 +86,8 @@ class _Progress:
 
 
 def evaluate(env_name: str, policy_spec: str, tasks: list[str], seeds: list[int], parallel: int = 2,
-             max_steps: int = 30, progress: bool = True) -> tuple[list[dict[str, Any]], dict[str, int]]:
+             max_steps: int = 30, progress: bool = True,
+             action_format: str = "tool_call") -> tuple[list[dict[str, Any]], dict[str, int]]:
     """Every (task, seed) episode with ``parallel`` browsers: (records in input order, pool stats)."""
     pool = EnvPool(lambda: make_env(env_name, max_steps=max_steps), max_envs=parallel)
     jobs = [(task, seed) for task in tasks for seed in seeds]
@@ -93,7 +95,7 @@ def evaluate(env_name: str, policy_spec: str, tasks: list[str], seeds: list[int]
 
     def job(task: str, seed: int) -> dict[str, Any]:
         with pool.lease() as env:
-            record = play_episode(pool, env, make_policy(policy_spec, seed), task, seed)
+            record = play_episode(pool, env, make_policy(policy_spec, seed, action_format=action_format), task, seed)
         if bar:
             bar.update(record["success"] > 0)
         return record
@@ -134,7 +136,10 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="verl-ext eval", description=__doc__.split("\n\n")[0].replace("``", ""))
     parser.add_argument("--env", choices=("minidesk", "miniwob"), default="minidesk")
     parser.add_argument("--policy", default="scripted-tool",
-                        help="scripted-gui | scripted-tool | random | http(s)://host/v1 (OpenAI-compatible)")
+                        help="scripted-gui | scripted-tool | random | http(s)://host/v1 (OpenAI-compatible) | "
+                             "checkpoint:DIR (a transformers model folder or a verl checkpoint global_step_N)")
+    parser.add_argument("--action-format", choices=("tool_call", "menu"), default="tool_call",
+                        help="checkpoint policies: how the model acts (menu = the T/G menu of the cpu recipes)")
     parser.add_argument("--tasks", default="all", help="comma-separated task ids, or 'all'")
     parser.add_argument("--seeds", default="2", help="N (seeds 0..N-1) or LO-HI")
     parser.add_argument("--parallel", type=int, default=2, help="browsers at once")
@@ -146,7 +151,7 @@ def main(argv: list[str]) -> int:
         parser.error("scripted policies replay MiniDesk reference plans; use random or a model URL for miniwob")
 
     records, stats = evaluate(args.env, args.policy, _tasks(args.env, args.tasks), _seeds(args.seeds), args.parallel,
-                              args.max_steps)
+                              args.max_steps, action_format=args.action_format)
     print(format_report(records, per_task=not args.no_per_task))
     print(f"browsers: created={stats['created']} restarts={stats['restarts']} faulted episodes={stats['faults']}")
     if args.json:

@@ -8,8 +8,12 @@ every template. They are oracles, not baselines.
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 import random
+import sys
+import threading
 from typing import Any, Protocol
 
 from verl_ext.envs.core import (
@@ -48,14 +52,23 @@ class ScriptedPolicy:
         if not self._plan:
             return GuiAction("done")
         step = self._plan.pop(0)
-        if "tool" in step:
-            return ToolCall(step["tool"], dict(step["args"]))
-        if step["gui"] == "answer":
-            return GuiAction("answer", text=step["text"])
-        element = obs.find(step["k"])
-        if element is None:
+        action = plan_step_action(step, obs)
+        if action is None:
             raise LookupError(f"scripted step {step} targets an element that is not on the page")
-        return GuiAction(step["gui"], element=element.id, text=step.get("text"))
+        return action
+
+
+def plan_step_action(step: dict[str, Any], obs: Observation) -> Action | None:
+    """One step of a MiniDesk reference plan as an action on ``obs``: a tool call, an answer, or a
+    GUI primitive on the element whose app-side key the step names (None if it is not on the page)."""
+    if "tool" in step:
+        return ToolCall(step["tool"], dict(step["args"]))
+    if step["gui"] == "answer":
+        return GuiAction("answer", text=step["text"])
+    element = obs.find(step["k"])
+    if element is None:
+        return None
+    return GuiAction(step["gui"], element=element.id, text=step.get("text"))
 
 
 class RandomPolicy:
@@ -146,8 +159,128 @@ def _first_call(message: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def make_policy(spec: str, seed: int = 0) -> Policy:
-    """``scripted-gui`` | ``scripted-tool`` | ``random`` | an ``http(s)://`` OpenAI-compatible URL."""
+class LocalModelPolicy:
+    """A transformers causal LM on this machine, e.g. a checkpoint of a verl-ext training run.
+
+    Samples like the training rollout (temperature 1 by default) and speaks the agent loop's
+    action format: ``menu`` (one T/G letter per turn, ``verl_ext.envs.menu``) or ``tool_call``
+    (hermes ``<tool_call>`` JSON). A reply without a valid choice or call ends the episode.
+    """
+
+    def __init__(self, model_dir: str, action_format: str = "menu", temperature: float = 1.0,
+                 max_new_tokens: int | None = None, seed: int = 0):
+        if action_format not in ("menu", "tool_call"):
+            raise ValueError(f"action_format must be menu or tool_call, got {action_format!r}")
+        self.model, self.tokenizer = _load_local_model(model_dir)
+        self.action_format, self.temperature = action_format, temperature
+        self.max_new_tokens = max_new_tokens or (4 if action_format == "menu" else 256)
+        self.seed = seed
+        self.messages: list[dict[str, Any]] = []
+        self.tools: list[dict[str, Any]] = []
+        self.menu: Any = None
+        self.turns = 0
+
+    def reset(self, obs: Observation, info: dict[str, Any], tool_schemas: list[dict[str, Any]]) -> None:
+        import torch
+
+        torch.manual_seed(self.seed)
+        self.turns = 0
+        if self.action_format == "menu":
+            from verl_ext.envs import menu
+
+            self.menu = menu.PlanMenu(info.get("plans") or {})
+            self.messages = [{"role": "system", "content": menu.SYSTEM_PROMPT},
+                             {"role": "user", "content": self.menu.first_message(obs)}]
+        else:
+            self.tools = tool_schemas
+            self.messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": obs.render()}]
+
+    def act(self, obs: Observation) -> Action:
+        if self.action_format == "tool_call":
+            if self.turns:
+                self.messages.append({"role": "user", "content": obs.render(include_instruction=False)})
+            text = self._reply()
+            call = _first_call({"content": text})
+            if call is None:
+                return GuiAction("done")
+            try:
+                return action_from_call(call["name"], call["arguments"])
+            except ActionError:
+                args = call["arguments"] if isinstance(call["arguments"], dict) else {}
+                return ToolCall(call["name"], args)
+        from verl_ext.envs import menu
+
+        if self.turns:
+            self.messages.append({"role": "user", "content": self.menu.feedback(obs)})
+        mode = menu.parse_choice(self._reply())
+        action = self.menu.action(mode, obs) if mode else None
+        if action is None:  # no available option named: the episode ends, as in training
+            return GuiAction("done")
+        self.menu.advance(mode)
+        return action
+
+    def _reply(self) -> str:
+        import torch
+
+        self.turns += 1
+        prompt = self.tokenizer.apply_chat_template(self.messages, tools=self.tools or None,
+                                                    add_generation_prompt=True, return_tensors="pt",
+                                                    return_dict=True)
+        with torch.no_grad():
+            out = self.model.generate(**prompt, max_new_tokens=self.max_new_tokens, do_sample=self.temperature > 0,
+                                      temperature=self.temperature or None, top_k=0, top_p=1.0,
+                                      pad_token_id=self.tokenizer.pad_token_id)
+        text = self.tokenizer.decode(out[0, prompt["input_ids"].shape[1]:], skip_special_tokens=True)
+        self.messages.append({"role": "assistant", "content": text})
+        return text
+
+
+_LOAD_LOCK = threading.Lock()
+
+
+def _load_local_model(model_dir: str) -> tuple[Any, Any]:
+    # `verl-ext eval` plays episodes in threads; transformers' loading is not thread-safe (its
+    # empty-weights init context is global), so load once, under a lock.
+    with _LOAD_LOCK:
+        return _load_local_model_cached(model_dir)
+
+
+@functools.lru_cache(maxsize=2)
+def _load_local_model_cached(model_dir: str) -> tuple[Any, Any]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = hf_model_dir(model_dir)
+    return AutoModelForCausalLM.from_pretrained(path).eval(), AutoTokenizer.from_pretrained(path)
+
+
+def hf_model_dir(path: str) -> str:
+    """A folder transformers can load: ``path`` itself when it holds weights, else a verl FSDP
+    checkpoint (``.../global_step_N`` or its ``actor/``) merged once, with verl's own model merger,
+    into ``<actor>/huggingface_merged``."""
+    if any(os.path.exists(os.path.join(path, name)) for name in ("model.safetensors", "model.safetensors.index.json",
+                                                                  "pytorch_model.bin")):
+        return path
+    actor = os.path.join(path, "actor") if os.path.isdir(os.path.join(path, "actor")) else path
+    if not os.path.exists(os.path.join(actor, "fsdp_config.json")):
+        raise FileNotFoundError(f"{path} holds neither a transformers model nor a verl FSDP checkpoint "
+                                "(expected model.safetensors, or actor/fsdp_config.json in a global_step_N folder)")
+    merged = os.path.join(actor, "huggingface_merged")
+    if not os.path.exists(os.path.join(merged, "model.safetensors")):
+        from verl.model_merger.base_model_merger import ModelMergerConfig
+        from verl.model_merger.fsdp_model_merger import FSDPModelMerger
+
+        print(f"verl-ext: merging the FSDP checkpoint {actor} into {merged} (verl.model_merger)", file=sys.stderr)
+        merger = FSDPModelMerger(ModelMergerConfig(operation="merge", backend="fsdp", local_dir=actor,
+                                                   target_dir=merged,
+                                                   hf_model_config_path=os.path.join(actor, "huggingface")))
+        merger.merge_and_save()
+        merger.cleanup()
+    return merged
+
+
+def make_policy(spec: str, seed: int = 0, action_format: str = "tool_call") -> Policy:
+    """``scripted-gui`` | ``scripted-tool`` | ``random`` | an ``http(s)://`` OpenAI-compatible URL |
+    ``checkpoint:<dir>`` (a local transformers model or verl checkpoint, in ``action_format``)."""
     if spec == "scripted-gui":
         return ScriptedPolicy("gui")
     if spec == "scripted-tool":
@@ -156,4 +289,7 @@ def make_policy(spec: str, seed: int = 0) -> Policy:
         return RandomPolicy(seed)
     if spec.startswith(("http://", "https://")):
         return OpenAIChatPolicy(spec)
-    raise ValueError(f"unknown policy {spec!r}: use scripted-gui, scripted-tool, random or an http(s):// URL")
+    if spec.startswith("checkpoint:"):
+        return LocalModelPolicy(spec.split(":", 1)[1], action_format=action_format, seed=seed)
+    raise ValueError(f"unknown policy {spec!r}: use scripted-gui, scripted-tool, random, an http(s):// URL "
+                     "or checkpoint:<dir>")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import importlib
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
@@ -19,8 +20,21 @@ from verl_ext.envs.base import BrowserEnv
 from verl_ext.envs.core import EnvFault
 
 
+_BACKENDS: dict[str, Callable[..., BrowserEnv]] = {}
+
+
+def register_env_backend(name: str, factory: Callable[..., BrowserEnv]) -> None:
+    """Make ``name`` usable as a dataset row's ``extra_info.env.backend``. Register from a module
+    every agent-loop worker imports (e.g. your package's ``verl.plugins`` entry point), or skip
+    registration and name the factory as ``"package.module:Factory"`` in the row instead."""
+    if name in ("minidesk", "miniwob"):
+        raise ValueError(f"env backend name {name!r} is built in; pick another name")
+    _BACKENDS[name] = factory
+
+
 def make_env(backend: str, **options: Any) -> BrowserEnv:
-    """``minidesk`` or ``miniwob`` env (imports the backend lazily)."""
+    """``minidesk``, ``miniwob`` (imported lazily), a name given to ``register_env_backend``, or an
+    import path ``"package.module:Factory"`` of a callable returning a ``BrowserEnv``."""
     if backend == "minidesk":
         from verl_ext.envs.minidesk.env import MiniDeskEnv
 
@@ -29,7 +43,16 @@ def make_env(backend: str, **options: Any) -> BrowserEnv:
         from verl_ext.envs.miniwob_env import MiniWoBEnv
 
         return MiniWoBEnv(**options)
-    raise ValueError(f"unknown env backend {backend!r}: use minidesk or miniwob")
+    if backend in _BACKENDS:
+        return _BACKENDS[backend](**options)
+    if ":" in backend:
+        module_name, _, attribute = backend.partition(":")
+        factory = getattr(importlib.import_module(module_name), attribute, None)
+        if factory is None:
+            raise ValueError(f"env backend {backend!r}: {module_name} has no attribute {attribute!r}")
+        return factory(**options)
+    registered = ", ".join(["minidesk", "miniwob", *sorted(_BACKENDS)])
+    raise ValueError(f"unknown env backend {backend!r}: use one of {registered}, or 'package.module:Factory'")
 
 
 class EnvPool:

@@ -33,7 +33,11 @@ class EnvTool(BaseTool):
 
     def __init__(self, config: dict, tool_schema: OpenAIFunctionToolSchema | None = None):
         if tool_schema is None:
-            tool_schema = OpenAIFunctionToolSchema.model_validate(_catalogue()[config["name"]].schema())
+            catalogue = _catalogue()
+            if config.get("name") not in catalogue:
+                raise ValueError(f"EnvTool {config.get('name')!r} has no tool_schema and is not a MiniDesk tool: "
+                                 "give its tool_schema in the tool config (write_tool_config(path, tools=...) does)")
+            tool_schema = OpenAIFunctionToolSchema.model_validate(catalogue[config["name"]].schema())
         # BaseTool.__init__ prints every schema to stdout; set its attributes without the noise.
         self.config = config
         self.tool_schema = tool_schema
@@ -71,14 +75,17 @@ def _catalogue() -> dict[str, ToolDef]:
     return {COMPUTER_USE.name: COMPUTER_USE, **ALL_TOOLS}
 
 
-def write_tool_config(path: str | Path, names: list[str] | None = None) -> Path:
-    """Write a verl ``multi_turn.tool_config_path`` YAML listing env tools (all by default)."""
+def write_tool_config(path: str | Path, names: list[str] | None = None, tools: list[ToolDef] | None = None) -> Path:
+    """Write a verl ``multi_turn.tool_config_path`` YAML listing env tools: ``tools`` (any env's
+    ``ToolDef`` s), else the MiniDesk tools named in ``names`` (all by default)."""
     import yaml
 
-    catalogue = _catalogue()
-    chosen = names or list(catalogue)
-    tools = [{"class_name": f"{EnvTool.__module__}.{EnvTool.__qualname__}", "config": {"type": "native", "name": n},
-              "tool_schema": catalogue[n].schema()} for n in chosen]
+    if tools is None:
+        catalogue = _catalogue()
+        tools = [catalogue[n] for n in names or catalogue]
+    class_name = f"{EnvTool.__module__}.{EnvTool.__qualname__}"
+    entries = [{"class_name": class_name, "config": {"type": "native", "name": t.name}, "tool_schema": t.schema()}
+               for t in tools]
     path = Path(path)
-    path.write_text(yaml.safe_dump({"tools": tools}, sort_keys=False), encoding="utf-8")
+    path.write_text(yaml.safe_dump({"tools": entries}, sort_keys=False), encoding="utf-8")
     return path

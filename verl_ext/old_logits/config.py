@@ -76,19 +76,62 @@ class SnapshotConfig:
 
 
 @dataclass(frozen=True)
+class DedicatedConfig:
+    """``algorithm.old_logits.dedicated``: the forward-only scorer next to the rollout replicas.
+
+    Attributes:
+        on_missing: ``error`` | ``current``: what to do with a *stale* token that carries no
+            scored log-prob (e.g. a trajectory from before a resume). ``current`` scores it with
+            the current weights (not exact) and counts it in ``old_logits/dedicated/inexact_frac``.
+            Unscored tokens of the current version are always scored with the current weights
+            (exact).
+        sync_timeout_s: how long the scorer's weight update waits for the segments of the version
+            it is about to replace to be scored; after that it logs a warning and moves on (the
+            unscored tokens then meet ``on_missing``).
+    """
+
+    on_missing: str = "error"
+    sync_timeout_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        _check_choice("dedicated.on_missing", self.on_missing, ("error", "current"))
+        if self.sync_timeout_s <= 0:
+            raise ValueError(f"{KEY}.dedicated.sync_timeout_s must be > 0, got {self.sync_timeout_s}")
+
+
+@dataclass(frozen=True)
+class InterruptConfig:
+    """``algorithm.old_logits.interrupt``: the trainer scores every segment at the weight sync.
+
+    Attributes:
+        on_missing: as ``DedicatedConfig.on_missing`` (metric ``old_logits/interrupt/inexact_frac``).
+        max_versions: versions of scored segments kept in the trainer (host RAM, 4 bytes per
+            token); default: the staleness bound.
+    """
+
+    on_missing: str = "error"
+    max_versions: int | None = None
+
+    def __post_init__(self) -> None:
+        _check_choice("interrupt.on_missing", self.on_missing, ("error", "current"))
+
+
+@dataclass(frozen=True)
 class OldLogitsConfig:
     """``algorithm.old_logits``.
 
     Attributes:
         provider: registered provider name (``verl_ext.old_logits.registered_providers()``).
         staleness_bound: filled from ``trainer.v1.sampler.max_off_policy_threshold`` by ``from_config``.
-        ewma, snapshot: per-provider settings.
+        ewma, snapshot, dedicated, interrupt: per-provider settings.
     """
 
     provider: str = "current"
     staleness_bound: int | None = None
     ewma: EWMAConfig = field(default_factory=EWMAConfig)
     snapshot: SnapshotConfig = field(default_factory=SnapshotConfig)
+    dedicated: DedicatedConfig = field(default_factory=DedicatedConfig)
+    interrupt: InterruptConfig = field(default_factory=InterruptConfig)
 
     @classmethod
     def from_config(cls, old_logits: Mapping[str, Any] | None, max_off_policy_threshold: int | None) -> OldLogitsConfig:
@@ -97,7 +140,13 @@ class OldLogitsConfig:
         raw = dict(old_logits or {})
         _reject_unknown(KEY, raw, {f.name for f in dataclasses.fields(cls)} - {"staleness_bound"})
         sub = {}
-        for name, sub_cls in (("ewma", EWMAConfig), ("snapshot", SnapshotConfig)):
+        sections = (
+            ("ewma", EWMAConfig),
+            ("snapshot", SnapshotConfig),
+            ("dedicated", DedicatedConfig),
+            ("interrupt", InterruptConfig),
+        )
+        for name, sub_cls in sections:
             values = dict(raw.pop(name, None) or {})
             _reject_unknown(f"{KEY}.{name}", values, {f.name for f in dataclasses.fields(sub_cls)})
             sub[name] = sub_cls(**values)
@@ -123,6 +172,12 @@ class OldLogitsConfig:
         if self.snapshot.max_versions is not None:
             return self.snapshot.max_versions
         return max(1, self._bound_for("snapshot.max_versions"))
+
+    def interrupt_max_versions(self) -> int:
+        """How many versions of scored segments the trainer keeps (``interrupt``)."""
+        if self.interrupt.max_versions is not None:
+            return self.interrupt.max_versions
+        return max(1, self._bound_for("interrupt.max_versions"))
 
     def _bound_for(self, key: str) -> int:
         if self.staleness_bound is None:

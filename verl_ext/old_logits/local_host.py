@@ -59,6 +59,9 @@ class LocalPolicyHost:
             raise RuntimeError("this LocalPolicyHost has no OldLogitWorkerState to serve non-current weights")
         return self.state
 
+    def old_logits_rollout_sync(self, metrics: dict[str, float]) -> None:
+        """Nothing to do: here ``precomputed_old_log_probs`` comes with the batch dict."""
+
     def old_logits_store(self, batch: dict[str, torch.Tensor], old_log_probs: torch.Tensor) -> Any:
         batch["old_log_probs"] = old_log_probs
         return batch

@@ -14,14 +14,15 @@ Which provider (research brief §2.2, §4, §6):
 | current | π_train(θ_n), verl's decoupled default | no: staleness entangled into ρ | none |
 | rollout | μ (verl bypass) | no: numerics leak into the clip | none (no forward) |
 | snapshot | π_train(θ_{v(t)}) from host snapshots | yes | D snapshots in host RAM, one forward per version present |
-| dedicated | scored by a forward-only replica at generation time | yes | extra GPUs + weight broadcast |
-| interrupt | scored by the trainer at each weight sync | yes | rollout stall + prefix re-scoring |
+| dedicated | scored by a forward-only scorer as each segment is generated | yes | extra devices + weight broadcast |
+| interrupt | scored by the trainer at each weight sync, before optimizer.step | yes | rollout stall + prefix re-scoring |
 | ewma | π_train(θ̄), θ̄ = EWMA of the parameters (PPO-EWMA) | approximate | one fp32 parameter copy, no extra forward |
 | loglinear | log μ + α (log π_θn - log μ) (AReaL/A-3PO) | no: a widened clip | none beyond current |
 """
 
 from __future__ import annotations
 
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -46,6 +47,8 @@ ROLLOUT_LOG_PROBS = "rollout_log_probs"  # μ, the inference engine's log-probs
 TOKEN_VERSIONS = "token_versions"  # long, -1 = no version (see verl_ext.rollout_client)
 PRECOMPUTED_LOG_PROBS = "precomputed_old_log_probs"  # float, NaN = not scored (dedicated / interrupt)
 
+logger = logging.getLogger("verl_ext.old_logits")
+
 
 class OldLogitHost(Protocol):
     """What a provider needs from the trainer. Shapes: ``(bs, L)`` padded response tokens, rows
@@ -64,6 +67,11 @@ class OldLogitHost(Protocol):
 
     def old_logits_store(self, batch: Any, old_log_probs: torch.Tensor) -> Any:
         """Writes ``old_log_probs (bs, L)`` for the loss and returns the (updated) batch."""
+
+    def old_logits_rollout_sync(self, metrics: dict[str, float]) -> None:
+        """Rollout-side work that must happen while the trainer still holds the weights the rollout
+        just used, before ``precomputed_old_log_probs`` is read (``interrupt``: score the segments
+        generated since the last sync). Adds its metrics."""
 
 
 @dataclass(frozen=True)
@@ -210,29 +218,44 @@ class SnapshotProvider(OldLogitProvider):
 
 
 class PrecomputedProvider(OldLogitProvider):
-    """Exact old logits scored elsewhere and shipped with the sample (``precomputed_old_log_probs``,
-    NaN where unscored). Tokens of the trainer's current version may be unscored (generated after
-    the last weight sync); they are scored here with the current weights. Any other unscored
-    token is an error."""
+    """Exact old logits scored on the rollout side and shipped with the sample
+    (``precomputed_old_log_probs``, NaN where unscored; ``verl_ext.old_logits.precomputed``).
+
+    Unscored tokens of the trainer's current version are scored here with the current weights,
+    which is exact (metric ``{name}/filled_by_current_frac``). An unscored *stale* token is an
+    error, or with ``algorithm.old_logits.<name>.on_missing=current`` it is scored with the current
+    weights too, logged and counted in ``{name}/inexact_frac``."""
 
     def compute(self, trainer: OldLogitHost, batch: Any, metrics: dict[str, float]) -> Any:
+        trainer.old_logits_rollout_sync(metrics)
         data = self._fetch_with_staleness(trainer, batch, [PRECOMPUTED_LOG_PROBS, TOKEN_VERSIONS], metrics)
         mask = data[RESPONSE_MASK].bool()
         old = data[PRECOMPUTED_LOG_PROBS].clone()
+        n = trainer.old_logits_version()
         unscored = mask & torch.isnan(old)
-        fresh = data[TOKEN_VERSIONS] == trainer.old_logits_version()
-        if (unscored & ~fresh).any():
-            raise ValueError(
-                f"{int((unscored & ~fresh).sum())} stale tokens carry no precomputed old log-prob; the "
-                f"algorithm.old_logits.provider={self.name} path must score every segment before the weights move "
-                f"({self.needs.rollout_side})"
+        stale = unscored & (data[TOKEN_VERSIONS] != n)
+        if stale.any():
+            rows = stale.any(dim=-1).nonzero(as_tuple=True)[0].tolist()
+            versions = sorted(set(data[TOKEN_VERSIONS][stale].tolist()))
+            message = (
+                f"{int(stale.sum())} stale tokens (versions {versions}, trainer at {n}; rows {rows[:8]}) carry no "
+                f"precomputed old log-prob. algorithm.old_logits.provider={self.name} needs every segment scored "
+                f"before its weights move ({self.needs.rollout_side}); rows from before a resume, or from an agent "
+                "loop that does not forward extra_fields['token_old_log_probs'] / ['old_logit_segments'], have none. "
+                f"Set algorithm.old_logits.{self.name}.on_missing=current to score them with the current weights "
+                f"(not exact; counted in {PREFIX}{self.name}/inexact_frac)"
             )
+            if getattr(self.config, self.name).on_missing == "error":
+                raise ValueError(message)
+            logger.warning("verl-ext: %s", message)
         with cost_meter(metrics, self.name) as cost:
             rows = unscored.any(dim=-1).nonzero(as_tuple=True)[0]
             if rows.numel():
                 old[rows] = torch.where(unscored[rows], trainer.old_logits_forward(batch, CURRENT, rows), old[rows])
+            tokens = max(1, int(mask.sum()))
             cost["forward_rows"] = rows.numel()
-            cost["filled_by_current_frac"] = float(unscored.sum()) / max(1, int(mask.sum()))
+            cost["filled_by_current_frac"] = float(unscored.sum()) / tokens
+            cost["inexact_frac"] = float(stale.sum()) / tokens
         return trainer.old_logits_store(batch, torch.nan_to_num(old, nan=0.0))
 
 
@@ -242,19 +265,22 @@ def _precomputed_needs(rollout_side: str) -> ProviderNeeds:
 
 @register_provider("dedicated")
 class DedicatedProvider(PrecomputedProvider):
-    """A forward-only replica with the training backend receives every weight version with the
-    rollout engines and scores finished segments at their version (brief §4.2)."""
+    """A forward-only scorer with the training numerics receives every weight version with the
+    rollout engines; the LLM client has it score each segment right after the segment is
+    generated, and its weight update waits until every segment of the outgoing version is scored
+    (brief §4.2)."""
 
-    needs = _precomputed_needs("a dedicated scorer worker group scores each segment before its weights move")
+    needs = _precomputed_needs("a forward-only scorer scores each segment as it is generated")
 
 
 @register_provider("interrupt")
 class InterruptProvider(PrecomputedProvider):
-    """At each weight sync, in-flight generations are interrupted and their new tokens scored by
-    the trainer while it still holds θ_v (between backward and optimizer.step, or from one
-    snapshot) (brief §4.3)."""
+    """At each weight sync the rollout servers are paused with partial generations parked
+    (verl's colocated-async abort); before ``optimizer.step`` the trainer scores, with the weights
+    that generated them, every segment produced since the last sync, aborted prefixes included
+    (brief §4.3)."""
 
-    needs = _precomputed_needs("abort at each weight sync and score the partial segments before optimizer.step")
+    needs = _precomputed_needs("the rollout servers log each segment and the trainer scores them at the weight sync")
 
 
 @register_provider("ewma")

@@ -129,3 +129,23 @@ def episode_metrics(records: list[dict[str, float]]) -> dict[str, float]:
         "acs": float(np.mean([r["num_steps"] for r in successes])) if successes else 0.0,
         "tool_use_rate": sum(r["used_tool"] for r in valid) / n,
     }
+
+
+def training_batch_metrics(extra_fields: list[dict], max_steps: int = DEFAULT_MAX_STEPS) -> dict[str, float]:
+    """``episode_metrics`` of the hybrid-env trajectories in a training batch, as verl metrics
+    (``verl_ext/episode/*``). Rows without hybrid-env step metadata (padding, other envs) are
+    skipped; a trajectory split over several rows (one row per turn) counts once."""
+    from verl_ext.steps import EXTRA_FIELDS_KEY, StepMetadata
+
+    records, seen = [], set()
+    for fields in extra_fields:
+        if not fields or EXTRA_FIELDS_KEY not in fields:
+            continue
+        meta = StepMetadata.from_extra_fields(fields)
+        if "tool_beneficial" not in meta.extras or meta.traj_uid in seen:
+            continue
+        seen.add(meta.traj_uid)
+        records.append(reward_components(meta.extras, meta.valid, max_steps))
+    if not records:
+        return {}
+    return {f"verl_ext/episode/{key}": value for key, value in episode_metrics(records).items()}

@@ -13,14 +13,23 @@ Each ``TokenOutput`` carries ``extra_fields["global_steps"]`` (the weight versio
 its tokens, as vLLM's does) and ``extra_fields["token_global_steps"]`` (one version per token).
 One server call never spans a weight update (updates happen while generation is paused), so
 a resumed partial rollout's per-token versions are the concatenation of its calls' versions.
+
+For the exact old-logit providers (``verl_ext.old_logits.precomputed``) every call that returns
+tokens is a *segment*: the server stamps it with an id (``extra_fields["old_logit_segment"]``),
+counts it per weight version, and, once the trainer enables the log (``interrupt``), keeps its
+prompt and tokens until the trainer takes them at the next weight sync. ``HFOldLogitScorer``
+(``dedicated``) is a forward-only copy of the model that receives every weight version together
+with the replica's server and scores segments as the LLM client hands them over.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import os
 import threading
+import time
 from typing import Any
 
 import ray
@@ -31,11 +40,16 @@ from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 
 from verl_ext.backends.cpu.hf_engine import GenerationRequest, HFGenerationEngine
+from verl_ext.old_logits.precomputed import SEGMENT_ID_KEY
 
 logger = logging.getLogger("verl_ext.hf_rollout")
 
 # How long the server waits after the first queued request for others to join its batch.
 BATCH_WINDOW_S = 0.01
+
+
+# The named Ray actor of the ``dedicated`` old-logit scorer (created by the trainer).
+SCORER_ACTOR_NAME = "verl_ext_old_logit_scorer"
 
 
 def server_actor_name(replica_rank: int, suffix: str = "") -> str:
@@ -82,6 +96,10 @@ class HFRolloutServer:
         self._abort = threading.Event()
         self._gate_open: asyncio.Event | None = None
         self._rejecting = False
+        # Segments (calls that returned tokens), for the exact old-logit providers.
+        self._segment_ids = itertools.count()
+        self._served_segments: dict[int | None, int] = {}
+        self._segment_log: list[dict[str, Any]] | None = None  # None: not kept (only `interrupt` keeps them)
 
     # ------------------------------------------------------------------ generation
     def _ensure_loop(self) -> None:
@@ -148,13 +166,16 @@ class HFRolloutServer:
         future: asyncio.Future = asyncio.get_running_loop().create_future()
         self._queue.append((request, future))
         self._wakeup.set()
-        await future
+        segment_id = await future
         stop_reason = {"stop": "completed", "length": "completed", "abort": "aborted"}[request.finish_reason]
+        extra_fields = self._version_fields(len(request.tokens))
+        if segment_id is not None:
+            extra_fields[SEGMENT_ID_KEY] = segment_id
         return TokenOutput(
             token_ids=request.tokens,
             log_probs=request.log_probs if sampling_params.get("logprobs", True) else None,
             stop_reason=stop_reason,
-            extra_fields=self._version_fields(len(request.tokens)),
+            extra_fields=extra_fields,
         )
 
     async def _batch_loop(self) -> None:
@@ -172,8 +193,10 @@ class HFRolloutServer:
             self._batch_done.clear()
             try:
                 await asyncio.to_thread(self.engine.generate, requests, self._abort.is_set)
-                for _, future in taken:
-                    future.set_result(None)
+                # recorded before the results are released and before an abort returns, so a
+                # weight sync that follows an abort sees every segment of the outgoing version
+                for request, future in taken:
+                    future.set_result(self._record_segment(request))
             except Exception as exc:  # a failed batch fails its requests, not the server
                 logger.exception("hf rollout batch failed")
                 for _, future in taken:
@@ -203,6 +226,43 @@ class HFRolloutServer:
         self._abort.clear()
         self._rejecting = False
         self._gate_open.set()
+
+    # ------------------------------------------------------------------ old-logit segments
+    def _record_segment(self, request: GenerationRequest) -> str | None:
+        """Counts a finished call that produced tokens as a segment of the current version and
+        returns its id (None: no tokens, nothing to score)."""
+        if not request.tokens:
+            return None
+        segment_id = f"{self.replica_rank}:{next(self._segment_ids)}"
+        self._served_segments[self.global_steps] = self._served_segments.get(self.global_steps, 0) + 1
+        if self._segment_log is not None:
+            self._segment_log.append(
+                {
+                    "segment_id": segment_id,
+                    "version": self.global_steps,
+                    "prompt_ids": list(request.prompt_ids),
+                    "token_ids": list(request.tokens),
+                }
+            )
+        return segment_id
+
+    async def served_segments(self, version: int) -> int:
+        """How many segments this server has returned under weight version ``version``."""
+        return self._served_segments.get(version, 0)
+
+    async def enable_segment_log(self) -> None:
+        """Keep every segment's prompt and tokens until ``take_segments`` (provider ``interrupt``)."""
+        if self._segment_log is None:
+            self._segment_log = []
+
+    async def take_segments(self) -> list[dict[str, Any]]:
+        """The segments logged since the last call (``segment_id``, ``version``, ``prompt_ids``,
+        ``token_ids``). Called by the trainer while generation is paused, so the list is complete
+        for the version being replaced."""
+        if self._segment_log is None:
+            raise RuntimeError("take_segments: the segment log is off; call enable_segment_log first")
+        taken, self._segment_log = self._segment_log, []
+        return taken
 
     # ------------------------------------------------------------------ weights
     async def update_weights(self, named_tensors: dict[str, torch.Tensor], global_steps: int | None) -> int:
@@ -239,6 +299,112 @@ class HFRolloutServer:
 
     async def stop_profile(self) -> None:
         pass
+
+
+class HFOldLogitScorer(HFRolloutServer):
+    """The ``dedicated`` old-logit scorer on the cpu backend: a forward-only copy of the policy
+    (runs as a named Ray actor, ``SCORER_ACTOR_NAME``).
+
+    It inherits the server's model loading (transformers, fp32, sdpa) and weight updates; the
+    leader of replica 0's ``HFServerAdapter`` sends it every weight version right after the
+    replica's server. On this backend the trainer also runs fp32 transformers, so its scores are
+    the training-side log-probs π_train(θ_v) up to summation order; on a GPU backend the point of
+    a dedicated scorer is to run the *training* engine's numerics, which this class does not do.
+
+    Ordering: a weight update that changes the version first waits until this scorer has scored
+    as many segments of the outgoing version as the rollout servers returned
+    (``served_segments``), so a segment handed over late (an aborted prefix still in flight to
+    the client) is still scored with its own weights. After ``sync_timeout_s`` it logs and moves
+    on; a segment whose version the scorer no longer holds is refused (``None``), never scored
+    with other weights.
+
+    Args:
+        servers: the rollout servers' actor handles (for ``served_segments``).
+        temperature: the trainer's ``actor_rollout_ref.rollout.temperature`` (verl divides the
+            logits by it when it computes old log-probs).
+        sync_timeout_s: ``algorithm.old_logits.dedicated.sync_timeout_s``.
+    """
+
+    def __init__(
+        self,
+        config: RolloutConfig,
+        model_config: HFModelConfig,
+        servers: list[Any],
+        temperature: float,
+        sync_timeout_s: float,
+    ) -> None:
+        super().__init__(config=config, model_config=model_config, replica_rank=0)
+        self.servers = servers
+        self.temperature = float(temperature)
+        self.sync_timeout_s = sync_timeout_s
+        self._scored: dict[int, int] = {}
+        self._loading = False  # new weights are being copied in; scores would mix versions
+        self._stats = self._empty_stats()
+
+    @staticmethod
+    def _empty_stats() -> dict[str, float]:
+        return {"segments": 0, "tokens": 0, "score_time_s": 0.0, "refused": 0, "sync_wait_s": 0.0, "sync_timeouts": 0}
+
+    async def score(self, prompt_ids: list[int], token_ids: list[int], version: int | None) -> list[float] | None:
+        """log π_θv(token_ids[t] | prompt_ids + token_ids[:t]) for every t, or None when this
+        scorer does not hold version ``version`` (then the tokens stay unscored)."""
+        start = time.perf_counter()
+        log_probs = await asyncio.to_thread(self._score, list(prompt_ids), list(token_ids), version)
+        if log_probs is None:
+            self._stats["refused"] += 1
+            logger.warning(
+                "old-logit scorer holds version %s, was asked to score a segment of version %s: left unscored",
+                self.global_steps, version,
+            )
+            return None
+        self._scored[version] = self._scored.get(version, 0) + 1
+        self._stats["segments"] += 1
+        self._stats["tokens"] += len(token_ids)
+        self._stats["score_time_s"] += time.perf_counter() - start
+        return log_probs
+
+    def _score(self, prompt_ids: list[int], token_ids: list[int], version: int | None) -> list[float] | None:
+        with self.engine.lock, torch.inference_mode():
+            if self._loading or version is None or version != self.global_steps:
+                return None
+            ids = torch.tensor([prompt_ids + token_ids], dtype=torch.long)
+            logits = self.engine.model(input_ids=ids, use_cache=False).logits[0, len(prompt_ids) - 1 : -1].float()
+            log_probs = (logits / self.temperature).log_softmax(dim=-1)
+            return log_probs.gather(-1, ids[0, len(prompt_ids) :, None]).squeeze(-1).tolist()
+
+    async def update_weights(self, named_tensors: dict[str, torch.Tensor], global_steps: int | None) -> int:
+        moving = global_steps is not None and global_steps != self.global_steps
+        if moving and self.global_steps is not None:
+            await self._wait_until_scored(self.global_steps)
+        self._loading = moving
+        try:
+            return await super().update_weights(named_tensors, global_steps)
+        finally:
+            self._loading = False
+
+    async def _wait_until_scored(self, version: int) -> None:
+        start = time.perf_counter()
+        while True:
+            served = sum(await asyncio.gather(*[s.served_segments.remote(version) for s in self.servers]))
+            if self._scored.get(version, 0) >= served:
+                break
+            if time.perf_counter() - start > self.sync_timeout_s:
+                self._stats["sync_timeouts"] += 1
+                logger.warning(
+                    "old-logit scorer: %d of %d segments of version %s scored after %.0f s "
+                    "(algorithm.old_logits.dedicated.sync_timeout_s); moving to the next version, "
+                    "the rest stay unscored",
+                    self._scored.get(version, 0), served, version, self.sync_timeout_s,
+                )
+                break
+            await asyncio.sleep(0.01)
+        self._scored.pop(version, None)
+        self._stats["sync_wait_s"] += time.perf_counter() - start
+
+    async def take_stats(self) -> dict[str, float]:
+        """Counters since the last call (segments and tokens scored, time, refusals, sync waits)."""
+        stats, self._stats = self._stats, self._empty_stats()
+        return stats
 
 
 class HFReplica(RolloutReplica):
@@ -286,11 +452,21 @@ class HFServerAdapter(BaseRollout):
         self.is_leader = rank % replica_world == 0
         self.sleep_level = 2  # read by verl's worker for sglang only; kept for protocol parity
         self._server = None
+        self._scorer = None
 
     def _server_handle(self):
         if self._server is None:
             self._server = ray.get_actor(server_actor_name(self.replica_rank))
         return self._server
+
+    def _scorer_handle(self):
+        """The ``dedicated`` old-logit scorer if the trainer started one (replica 0's leader feeds it)."""
+        if self._scorer is None and self.replica_rank == 0:
+            try:
+                self._scorer = ray.get_actor(SCORER_ACTOR_NAME)
+            except ValueError:
+                return None
+        return self._scorer
 
     async def resume(self, tags: list[str]) -> None:
         pass
@@ -307,3 +483,6 @@ class HFServerAdapter(BaseRollout):
         state = {name: tensor.detach().to("cpu", copy=True) for name, tensor in weights}
         if self.is_leader:
             await self._server_handle().update_weights.remote(state, global_steps)
+            scorer = self._scorer_handle()
+            if scorer is not None:  # same weights, same sync: before generation resumes
+                await scorer.update_weights.remote(state, global_steps)

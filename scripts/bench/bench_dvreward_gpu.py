@@ -1,0 +1,277 @@
+"""GPU judge throughput of `verl-ext judge-server`, batched vs unbatched, with random-weight models
+of real sizes (Qwen2.5-1.5B and Qwen2.5-7B architectures, bf16), built on the GPU machine.
+
+Random weights cost the same FLOPs and memory traffic as trained ones; nothing is downloaded. The
+tokenizer is the tiny model's local BPE (`verl_ext.tiny_model`), so token counts, not characters,
+are what is held fixed: every judge prompt (system prompt + artifact + question) is about
+``--prompt-tokens`` long and every answer is ``max_tokens=4`` greedy tokens (a random model
+rarely stops early), as the DVReward client asks for them.
+
+The server runs in a subprocess (`verl-ext judge-server --model DIR --device cuda`), the
+`OpenAIJudge` client in this process, as in `bench_dvreward.py`:
+
+* unbatched: client concurrency 1 (one request at a time), and concurrency 32 against a server
+  started with ``--max-batch 1`` (requests queue, each runs alone);
+* batched: concurrency 8 / 32 / 64 against ``--max-batch 64``.
+
+Every figure is the median of ``--repeats`` rounds (levels interleaved per round). Writes the JSON
+results; ``--render FILE.json`` writes the ``## DVReward judge on GPU`` section of
+docs/benchmarks.md from them.
+
+    python scripts/bench/bench_dvreward_gpu.py --sizes 1.5b 7b --json results.json
+    python scripts/bench/bench_dvreward_gpu.py --render results.json
+
+Needs a CUDA torch, transformers and verl-ext's ``judge`` extra (fastapi, uvicorn, httpx); verl is
+not imported, so ``PYTHONPATH=<repo>`` is enough on a GPU machine without verl.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import statistics
+import sys
+import tempfile
+import time
+
+import httpx
+
+from verl_ext.rewards.dvreward.judge import JUDGE_SYSTEM_PROMPT, Artifact, JudgeOptions, OpenAIJudge
+from verl_ext.rewards.dvreward.judge_server import spawn
+from verl_ext.rewards.dvreward.transport import Endpoint
+
+# Public Qwen2.5 architecture hyper-parameters (config.json of Qwen/Qwen2.5-{1.5B,7B}-Instruct).
+QWEN25 = {
+    "1.5b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
+                 num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True),
+    "7b": dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
+               num_key_value_heads=4, vocab_size=152064, tie_word_embeddings=False),
+}
+# (label, server --max-batch, client concurrency)
+SETTINGS = [
+    ("unbatched", 1, 1),
+    ("unbatched, queued", 1, 32),
+    ("batched", 64, 8),
+    ("batched", 64, 32),
+    ("batched", 64, 64),
+]
+SECTION = "## DVReward judge on GPU"
+
+
+def build_model(out_dir: str, size: str) -> dict:
+    """Write a random-weight Qwen2.5-``size`` (bf16) + the local tokenizer to ``out_dir``."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from verl_ext.tiny_model import build_tokenizer
+
+    tokenizer = build_tokenizer()
+    config = Qwen2Config(
+        **QWEN25[size], max_position_embeddings=32768, rope_theta=1e6, rms_norm_eps=1e-6,
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(0)
+    torch.set_default_dtype(torch.bfloat16)
+    with torch.device("cuda"):
+        model = Qwen2ForCausalLM(config)
+    torch.set_default_dtype(torch.float32)
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    params = sum(p.numel() for p in model.parameters())
+    del model
+    torch.cuda.empty_cache()
+    return {"parameters": params}
+
+
+def artifact_for(prompt_tokens: int, model_dir: str) -> str:
+    """A state-dump-like text artifact that makes the judge prompt about ``prompt_tokens`` long."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    line = "row {i}: mail from Gerta, subject 'Q3 numbers', starred=false, folder=inbox. "
+    text = ""
+    while True:
+        question = "Is the email from Gerta starred?"
+        messages = [{"role": "system", "content": JUDGE_SYSTEM_PROMPT},
+                    {"role": "user", "content": Artifact.text(text).user_content(question)}]
+        n = len(tok(tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False))["input_ids"])
+        if n >= prompt_tokens:
+            return text
+        text += line.format(i=len(text))
+
+
+async def _round(url: str, concurrency: int, n_questions: int, artifact: str, tag: str) -> float:
+    """Questions per second answering ``n_questions`` new questions (no cache hit)."""
+    judge = OpenAIJudge(Endpoint(url, "judge", timeout_s=600, max_retries=0),
+                        JudgeOptions(max_concurrency=concurrency, cache_size=0))
+    questions = [f"Is fact {i} of request {tag} met?" for i in range(n_questions)]
+    start = time.perf_counter()
+    await judge.answer(questions, Artifact.text(artifact))
+    rate = n_questions / (time.perf_counter() - start)
+    await judge.aclose()
+    return rate
+
+
+def measure(model_dir: str, artifact: str, repeats: int) -> list[dict]:
+    rows = []
+    for max_batch in sorted({mb for _, mb, _ in SETTINGS}):
+        levels = [(label, c) for label, mb, c in SETTINGS if mb == max_batch]
+        with spawn(["--model", model_dir, "--device", "cuda", "--max-batch", str(max_batch),
+                    "--served-model-name", "judge"]) as url:
+            stats_url = url.removesuffix("/v1") + "/stats"
+            asyncio.run(_round(url, max(c for _, c in levels), 64, artifact, "warmup"))
+            rates: dict[int, list[float]] = {c: [] for _, c in levels}
+            batches: dict[int, list[float]] = {c: [] for _, c in levels}
+            for r in range(repeats):
+                for _, c in levels:
+                    before = httpx.get(stats_url).json()
+                    rates[c].append(asyncio.run(_round(url, c, max(32, 4 * c), artifact, f"mb{max_batch}c{c}r{r}")))
+                    after = httpx.get(stats_url).json()
+                    batches[c].append((after["requests"] - before["requests"]) / max(1, after["batches"] - before["batches"]))
+            rows += [{"label": label, "max_batch": max_batch, "concurrency": c,
+                      "questions_per_s": statistics.median(rates[c]), "runs": rates[c],
+                      "mean_batch": statistics.mean(batches[c])} for label, c in levels]
+    return rows
+
+
+def model_only(model_dir: str, artifact: str, repeats: int, batch_sizes=(1, 8, 64)) -> list[dict]:
+    """Questions per second of the server's backend alone (``HFBackend.complete``, no HTTP, no
+    client), ``max(64, b)`` questions in batches of ``b``."""
+    import torch
+
+    from verl_ext.rewards.dvreward.judge_server import ChatRequest, HFBackend
+
+    backend = HFBackend(model_dir, device="cuda")
+
+    def requests(n: int, tag: str) -> list[ChatRequest]:
+        return [ChatRequest(messages=[{"role": "system", "content": JUDGE_SYSTEM_PROMPT},
+                                      {"role": "user", "content": Artifact.text(artifact).user_content(
+                                          f"Is fact {i} of request {tag} met?")}],
+                            max_tokens=4, logprobs=True, top_logprobs=5) for i in range(n)]
+
+    backend.complete(requests(8, "warmup"))
+    rows = []
+    for b in batch_sizes:
+        runs = []
+        for r in range(repeats):
+            todo = requests(max(64, b), f"b{b}r{r}")
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            for i in range(0, len(todo), b):
+                backend.complete(todo[i : i + b])
+            runs.append(len(todo) / (time.perf_counter() - start))
+        rows.append({"batch": b, "questions_per_s": statistics.median(runs), "runs": runs})
+    del backend
+    torch.cuda.empty_cache()
+    return rows
+
+
+def run(sizes: list[str], repeats: int, prompt_tokens: int) -> dict:
+    import torch
+    import transformers
+
+    results = {"card": torch.cuda.get_device_name(0), "torch": torch.__version__,
+               "transformers": transformers.__version__, "repeats": repeats, "prompt_tokens": prompt_tokens,
+               "models": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        for size in sizes:
+            model_dir = os.path.join(tmp, size)
+            start = time.perf_counter()
+            info = build_model(model_dir, size)
+            info["build_s"] = time.perf_counter() - start
+            artifact = artifact_for(prompt_tokens, model_dir)
+            info["model_only"] = model_only(model_dir, artifact, repeats)
+            info["rows"] = measure(model_dir, artifact, repeats)
+            results["models"][size] = info
+            print(json.dumps({size: info}), flush=True)
+    return results
+
+
+def render(results: dict) -> str:
+    lines = [
+        SECTION,
+        "",
+        f"Card: **{results['card']}** (torch {results['torch']}, transformers {results['transformers']}, bf16). "
+        "`python scripts/bench/bench_dvreward_gpu.py` on the GPU machine: `verl-ext judge-server --model DIR "
+        "--device cuda` (transformers `generate`, greedy) in a subprocess, the `OpenAIJudge` client in the "
+        f"benchmark process; random-weight Qwen2.5-architecture models; every prompt ~{results['prompt_tokens']} "
+        f"tokens, 4 answer tokens; medians of {results['repeats']} rounds (single batched rounds varied by up to "
+        "1.7x; read the ratios). \"unbatched\" = one request in the model at a time (client concurrency 1, or a "
+        "server with `--max-batch 1` and 32 queued requests).",
+    ]
+    for size, info in results["models"].items():
+        rows = info["rows"]
+        base = next(r for r in rows if r["max_batch"] == 1 and r["concurrency"] == 1)["questions_per_s"]
+        lines += [
+            "",
+            f"**Qwen2.5-{size.upper()} architecture** ({info['parameters'] / 1e9:.2f}B parameters, random weights):",
+            "",
+            "| mode | server `--max-batch` | client concurrency | questions / s | vs unbatched | mean server batch |",
+            "|---|---|---|---|---|---|",
+        ]
+        lines += [f"| {r['label']} | {r['max_batch']} | {r['concurrency']} | {r['questions_per_s']:.1f} | "
+                  f"{r['questions_per_s'] / base:.2f}x | {r['mean_batch']:.1f} |" for r in rows]
+        if "model_only" in info:
+            alone = info["model_only"]
+            lines += ["", "Backend alone (`HFBackend.complete`, no HTTP, no client):", "",
+                      "| batch | questions / s | vs batch 1 |", "|---|---|---|"]
+            lines += [f"| {r['batch']} | {r['questions_per_s']:.1f} | {r['questions_per_s'] / alone[0]['questions_per_s']:.2f}x |"
+                      for r in alone]
+    lines += [
+        "",
+        "Unbatched, both sizes run at about the same rate: one request is bound by per-step launch and "
+        "Python overhead (28 layers each), not by the GPU. The backend alone gains far more from batching "
+        "than the server end to end: at concurrency 64 the server forms batches of about 25-30 and the "
+        "HTTP + client path caps the rate. transformers' `generate` pads each batch statically (no "
+        "continuous batching, no paged KV cache); for real training point `judge_url` at a vLLM/SGLang "
+        "server (`--max-logprobs 5`) or use verl's GenRM path; `judge-server` is for small judges and tests.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def write_section(path: str, section: str) -> None:
+    """Replace (or append after ``## DVReward``) this section, leaving every other one as it is."""
+    with open(path) as f:
+        text = f.read()
+    section = section.rstrip("\n") + "\n\n"
+    own = re.search(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", text, flags=re.DOTALL | re.MULTILINE)
+    if own:
+        text = text[: own.start()] + section + text[own.end() :]
+    else:
+        cpu = re.search(r"^## DVReward\n.*?(?=^## |\Z)", text, flags=re.DOTALL | re.MULTILINE)
+        at = cpu.end() if cpu else len(text)
+        text = text[:at].rstrip("\n") + "\n\n" + section + text[at:]
+    with open(path, "w") as f:
+        f.write(text.rstrip("\n") + "\n")
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", nargs="+", choices=sorted(QWEN25), default=["1.5b", "7b"])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--prompt-tokens", type=int, default=400)
+    parser.add_argument("--json", help="write the results here")
+    parser.add_argument("--render", metavar="JSON", help="render saved results into docs/benchmarks.md and exit")
+    default_output = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "benchmarks.md")
+    parser.add_argument("--output", default=default_output)
+    args = parser.parse_args(argv)
+    if args.render:
+        with open(args.render) as f:
+            section = render(json.load(f))
+        write_section(os.path.normpath(args.output), section)
+        print(section)
+        return 0
+    results = run(args.sizes, args.repeats, args.prompt_tokens)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+    print(render(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,128 @@
+"""Shared machinery of the learning benchmarks (``text_corridor_learning.py``,
+``toolcua_hybrid_learning.py``): run a cpu recipe once per (config, seed) with the same seeds and
+budget, read verl's per-step metrics from its JSONL file logger, tabulate, plot, and replace the
+benchmark's section of ``docs/benchmarks.md``.
+
+Runs are sequential (one trainer at a time on a 2-core machine). A run whose ``metrics.jsonl``
+already reaches the last step is reused, so a sweep can be resumed or re-reported.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[2]
+Runs = dict[int, dict[int, dict[str, float]]]  # seed -> step -> metrics
+
+
+def load_steps(path: Path) -> dict[int, dict[str, float]]:
+    """verl's ``file`` logger (one ``{"step", "data"}`` JSON object per line) -> {step: metrics}."""
+    steps: dict[int, dict[str, float]] = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            steps.setdefault(int(record["step"]), {}).update(record["data"])
+    return steps
+
+
+def run_once(script: str, env_vars: dict[str, str], steps: int, out: Path, attempts: int, label: str) -> float | None:
+    """Run ``recipes/<script>`` with ``env_vars`` + ``OUT``/``STEPS``; returns the wall time of the
+    run that finished, or None if a finished run was reused. A crashed run is started again from
+    scratch, up to ``attempts`` times: on a shared machine another job's ``ray stop`` or a stalled
+    heartbeat can kill Ray under us."""
+    if steps in load_steps(out / "metrics.jsonl"):
+        return None
+    env = {**os.environ, **env_vars, "OUT": str(out), "STEPS": str(steps),
+           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    out.mkdir(parents=True, exist_ok=True)
+    for attempt in range(1, attempts + 1):
+        (out / "metrics.jsonl").unlink(missing_ok=True)  # verl's file logger appends
+        start = time.perf_counter()
+        with open(out / f"run{attempt}.log", "w") as log:
+            proc = subprocess.run(["bash", str(REPO / "recipes" / script)], cwd=REPO, env=env,
+                                  stdout=log, stderr=subprocess.STDOUT)
+        wall = time.perf_counter() - start
+        if proc.returncode == 0 and steps in load_steps(out / "metrics.jsonl"):
+            # the machine is shared: keep the load next to the time so the numbers can be read fairly
+            (out / "run.json").write_text(json.dumps({"wall_s": wall, "load_avg_5min": os.getloadavg()[1],
+                                                      "attempt": attempt}))
+            return wall
+        print(f"{label}: attempt {attempt} failed (exit {proc.returncode}), see {out / f'run{attempt}.log'}",
+              flush=True)
+    raise RuntimeError(f"{label} failed {attempts} times; logs in {out}")
+
+
+def series(runs: Runs, key: str, steps: list[int]) -> np.ndarray:
+    """Shape (seeds, len(steps)): ``key`` at each step of each seed's run (NaN where not logged)."""
+    return np.array([[run.get(s, {}).get(key, np.nan) for s in steps] for run in runs.values()], dtype=float)
+
+
+def cell(values: np.ndarray) -> str:
+    """Mean over seeds, with the per-seed values when there are several."""
+    mean = f"{np.nanmean(values):.2f}"
+    return mean if len(values) == 1 else f"{mean} ({' / '.join(f'{v:.2f}' for v in values)})"
+
+
+def logged_steps(results: dict[str, Runs], key: str) -> list[int]:
+    return sorted({s for runs in results.values() for run in runs.values() for s, m in run.items() if key in m})
+
+
+def load_note(runs_info: dict[str, list[dict]]) -> str:
+    loads = [info["load_avg_5min"] for infos in runs_info.values() for info in infos]
+    return f"5-minute load average {min(loads):.0f}-{max(loads):.0f} at the end of the runs" if loads else "load not recorded"
+
+
+def wall_times(runs_info: dict[str, list[dict]], configs: list[str]) -> list[str]:
+    return [f"{np.mean([i['wall_s'] for i in runs_info[c]]):.0f}" if runs_info[c] else "not recorded" for c in configs]
+
+
+def plot_curves(results: dict[str, Runs], steps: int, panels: list[tuple[str, str, bool]], title: str,
+                path: Path, smooth: int = 5) -> None:
+    """One panel per ``(metric key, panel title, per_step)``: validation keys (``per_step``
+    False) as points at the logged steps, training keys as a ``smooth``-step moving average."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4), sharey=True)
+    all_steps = list(range(steps + 1))
+    for ax, (key, panel_title, per_step) in zip(np.atleast_1d(axes), panels):
+        for i, (config, runs) in enumerate(results.items()):
+            if per_step:  # moving average of the mean over seeds: one step is only a few dozen episodes
+                window = min(smooth, steps)
+                values = np.nanmean(series(runs, key, all_steps[1:]), axis=0)
+                ax.plot(all_steps[window:], np.convolve(values, np.ones(window) / window, mode="valid"),
+                        color=f"C{i}", label=config)
+            else:
+                values = series(runs, key, all_steps)
+                logged = ~np.isnan(values).all(axis=0)
+                ax.plot(np.array(all_steps)[logged], np.nanmean(values[:, logged], axis=0), "o-", color=f"C{i}",
+                        label=config)
+        ax.set(title=panel_title, xlabel="training step", ylim=(0, 1.02))
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    np.atleast_1d(axes)[0].set_ylabel("rate")
+    fig.suptitle(title)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+
+
+def write_section(doc: Path, heading: str, section: str) -> None:
+    """Replace the section under ``heading`` in ``doc`` (up to the next ``## `` heading), or append it."""
+    text = doc.read_text() if doc.exists() else "# Benchmarks\n"
+    start = text.find(heading)
+    if start < 0:
+        text = text.rstrip("\n") + "\n\n" + section
+    else:
+        end = text.find("\n## ", start + len(heading))
+        text = text[:start] + section + (text[end + 1:] if end >= 0 else "")
+    doc.write_text(text)

@@ -1,0 +1,191 @@
+"""Does the tiny model learn when to use tools? The flagship cpu recipe (``recipes/toolcua_hybrid``)
+through verl's real trainer: grpo vs gigpo vs hgpo (all with PPO-EWMA), and hgpo with verl's vanilla
+PPO loss vs PPO-EWMA, with the same seeds and budget.
+
+Runs ``recipes/toolcua_hybrid/run_cpu.sh`` once per (config, seed), sequentially, reads verl's
+per-step metrics and writes the section ``## Hybrid GUI + tool agent: toolcua_hybrid learning``
+of ``docs/benchmarks.md`` plus ``docs/img/toolcua_hybrid_learning.png``. Each run's initial model
+and final checkpoint are then played with ``verl-ext eval``'s engine on unseen task instances
+(``--eval-seeds``), split by whether tools help the task. The reading of the tables
+is kept in ``recipes/toolcua_hybrid/learning_notes.md`` and appended. Finished runs are reused;
+``--report-only`` runs nothing. Shared machinery: ``learning_runs.py``.
+
+    python scripts/bench/toolcua_hybrid_learning.py --steps 30 --seeds 0 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+from pathlib import Path
+
+import numpy as np
+from learning_runs import REPO, Runs, cell, load_note, load_steps, logged_steps, plot_curves, run_once, series, \
+    wall_times, write_section
+
+HEADING = "## Hybrid GUI + tool agent: toolcua_hybrid learning"
+VAL = "val-aux/verl_ext/minidesk/{}/mean@1"
+VAL_SUCCESS, VAL_TIR, VAL_FORMAT = VAL.format("success"), VAL.format("tool_ok"), VAL.format("format_ok")
+VAL_STEPS, VAL_TOOL = VAL.format("num_steps"), VAL.format("used_tool")
+TRAIN_SUCCESS, TRAIN_TIR = "verl_ext/episode/accuracy", "verl_ext/episode/tir"
+SMOOTH = 5
+# name -> the recipe script's environment: estimator and loss
+TEMPLATES = {  # template -> tool_beneficial (the run script's default TEMPLATES)
+    "mail_send": True, "files_rename": True, "calendar_add": True, "sheet_sort": True,
+    "settings_theme": False, "settings_toggle": False, "sheet_set_cell": False, "calendar_delete_title": False,
+}
+EVAL_SEED0 = 2_000_000  # above the training (< 1e6) and validation (1e6-2e6) task seeds
+CONFIGS = {
+    "grpo + ppo_ewma": {"ADV": "grpo", "LOSS": "ppo_ewma"},
+    "gigpo + ppo_ewma": {"ADV": "gigpo", "LOSS": "ppo_ewma"},
+    "hgpo + ppo_ewma": {"ADV": "hgpo", "LOSS": "ppo_ewma"},
+    "hgpo + vanilla": {"ADV": "hgpo", "LOSS": "vanilla"},
+}
+
+
+def _table(results: dict[str, Runs], key: str, steps: list[int]) -> list[str]:
+    configs = list(results)
+    lines = ["| step | " + " | ".join(configs) + " |", "|---" * (len(configs) + 1) + "|"]
+    for s in steps:
+        lines.append(f"| {s} | " + " | ".join(cell(series(results[c], key, [s])[:, 0]) for c in configs) + " |")
+    return lines
+
+
+def evaluate_policy(model: Path, cache: Path, eval_seeds: int) -> dict[str, float]:
+    """Success and tool use of a model (initial folder or verl checkpoint) on unseen instances of
+    the recipe's templates, split by ``tool_beneficial``; cached in ``cache`` (JSON)."""
+    if cache.exists():
+        return json.loads(cache.read_text())
+    from verl_ext.envs.eval_cli import evaluate
+
+    records, _ = evaluate("minidesk", f"checkpoint:{model}", list(TEMPLATES), list(range(EVAL_SEED0, EVAL_SEED0 + eval_seeds)),
+                          parallel=2, max_steps=8, progress=False, action_format="menu")
+    summary = {}
+    for label, helps in (("tools_help", True), ("tools_do_not_help", False)):
+        rows = [r for r in records if TEMPLATES[r["task"]] == helps and r["valid"] > 0]
+        summary[f"{label}/success"] = float(np.mean([r["success"] for r in rows]))
+        summary[f"{label}/used_tool"] = float(np.mean([r["used_tool"] for r in rows]))
+        summary[f"{label}/tool_ok"] = float(np.mean([r["tool_ok"] for r in rows]))
+    summary["episodes"] = float(len(records))
+    cache.write_text(json.dumps(summary))
+    return summary
+
+
+def _eval_table(evals: dict[str, list[dict[str, float]]], eval_seeds: int) -> list[str]:
+    lines = [f"**Per task type** (`verl-ext eval` engine, {eval_seeds} unseen instances of each of the 8 templates "
+             "per run, temperature 1; mean over seeds, per seed in brackets):", "",
+             "| policy | success, tools help | used a tool, tools help | success, tools do not help | "
+             "used a tool, tools do not help |", "|---|---|---|---|---|"]
+    for name, summaries in evals.items():
+        cells = [cell(np.array([s[key] for s in summaries])) for key in (
+            "tools_help/success", "tools_help/used_tool", "tools_do_not_help/success", "tools_do_not_help/used_tool")]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def report(results: dict[str, Runs], steps: int, runs_info: dict[str, list[dict]], plot_path: Path, notes: str,
+           evals: dict[str, list[dict[str, float]]], eval_seeds: int) -> str:
+    configs = list(results)
+    seeds = sorted(next(iter(results.values())))
+    val_steps = logged_steps(results, VAL_SUCCESS)
+    header = "| " + " | ".join(configs) + " |"
+    rule = "|---" * (len(configs) + 1) + "|"
+    lines = [
+        HEADING, "",
+        f"Machine: {platform.machine()}, {os.cpu_count()} cores visible, shared with other engineers' jobs "
+        f"({load_note(runs_info)}), Python {platform.python_version()}; no GPU.",
+        f"`python scripts/bench/toolcua_hybrid_learning.py --steps {steps} --seeds {' '.join(map(str, seeds))}`: "
+        "`recipes/toolcua_hybrid/run_cpu.sh` (verl's `main_ppo`, v1 `verl_ext_sync` trainer, cpu backend, "
+        "MiniDesk in headless Chromium) with the 107k-parameter random tiny Qwen2 answering the T/G action "
+        "menu, for each config with the same seeds (model init, data, dataloader) and the same budget: "
+        f"{steps} steps x 8 tasks x 4 rollouts, lr 3e-3, two optimizer steps per training step, at most 8 "
+        "turns. 8 templates: 4 where tools shorten the path (`mail_send`, `files_rename`, `calendar_add`, "
+        "`sheet_sort`) and 4 where the GUI path earns the tool-appropriateness bonus (`settings_theme`, "
+        "`settings_toggle`, `sheet_set_cell`, `calendar_delete_title`). Reward: Tool-Efficient Path Reward "
+        "(format + success + 0.4 tool-appropriate + 0.2 R_length vs the group mean, S_max 8). "
+        "Estimators: gigpo/hgpo gamma 0.95, reference defaults otherwise; grpo is verl's own. "
+        "Loss: `ppo_ewma` = PPO-EWMA with the `ewma` old-logit provider; `vanilla` = verl's PPO clip loss "
+        "with verl's recomputed old log-probs.",
+        "",
+        "**Validation success rate** (64 held-out task instances, one sampled episode each at temperature 1; "
+        "mean over seeds, per seed in brackets):", "",
+        *_table(results, VAL_SUCCESS, val_steps),
+        "",
+        "**Validation tool-invocation rate** (TIR, ToolCUA's definition: success with a tool where tools help, "
+        "success without tools where they do not):", "",
+        *_table(results, VAL_TIR, val_steps),
+        "",
+        "**Training** (32 episodes per step, averaged over the window; success / TIR):", "",
+        "| steps " + header, rule,
+    ]
+    for lo in range(1, steps + 1, 10):
+        window = list(range(lo, min(lo + 9, steps) + 1))
+        cells = [f"{cell(np.nanmean(series(results[c], TRAIN_SUCCESS, window), axis=1))} / "
+                 f"{np.nanmean(series(results[c], TRAIN_TIR, window)):.2f}" for c in configs]
+        lines.append(f"| {window[0]}-{window[-1]} | " + " | ".join(cells) + " |")
+    last = val_steps[-1]
+    lines += ["", f"**What the policy does** (validation, step 0 -> step {last}, mean over seeds):", "",
+              "| metric " + header, rule]
+    for name, key in (("well-formed answers (all turns)", VAL_FORMAT), ("episodes that used a tool", VAL_TOOL),
+                      ("env steps per episode", VAL_STEPS)):
+        cells = [f"{np.nanmean(series(results[c], key, [0])):.2f} -> {np.nanmean(series(results[c], key, [last])):.2f}"
+                 for c in configs]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines.append("| wall time per run (s) | " + " | ".join(wall_times(runs_info, configs)) + " |")
+    if evals:
+        lines += ["", *_eval_table(evals, eval_seeds)]
+    lines += ["", f"![toolcua_hybrid learning curves]({os.path.relpath(plot_path, REPO / 'docs')})", ""]
+    return "\n".join(lines) + (f"\n{notes.strip()}\n" if notes.strip() else "")
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
+    parser.add_argument("--out", type=Path, default=REPO / "runs/toolcua_hybrid_bench")
+    parser.add_argument("--doc", type=Path, default=REPO / "docs/benchmarks.md")
+    parser.add_argument("--plot", type=Path, default=REPO / "docs/img/toolcua_hybrid_learning.png")
+    parser.add_argument("--attempts", type=int, default=2, help="tries per run before giving up")
+    parser.add_argument("--notes", type=Path, default=REPO / "recipes/toolcua_hybrid/learning_notes.md")
+    parser.add_argument("--report-only", action="store_true", help="run nothing; report the runs under --out")
+    parser.add_argument("--eval-seeds", type=int, default=8, help="unseen instances per template in the final eval; 0: skip")
+    args = parser.parse_args(argv)
+    runs_info: dict[str, list[dict]] = {c: [] for c in args.configs}
+    results: dict[str, Runs] = {c: {} for c in args.configs}
+    evals: dict[str, list[dict[str, float]]] = {"initial model (step 0)": []} if args.eval_seeds else {}
+    for seed in args.seeds:  # seed-major: a partial sweep still compares every config
+        for config in args.configs:
+            env = CONFIGS[config]
+            out = args.out / f"{env['ADV']}-{env['LOSS']}-seed{seed}"
+            if not args.report_only:
+                wall = run_once("toolcua_hybrid/run_cpu.sh", {**env, "SEED": str(seed)}, args.steps, out,
+                                args.attempts, f"{config} seed {seed}")
+                print(f"{config} seed {seed}: " + ("reused" if wall is None else f"{wall:.0f} s"), flush=True)
+            if (out / "run.json").exists():
+                runs_info[config].append(json.loads((out / "run.json").read_text()))
+            results[config][seed] = load_steps(out / "metrics.jsonl")
+            if args.eval_seeds:
+                if config == args.configs[0]:  # same seed, same initial model in every config
+                    evals["initial model (step 0)"].append(
+                        evaluate_policy(out / "model", out / "eval_initial.json", args.eval_seeds))
+                final = out / "checkpoints" / f"global_step_{args.steps}"
+                evals.setdefault(f"{config}, step {args.steps}", []).append(
+                    evaluate_policy(final, out / "eval_final.json", args.eval_seeds))
+    plot_curves(results, args.steps, [(VAL_SUCCESS, "validation success (64 episodes)", False),
+                                      (VAL_TIR, "validation TIR (64 episodes)", False),
+                                      (TRAIN_TIR, f"training TIR ({SMOOTH}-step moving average)", True)],
+                f"toolcua_hybrid: MiniDesk, tiny random Qwen2 on the cpu backend ({len(args.seeds)} seed(s))",
+                args.plot, SMOOTH)
+    write_section(args.doc, HEADING, report(results, args.steps, runs_info, args.plot,
+                                            args.notes.read_text() if args.notes.exists() else "", evals,
+                                            args.eval_seeds))
+    print(f"wrote {args.doc} ({HEADING!r}) and {args.plot}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

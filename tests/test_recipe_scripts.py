@@ -1,0 +1,223 @@
+"""Every GPU recipe script, checked without GPUs.
+
+Each ``recipes/*/run_*.sh`` except the cpu ones (``tests/e2e`` runs those) is run as a user runs it,
+with Hydra's ``--cfg job`` appended to its overrides. Only its last command, ``python -m
+verl.trainer.main_ppo <args>``, is taken over: a ``python`` placed first on PATH records ``<args>``,
+and verl 0.9.1's own ``main_ppo`` entry point is then called with exactly those arguments in this
+process (one start-up instead of one per script). With ``--cfg job`` it composes the full config
+(verl's ``ppo_trainer``/``ppo_megatron_trainer`` + the recipe + the script's overrides), prints it
+and returns before Ray or any GPU work. The printed config then goes through the checks verl runs
+before touching a GPU (``main_ppo``'s ``validate_config``, the config dataclasses its v1 trainer and
+workers build) and verl-ext's own (``verl_ext.doctor``, old-logit, estimator and agent-loop
+settings), so a renamed verl key, a typo or a missing plugin fails here. Model paths stay hub ids
+and are never downloaded (HF_HUB_OFFLINE=1 for everything the script runs).
+"""
+
+from __future__ import annotations
+
+import inspect
+import io
+import os
+import re
+import subprocess
+import sys
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+
+import pytest
+from omegaconf import DictConfig, OmegaConf
+
+REPO = Path(__file__).resolve().parents[1]
+GPU_SCRIPTS = sorted(p for p in REPO.glob("recipes/*/run_*.sh") if "cpu" not in p.stem)
+QWEN_1P5B = REPO / "recipes/toolcua_hybrid/run_fsdp_qwen25_1p5b.sh"
+
+# (id, script, extra overrides, text the failure must contain): each layer rejects its own kind of typo.
+BROKEN = [
+    # a typo in a key verl's yaml has: Hydra's struct config refuses it
+    ("verl_key", QWEN_1P5B, ["actor_rollout_ref.actor.ppo_mini_batchsize=8"], "ppo_mini_batchsize"),
+    # `+` adds any key; verl's RolloutConfig dataclass refuses the unknown one
+    ("added_verl_key", QWEN_1P5B, ["+actor_rollout_ref.rollout.limit_image=1"], "limit_image"),
+    # a verl-ext estimator setting verl never reads: the estimator's signature refuses it
+    ("verl_ext_key", QWEN_1P5B, ["+algorithm.hgpo.history_lenght=3"], "algorithm.hgpo.history_lenght"),
+    # a plugin that is not registered: verl-ext's doctor names it
+    ("plugin_name", REPO / "recipes/async_agentic/run_ewma.sh", ["algorithm.adv_estimator=hgpo_v2"], "hgpo_v2"),
+]
+
+# `python` for the scripts: `python -m verl.trainer.main_ppo ...` only records its arguments.
+PYTHON_SHIM = f"""#!/usr/bin/env bash
+if [ "${{1:-}}" = -m ] && [ "${{2:-}}" = verl.trainer.main_ppo ]; then
+    shift 2
+    printf '%s\\0' "$@" > "$MAIN_PPO_ARGS"
+    exit 0
+fi
+exec {sys.executable} "$@"
+"""
+
+
+@pytest.fixture(scope="module")
+def dry_run(tmp_path_factory):
+    """``dry_run(script, overrides, **env) -> (exit code, stdout, stderr)`` of verl's main_ppo."""
+    from verl.trainer import main_ppo
+
+    from verl_ext.data import main as prepare_data
+
+    root = tmp_path_factory.mktemp("recipe_dry_run")
+    data_dir = root / "data"  # prepared here, so no script writes data
+    prepare_data(["minidesk", str(data_dir), "--train-size", "8", "--val-size", "2"])
+    (root / "bin").mkdir()
+    shim = root / "bin" / "python"
+    shim.write_text(PYTHON_SHIM)
+    shim.chmod(0o755)
+    env = {
+        **os.environ,
+        "DATA_DIR": str(data_dir),
+        "OUT": str(root / "out"),
+        "HF_HUB_OFFLINE": "1",
+        "MAIN_PPO_ARGS": str(root / "main_ppo_args"),
+        "PATH": f"{root / 'bin'}:{Path(sys.executable).parent}:{os.environ['PATH']}",  # + this venv's verl-ext
+    }
+
+    def run(script: Path, overrides: list[str], **script_env: str) -> tuple[int, str, str]:
+        proc = subprocess.run(["bash", str(script), *overrides, "--cfg", "job"], cwd=REPO, env={**env, **script_env},
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, f"{script} failed before main_ppo:\n{proc.stderr[-4000:]}"
+        args_file = Path(env["MAIN_PPO_ARGS"])
+        assert args_file.exists(), f"{script} never ran `python -m verl.trainer.main_ppo`"
+        args = args_file.read_text().split("\0")[:-1]
+        args_file.unlink()
+        out, err, argv = io.StringIO(), io.StringIO(), sys.argv
+        sys.argv, code = [main_ppo.__file__, *args], 0
+        try:
+            with redirect_stdout(out), redirect_stderr(err):
+                main_ppo.main()  # what `python -m verl.trainer.main_ppo` runs
+        except SystemExit as exit_:  # Hydra reports a bad override and exits 1
+            code = exit_.code
+        finally:
+            sys.argv = argv
+        return code, out.getvalue(), err.getvalue()
+
+    return run
+
+
+def _script_id(script: Path) -> str:
+    return f"{script.parent.name}/{script.name}"
+
+
+def check_config(config: DictConfig) -> None:
+    """Raise on anything verl 0.9.1 or verl-ext would reject in this config before the first step."""
+    from verl.trainer.config import AlgoConfig
+    from verl.trainer.config.algorithm import RolloutCorrectionConfig
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import omega_conf_to_dataclass, validate_config
+    from verl.utils.device import auto_set_device
+
+    from verl_ext import reward_postprocess
+    from verl_ext.advantages import ESTIMATORS, hyperparameters
+    from verl_ext.advantages.verl_glue import estimator_params
+    from verl_ext.doctor import config_problems
+    from verl_ext.old_logits import OldLogitsConfig
+
+    # verl's main_ppo, then TaskRunnerV1.run (which resolves every interpolation)
+    auto_set_device(config)
+    validate_config(config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
+    OmegaConf.resolve(config)
+    # dataclasses the v1 trainer and the actor/rollout workers build (validate_config built the
+    # actor's and, when needed, the critic's). Not built: HFModelConfig, which loads the model.
+    rollout = config.actor_rollout_ref.rollout
+    omega_conf_to_dataclass(rollout)
+    omega_conf_to_dataclass(rollout.checkpoint_engine)
+    if config.distillation.enabled:
+        omega_conf_to_dataclass(config.distillation)
+    # verl reads `algorithm` untyped, so a misspelt verl key there would be ignored silently: check
+    # verl's part against verl's own dataclasses, the verl-ext sections with verl-ext's parsers.
+    algorithm = config.algorithm
+    verl_ext_sections = {"old_logits", reward_postprocess.PATH_LENGTH_KEY, *ESTIMATORS}
+    omega_conf_to_dataclass({k: v for k, v in algorithm.items() if k not in verl_ext_sections}, AlgoConfig)
+    if algorithm.get("rollout_correction") is not None:
+        omega_conf_to_dataclass(algorithm.rollout_correction, RolloutCorrectionConfig)
+    get_custom_reward_fn(config)  # verl's loader: imports the reward function the config names
+
+    problems = config_problems(config)
+    assert not problems, "\n".join(problems)
+    OldLogitsConfig.from_config(algorithm.get("old_logits"), config.trainer.v1.sampler.max_off_policy_threshold)
+    name = algorithm.adv_estimator
+    if name in ESTIMATORS:
+        params, _ = estimator_params(name, algorithm)
+        unknown = sorted(set(params) - set(hyperparameters(name)))
+        assert not unknown, f"unknown key(s) {[f'algorithm.{name}.{k}' for k in unknown]}"
+    if reward_postprocess.enabled(algorithm):
+        reward_postprocess.path_length_settings(algorithm)
+    check_agent_loops(config)
+    for key in ("train_files", "val_files"):
+        assert Path(config.data[key]).exists(), f"data.{key}={config.data[key]} does not exist"
+
+
+def check_agent_loops(config: DictConfig) -> None:
+    """The agent-loop YAML loads as verl loads it, and every kwarg is a declared parameter: verl's
+    AgentLoopBase takes **kwargs, so a misspelt one would be dropped without a word."""
+    from hydra.utils import get_class
+    from verl.utils.import_utils import resolve_config_path
+
+    path = config.actor_rollout_ref.rollout.agent.agent_loop_config_path
+    if not path:
+        return
+    for entry in OmegaConf.load(resolve_config_path(path)):
+        cls = get_class(entry._target_)
+        declared = {
+            p.name
+            for klass in cls.__mro__ if "__init__" in vars(klass)
+            for p in inspect.signature(vars(klass)["__init__"]).parameters.values()
+            if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        }
+        unknown = sorted(set(entry) - {"name", "_target_"} - declared)
+        assert not unknown, f"{path}: agent loop {entry.name!r} has no parameter(s) {unknown}"
+
+
+def test_every_recipe_has_gpu_scripts():
+    recipes = {p.parent.name for p in GPU_SCRIPTS}
+    assert {"toolcua_hybrid", "async_agentic"} <= recipes, recipes
+
+
+@pytest.mark.parametrize("script", GPU_SCRIPTS, ids=_script_id)
+def test_gpu_script_config_passes_verls_checks(script: Path, dry_run):
+    code, out, err = dry_run(script, [])
+    assert code == 0, f"{_script_id(script)} --cfg job failed:\n{err[-4000:]}"
+    config = OmegaConf.create(out)
+    check_config(config)
+    if script.parent.name == "async_agentic":  # run_<provider>.sh trains with that provider
+        assert config.algorithm.old_logits.provider == script.stem.removeprefix("run_")
+        assert config.trainer.v1.trainer_mode == "verl_ext_colocate_async"
+
+
+def test_async_cpu_twin_composes_the_async_recipe(dry_run):
+    """async_agentic/run_cpu.sh wraps toolcua_hybrid/run_cpu.sh, whose +plugins/backend=cpu is merged
+    after the recipes: the async settings and PROVIDER must still win."""
+    code, out, err = dry_run(REPO / "recipes/async_agentic/run_cpu.sh", [], PROVIDER="loglinear")
+    assert code == 0, err[-4000:]
+    config = OmegaConf.create(out)
+    check_config(config)
+    assert config.trainer.v1.trainer_mode == "verl_ext_colocate_async"
+    assert config.algorithm.old_logits.provider == "loglinear"
+    assert config.algorithm.rollout_correction.rollout_rs == "token_k1"
+    assert config.actor_rollout_ref.rollout.name == "hf"  # still the cpu backend
+
+
+@pytest.mark.parametrize("case, script, overrides, expected", BROKEN, ids=[c[0] for c in BROKEN])
+def test_a_typo_fails_the_dry_run(case, script, overrides, expected, dry_run):
+    code, out, err = dry_run(script, overrides)
+    if code != 0:  # Hydra refused it while composing
+        assert expected in err, err[-4000:]
+        return
+    with pytest.raises(Exception, match=re.escape(expected)):
+        check_config(OmegaConf.create(out))
+
+
+def test_a_misspelt_agent_loop_kwarg_fails(dry_run, tmp_path):
+    loops = tmp_path / "agent_loops.yaml"
+    vl_loops = (REPO / "recipes/toolcua_hybrid/agent_loops_vl.yaml").read_text()
+    loops.write_text(vl_loops.replace("screenshots:", "screenshot:"))
+    code, out, err = dry_run(QWEN_1P5B, [f"actor_rollout_ref.rollout.agent.agent_loop_config_path={loops}"])
+    assert code == 0, err[-4000:]
+    with pytest.raises(AssertionError, match=re.escape("no parameter(s) ['screenshot']")):
+        check_config(OmegaConf.create(out))
