@@ -62,3 +62,23 @@ def test_align_token_versions_marks_non_model_tokens():
 
 async def _done():
     return None
+
+
+def test_turn_tokens_align_every_per_token_field_of_a_multi_turn_row():
+    from verl.workers.rollout.replica import TokenOutput
+
+    from verl_ext.old_logits.precomputed import SEGMENTS_KEY, TOKEN_OLD_LOG_PROBS_KEY
+    from verl_ext.rollout_client import TOKEN_VERSIONS_KEY, TurnTokens
+
+    row = TurnTokens()
+    # turn 1: a server without scorer values; turn 2: scored by the dedicated scorer, logged as a segment
+    row.add(TokenOutput(token_ids=[5, 6], extra_fields={"global_steps": 3}))
+    row.add(TokenOutput(token_ids=[7], extra_fields={TOKEN_VERSIONS_KEY: [4], TOKEN_OLD_LOG_PROBS_KEY: [-0.5],
+                                                      SEGMENTS_KEY: [["s9", 1]]}))
+    fields = row.extra_fields([1, 1, 0, 0, 1], limit=5)  # two observation tokens between the turns
+    assert fields[TOKEN_VERSIONS_KEY] == [3, 3, NO_VERSION, NO_VERSION, 4]
+    assert (fields["min_global_steps"], fields["max_global_steps"]) == (3, 4)
+    assert fields[TOKEN_OLD_LOG_PROBS_KEY] == [None, None, None, None, -0.5]
+    assert fields[SEGMENTS_KEY] == [["s9", 1]]
+    assert row.extra_fields([1, 1, 0, 0, 1], limit=3)[TOKEN_OLD_LOG_PROBS_KEY] == [None, None, None]
+    assert TurnTokens().extra_fields([], limit=4) == {}

@@ -359,20 +359,36 @@ class InterruptScoring:
         if not segments:
             return []
         rows = [_segment_row(seg) for seg in segments]
-        rows += [rows[-1]] * (-len(rows) % self._dp_size())  # verl splits a batch evenly over dp ranks
+        # verl splits a batch evenly over the dp ranks and, without dynamic batch sizes, each
+        # rank's share into equal micro-batches: pad with copies of the last row
+        multiple, micro = self._row_multiple(len(rows))
+        rows += [rows[-1]] * (-len(rows) % multiple)
         keys = [f"verl_ext_segment_{i}" for i in range(len(rows))]
         meta = tq.kv_batch_put(keys=keys, partition_id=self.PARTITION, fields=list_of_dict_to_tensordict(rows))
+        if micro is not None:
+            meta.extra_info["micro_batch_size_per_gpu"] = micro
         try:
             log_probs = self.host.old_logits_forward(meta, CURRENT)
         finally:
             tq.kv_clear(keys=keys, partition_id=self.PARTITION)
         return [log_probs[i, : len(seg["token_ids"])] for i, seg in enumerate(segments)]
 
-    def _dp_size(self) -> int:
-        wg = self.host.trainer.actor_rollout_wg
+    def _row_multiple(self, n_rows: int) -> tuple[int, int | None]:
+        """(the row count the batch must be a multiple of, the micro-batch size to use or None
+        with dynamic batch sizes). The micro-batch is at most the configured
+        ``log_prob_micro_batch_size_per_gpu``, sized so that little padding is needed."""
+        trainer = self.host.trainer
+        wg = trainer.actor_rollout_wg
         if "actor" not in wg._dispatch_info:
             wg._dispatch_info["actor"] = wg._query_dispatch_info("actor")
-        return max(wg._dispatch_info["actor"]) + 1
+        dp = max(wg._dispatch_info["actor"]) + 1
+        if trainer.config.actor_rollout_ref.actor.use_dynamic_bsz:
+            return dp, None
+        configured = trainer.config.actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu
+        per_rank = -(-n_rows // dp)
+        micro_batches = -(-per_rank // configured)
+        micro = -(-per_rank // micro_batches)
+        return dp * micro, micro
 
 
 def _segment_row(segment: dict[str, Any]) -> dict[str, torch.Tensor]:

@@ -22,7 +22,7 @@ with segment ids (the ``hf`` backend, read by provider ``interrupt``) gets them 
 from __future__ import annotations
 
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from verl.workers.rollout.llm_server import FullyAsyncLLMServerClient, LLMServerClient
@@ -56,12 +56,13 @@ def call_token_versions(output: TokenOutput) -> list[Any]:
     return list(versions)
 
 
-def align_token_versions(response_mask: list[int], model_versions: list[Any]) -> list[Any]:
-    """One version per response token of a multi-turn row: the model's tokens take
-    ``model_versions`` in order, every other token (observations, chat markup) gets ``NO_VERSION``.
+def align_token_versions(response_mask: list[int], model_versions: list[Any], fill: Any = NO_VERSION) -> list[Any]:
+    """One value per response token of a multi-turn row: the model's tokens take
+    ``model_versions`` in order, every other token (observations, chat markup) gets ``fill``
+    (``NO_VERSION`` for versions; old log-probs use None).
 
     Raises:
-        ValueError: the mask counts a different number of model tokens than versions recorded.
+        ValueError: the mask counts a different number of model tokens than values recorded.
     """
     if sum(response_mask) != len(model_versions):
         raise ValueError(
@@ -69,7 +70,45 @@ def align_token_versions(response_mask: list[int], model_versions: list[Any]) ->
             "from the server: the agent loop must add call_token_versions(output) for every generate()"
         )
     model = iter(model_versions)
-    return [next(model) if m else NO_VERSION for m in response_mask]
+    return [next(model) if m else fill for m in response_mask]
+
+
+PER_CALL_KEYS = (TOKEN_VERSIONS_KEY, TOKEN_OLD_LOG_PROBS_KEY, SEGMENTS_KEY)
+
+
+@dataclass
+class TurnTokens:
+    """The per-token fields of one multi-turn row, gathered over its generate() calls: weight
+    versions, and the rollout-side old log-probs / segment list of the exact old-logit providers
+    (``dedicated`` / ``interrupt``) when the client records them. ``add`` every output whose
+    tokens join the row's response; ``extra_fields`` aligns them with the response."""
+
+    versions: list[Any] = field(default_factory=list)
+    old_log_probs: list[float | None] | None = None
+    segments: list[list[Any]] = field(default_factory=list)
+
+    def add(self, output: TokenOutput) -> None:
+        before = len(self.versions)
+        self.versions += call_token_versions(output)
+        scored = output.extra_fields.get(TOKEN_OLD_LOG_PROBS_KEY)
+        if scored is not None or self.old_log_probs is not None:
+            self.old_log_probs = (self.old_log_probs or [None] * before) + (
+                list(scored) if scored is not None else [None] * len(output.token_ids))
+        self.segments += output.extra_fields.get(SEGMENTS_KEY) or []
+
+    def extra_fields(self, response_mask: list[int], limit: int) -> dict[str, Any]:
+        """``token_global_steps`` (+ min/max), and the providers' fields, for a response cut at ``limit``."""
+        if not self.versions:
+            return {}
+        fields: dict[str, Any] = {TOKEN_VERSIONS_KEY: align_token_versions(response_mask, self.versions)[:limit]}
+        known = [v for v in self.versions if v is not None]
+        if known:
+            fields["min_global_steps"], fields["max_global_steps"] = min(known), max(known)
+        if self.old_log_probs is not None:
+            fields[TOKEN_OLD_LOG_PROBS_KEY] = align_token_versions(response_mask, self.old_log_probs, None)[:limit]
+        if self.segments:
+            fields[SEGMENTS_KEY] = self.segments
+        return fields
 
 
 class _RecordCallVersions(LLMServerClient):
@@ -130,7 +169,9 @@ class _AttachTokenVersions:
         if self.old_logit_scorer is not None:
             output.extra_fields[TOKEN_OLD_LOG_PROBS_KEY] = [lp for call in sink for lp in call.old_log_probs]
         if any(call.segment_id is not None for call in sink):
-            output.extra_fields[SEGMENTS_KEY] = [[call.segment_id, len(call.versions)] for call in sink if call.versions]
+            output.extra_fields[SEGMENTS_KEY] = [
+                [call.segment_id, len(call.versions)] for call in sink if call.versions
+            ]
         return output
 
 

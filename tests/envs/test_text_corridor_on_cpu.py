@@ -98,3 +98,8 @@ def test_the_reward_reads_the_episode_the_loop_recorded():
     score = compute_score("verl_ext/text_corridor", "", "3", extra_info={"split": "val", **extra_fields})
     assert score["score"] == score["success"] == sum(meta.step_reward)
     assert score["invalid_action_rate"] == 0.5 and score["num_steps"] == 2
+    # One row per turn: the row holds one step, the counts are still the episode's.
+    last_turn = write_step_metadata(episode, "t0", step=1).to_extra_fields()
+    assert step_metadata(last_turn).num_steps == 1
+    per_turn = compute_score("verl_ext/text_corridor", "", "3", extra_info=last_turn)
+    assert per_turn["num_steps"] == 2 and per_turn["invalid_action_rate"] == 0.5

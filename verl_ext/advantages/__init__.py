@@ -3,7 +3,8 @@
 Each estimator takes a ``StepBatch`` (flat step rows, validated and sorted) and hyper-parameters
 named as in the reference configs (``algorithm.<name>.*``), and returns one advantage per step row.
 ``compute`` is the plain-array entry point; ``verl_ext.advantages.verl_glue`` maps verl's
-tensors and ``extra_fields`` onto it. Importing this package needs numpy only.
+tensors and ``extra_fields`` onto it. Importing this package needs numpy only; coding group keys
+uses pandas (a verl dependency), imported on first use.
 """
 
 from __future__ import annotations

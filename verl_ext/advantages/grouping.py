@@ -28,13 +28,17 @@ def factorize(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         grouped (all rows of a key contiguous) therefore gets non-decreasing codes.
     """
     import pandas as pd  # here, not at the top: importing the estimators stays numpy-only (plugin load)
-    from pandas._libs.hashtable import PyObjectHashTable
+
+    try:  # a private pandas class; if a pandas release moves it, pd.factorize gives the same codes, slower
+        from pandas._libs.hashtable import PyObjectHashTable
+    except ImportError:
+        PyObjectHashTable = None
 
     key = np.asarray(key)
     if key.ndim != 1:
         raise ValueError(f"keys must be one-dimensional, got shape {key.shape}")
     # pandas' hash tables run in C; a python dict is about 2x slower, numpy's sorting of objects 3-4x.
-    if key.dtype.kind in "OUS":
+    if key.dtype.kind in "OUS" and PyObjectHashTable is not None:
         # Python objects: pandas' object table uses the hash every python string caches and exact
         # equality on a collision; None and NaN stay keys of their own. pd.factorize would pick its
         # string table instead, which hashes the UTF-8 bytes of every row again: slow on long

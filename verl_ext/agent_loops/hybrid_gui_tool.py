@@ -55,7 +55,7 @@ from verl_ext.envs.policies import SYSTEM_PROMPT
 from verl_ext.envs.pool import get_pool
 from verl_ext.envs.tools import ToolDef
 from verl_ext.envs.verl_tools import EnvTool, png_to_image
-from verl_ext.rollout_client import TOKEN_VERSIONS_KEY, align_token_versions, call_token_versions
+from verl_ext.rollout_client import PER_CALL_KEYS, TurnTokens
 from verl_ext.steps import StepMetadata, anchor_key
 
 LAYOUTS = ("trajectory", "per_turn")
@@ -85,12 +85,13 @@ class _Episode:
 
 @dataclass
 class _Row:
-    """One training row: its tokens (prompt + response), response mask/logprobs, token versions."""
+    """One training row: its tokens (prompt + response), response mask/logprobs, per-token fields
+    of its generate() calls (weight versions, rollout-side old log-probs)."""
 
     token_ids: list[int]
     response_mask: list[int]
     logprobs: list[float]
-    versions: list[Any]
+    tokens: TurnTokens
     images: list[Any] = field(default_factory=list)  # every image in token_ids, in order (VL models)
 
 
@@ -161,7 +162,7 @@ class HybridGuiToolAgentLoop(AgentLoopBase):
                 episode.fault, episode.stop_reason = fault.as_dict(), "fault"
                 prompt = raw_prompt or [{"role": "system", "content": SYSTEM_PROMPT}]
                 prompt_ids = await self.ct_build_initial_tokens(prompt)
-                rows = [_Row(prompt_ids, [], [], [])]
+                rows = [_Row(prompt_ids, [], [], TurnTokens())]
             else:
                 if self.action_format == "menu":
                     rows = await self._play_menu(env, sampling_params, episode)
@@ -185,11 +186,11 @@ class HybridGuiToolAgentLoop(AgentLoopBase):
         images = self._images(episode.obs)
         messages = self._first_messages(raw_prompt, episode.obs.render(), images)
         prompt_ids = await self.ct_build_initial_tokens(messages, tools=schemas, images=images or None)
-        row = _Row(prompt_ids, [], [], [], images)  # the same list: tool responses extend it
+        row = _Row(prompt_ids, [], [], TurnTokens(), images)  # the same list: tool responses extend it
         request_id = uuid4().hex  # one per trajectory: the server keeps its prefix cache
         for _ in range(self.max_turns):
             output = await self._generate(request_id, row.token_ids, sampling_params, images, episode)
-            row.versions += call_token_versions(output)
+            row.tokens.add(output)
             start = len(row.response_mask)
             merged, row.response_mask, logprobs = await self.ct_merge_assistant_token(
                 row.token_ids, output.token_ids, row.response_mask,
@@ -235,7 +236,9 @@ class HybridGuiToolAgentLoop(AgentLoopBase):
                 prompt_ids, output.token_ids, [], [] if output.log_probs else None,
                 assistant_logprobs=output.log_probs or None,
             )
-            rows.append(_Row(merged.token_ids, mask, logprobs or [], call_token_versions(output), images))
+            turn = TurnTokens()
+            turn.add(output)
+            rows.append(_Row(merged.token_ids, mask, logprobs or [], turn, images))
             content, call, response = await self._act(env, tools, output.token_ids, episode,
                                                       execute=len(mask) < self.response_length)
             if response is None:
@@ -250,12 +253,12 @@ class HybridGuiToolAgentLoop(AgentLoopBase):
         plans = menu.PlanMenu(episode.reset_info.get("plans") or {})
         messages = [{"role": "system", "content": menu.SYSTEM_PROMPT},
                     {"role": "user", "content": plans.first_message(episode.obs)}]
-        row = _Row(await self.ct_build_initial_tokens(messages), [], [], [])
+        row = _Row(await self.ct_build_initial_tokens(messages), [], [], TurnTokens())
         sampling_params = {**sampling_params, "max_tokens": self.max_action_tokens}
         request_id = uuid4().hex
         for _ in range(self.max_turns):
             output = await self._generate(request_id, row.token_ids, sampling_params, [], episode)
-            row.versions += call_token_versions(output)
+            row.tokens.add(output)
             start = len(row.response_mask)
             merged, row.response_mask, logprobs = await self.ct_merge_assistant_token(
                 row.token_ids, output.token_ids, row.response_mask, row.logprobs if output.log_probs else None,
@@ -311,7 +314,7 @@ class HybridGuiToolAgentLoop(AgentLoopBase):
                 image_data=images or None,
             )
         if not episode.server_fields:  # as verl's tool loop: keep what the server reported
-            episode.server_fields = {k: v for k, v in output.extra_fields.items() if k != TOKEN_VERSIONS_KEY}
+            episode.server_fields = {k: v for k, v in output.extra_fields.items() if k not in PER_CALL_KEYS}
         return output
 
     async def _act(self, env: Any, tools: dict[str, EnvTool], token_ids: list[int], episode: _Episode,
@@ -385,11 +388,8 @@ class HybridGuiToolAgentLoop(AgentLoopBase):
             n_resp = len(row.response_mask)
             step = None if self.layout == "trajectory" or episode.fault and not episode.anchors else i
             extra_fields = {**episode.server_fields, **write_step_metadata(episode, traj_uid, step).to_extra_fields()}
-            if row.versions:  # per-token weight versions for the old-logit providers
-                extra_fields[TOKEN_VERSIONS_KEY] = align_token_versions(row.response_mask, row.versions)[:limit]
-                known = [v for v in row.versions if v is not None]
-                if known:
-                    extra_fields["min_global_steps"], extra_fields["max_global_steps"] = min(known), max(known)
+            # per-token weight versions (and rollout-side old log-probs) for the old-logit providers
+            extra_fields.update(row.tokens.extra_fields(row.response_mask, limit))
             mask = [0] * n_resp if episode.fault is not None else row.response_mask  # faults train nothing
             outputs.append(AgentLoopOutput(
                 prompt_ids=row.token_ids[: len(row.token_ids) - n_resp],
@@ -433,6 +433,7 @@ def write_step_metadata(episode: _Episode, traj_uid: str, step: int | None = Non
             "stop_reason": episode.stop_reason,
             "env_fault": episode.fault,
             "artifact": episode.artifact,
+            "dv_questions": episode.reset_info.get("dv_questions"),  # DVReward questions (MiniDesk)
         },
     )
 

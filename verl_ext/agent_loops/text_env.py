@@ -38,7 +38,7 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutp
 from verl.utils.profiler import simple_timer
 
 from verl_ext.envs.text_corridor import TextCorridor
-from verl_ext.rollout_client import TOKEN_VERSIONS_KEY, align_token_versions, call_token_versions
+from verl_ext.rollout_client import TurnTokens
 from verl_ext.steps import StepMetadata, anchor_key
 
 LAYOUTS = ("trajectory", "per_turn")
@@ -53,7 +53,7 @@ class _Episode:
     rewards: list[float] = field(default_factory=list)
     action_valid: list[bool] = field(default_factory=list)
     actions: list[str | None] = field(default_factory=list)
-    model_versions: list[int] = field(default_factory=list)  # one per generated token, in order
+    tokens: TurnTokens = field(default_factory=TurnTokens)  # per-token versions (+ old log-probs) of every call
     call_versions: list[int] = field(default_factory=list)  # min/max weight version of each server call
     success: bool = False
     truncated: bool = False
@@ -70,7 +70,7 @@ class _Row:
     response_ids: list[int]
     response_mask: list[int]
     logprobs: list[float] | None
-    versions: list[int]  # weight version of each response token (-1 on observation tokens)
+    token_fields: dict[str, Any]  # per-token versions (-1 on observation tokens), rollout-side old log-probs
     call_versions: list[int]  # min/max weight version of each server call that wrote the row
 
 
@@ -130,7 +130,7 @@ class TextEnvAgentLoop(AgentLoopBase):
                 prompt_ids, output.token_ids, response_mask, logprobs, assistant_logprobs=output.log_probs
             )
             prompt_ids = merged.token_ids
-            episode.model_versions += call_token_versions(output)
+            episode.tokens.add(output)
             if len(response_mask) > self.response_length:  # the turn would be cut: it is not a step
                 episode.stop_reason, episode.truncated = "response_length", True
                 break
@@ -152,9 +152,9 @@ class TextEnvAgentLoop(AgentLoopBase):
         else:
             episode.stop_reason, episode.truncated = "max_turns", True
         n_resp, limit = len(response_mask), self.response_length
-        versions = align_token_versions(response_mask, episode.model_versions)
         row = _Row(prompt_ids[: len(prompt_ids) - n_resp], prompt_ids[len(prompt_ids) - n_resp:][:limit],
-                   response_mask[:limit], logprobs[:limit], versions[:limit], episode.call_versions)
+                   response_mask[:limit], logprobs[:limit], episode.tokens.extra_fields(response_mask, limit),
+                   episode.call_versions)
         return _output(row, write_step_metadata(episode, uuid4().hex), 2 * len(episode.spans) + 1, episode)
 
     async def _play_per_turn(self, env: TextCorridor, obs: str, raw_prompt: list[dict[str, Any]],
@@ -173,9 +173,10 @@ class TextEnvAgentLoop(AgentLoopBase):
                 prompt_ids, output.token_ids, [], [] if output.log_probs else None, assistant_logprobs=output.log_probs
             )
             tokens, n_prompt = merged.token_ids, len(merged.token_ids) - len(response_mask)
+            turn = TurnTokens()
+            turn.add(output)
             rows.append(_Row(tokens[:n_prompt], tokens[n_prompt:], response_mask, logprobs or None,
-                             align_token_versions(response_mask, call_token_versions(output)),
-                             episode.call_versions[-2:]))
+                             turn.extra_fields(response_mask, len(response_mask)), episode.call_versions[-2:]))
             text = self.tokenizer.decode(output.token_ids, skip_special_tokens=True)
             obs, done = _step(env, obs, text, episode)
             history.append(f"{len(history) + 1}. {episode.actions[-1] or 'invalid'} -> {obs}")
@@ -214,7 +215,7 @@ def _step(env: TextCorridor, obs: str, text: str, episode: _Episode) -> tuple[st
 
 def _output(row: _Row, meta: StepMetadata, num_turns: int, episode: _Episode) -> AgentLoopOutput:
     extra_fields: dict[str, Any] = meta.to_extra_fields()
-    extra_fields[TOKEN_VERSIONS_KEY] = row.versions
+    extra_fields.update(row.token_fields)
     extra_fields["min_global_steps"] = min(row.call_versions)
     extra_fields["max_global_steps"] = max(row.call_versions)
     return AgentLoopOutput(

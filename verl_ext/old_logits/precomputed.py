@@ -76,8 +76,9 @@ def precomputed_log_probs(
     with the current weights (fresh tokens).
 
     Raises:
-        ValueError: a row's segments count a different number of tokens than its response has
-            model tokens (the agent loop dropped or reordered a call's tokens).
+        ValueError: a row's segments cover fewer tokens than its response has model tokens (the
+            agent loop dropped a call's list), or a scored segment's length differs from the
+            length the trajectory recorded for it.
     """
     bs, length = response_mask.shape
     out = torch.full((bs, length), math.nan, dtype=torch.float32)
@@ -94,13 +95,17 @@ def precomputed_log_probs(
     return out
 
 
-def _segment_values(segments: Sequence[Sequence[Any]], n_model_tokens: int, store: SegmentStore, index: int) -> torch.Tensor:
+def _segment_values(
+    segments: Sequence[Sequence[Any]], n_model_tokens: int, store: SegmentStore, index: int
+) -> torch.Tensor:
     """The first ``n_model_tokens`` values of the row's segments in order (NaN: not in the store)."""
     values = []
     for segment_id, n_tokens in segments:
         scored = None if segment_id is None else store.get(str(segment_id))
         if scored is not None and scored.numel() != int(n_tokens):
-            raise ValueError(f"segment {segment_id}: {scored.numel()} scored tokens, the trajectory recorded {n_tokens}")
+            raise ValueError(
+                f"segment {segment_id}: {scored.numel()} scored tokens, the trajectory recorded {n_tokens}"
+            )
         values.append(scored if scored is not None else torch.full((int(n_tokens),), math.nan))
     flat = torch.cat(values) if values else torch.empty(0)
     if flat.numel() < n_model_tokens:

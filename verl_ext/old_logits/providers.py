@@ -14,8 +14,8 @@ Which provider (research brief §2.2, §4, §6):
 | current | π_train(θ_n), verl's decoupled default | no: staleness entangled into ρ | none |
 | rollout | μ (verl bypass) | no: numerics leak into the clip | none (no forward) |
 | snapshot | π_train(θ_{v(t)}) from host snapshots | yes | D snapshots in host RAM, one forward per version present |
-| dedicated | scored by a forward-only scorer as each segment is generated | yes | extra devices + weight broadcast |
-| interrupt | scored by the trainer at each weight sync, before optimizer.step | yes | rollout stall + prefix re-scoring |
+| dedicated | scored by a forward-only scorer as segments are generated | yes | extra devices + weight broadcast |
+| interrupt | scored by the trainer at each weight sync | yes | rollout stall + prefix re-scoring |
 | ewma | π_train(θ̄), θ̄ = EWMA of the parameters (PPO-EWMA) | approximate | one fp32 parameter copy, no extra forward |
 | loglinear | log μ + α (log π_θn - log μ) (AReaL/A-3PO) | no: a widened clip | none beyond current |
 """

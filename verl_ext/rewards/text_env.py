@@ -27,12 +27,14 @@ def compute_score(
             (the message names the agent-loop setting).
     """
     meta = step_metadata(extra_info)
-    steps = max(meta.num_steps, 1)
+    # One row per turn holds a single step; the episode's step count is in the extras.
+    num_steps = int(meta.extras.get("num_steps", meta.num_steps))
+    steps = max(num_steps, 1)
     success = float(bool(meta.extras.get("success")))
     return {
         "score": success,
         "success": success,
-        "num_steps": float(meta.num_steps),
+        "num_steps": float(num_steps),
         "invalid_action_rate": float(meta.extras.get("num_invalid_actions", 0)) / steps,
         "right_action_rate": float(meta.extras.get("num_right", 0)) / steps,
     }

@@ -8,6 +8,7 @@ that changed it; ``files_*`` tools resolve their paths inside that folder first.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 from pathlib import Path
@@ -18,9 +19,11 @@ from verl_ext.envs.core import ActionError, EnvFault, TaskSpec, tool_result
 from verl_ext.envs.minidesk.catalog import APP_TOOLS, DISTRACTORS, PATH_ARGS, distractor_result
 from verl_ext.envs.sandbox import Sandbox
 from verl_ext.envs.tools import ToolDef
+from verl_ext.rewards.dvreward.question_set import clean_questions
 
 STATIC = Path(__file__).parent / "static"
 PAGE_URL = (STATIC / "index.html").as_uri()
+DV_QUESTIONS_VERSION = "minidesk-v1"  # bump when a template's questions change
 
 
 class MiniDeskEnv(BrowserEnv):
@@ -32,7 +35,9 @@ class MiniDeskEnv(BrowserEnv):
         See :class:`BrowserEnv` for the rest.
 
     ``reset`` info: ``tool_beneficial``, ``ref_steps`` ({gui, tool}), ``plans`` (reference GUI and
-    tool paths, for scripted policies and tests; never shown to a model), ``apps``.
+    tool paths, for scripted policies and tests; never shown to a model), ``apps``, ``dv_questions``
+    (the task's DVReward yes/no questions about the final state, in the schema of
+    ``verl_ext.rewards.dvreward.question_set``; never shown to a model; see ``dv_questions_record``).
     """
 
     name = "minidesk"
@@ -72,7 +77,9 @@ class MiniDeskEnv(BrowserEnv):
         self.sandbox = Sandbox()
         self._fs_version = -1
         self._after_action({"fs": self.browser.js("return DESK.fsVersion();")})
-        return {k: info[k] for k in ("tool_beneficial", "ref_steps", "plans", "apps")}
+        out = {k: info[k] for k in ("tool_beneficial", "ref_steps", "plans", "apps")}
+        out["dv_questions"] = dv_questions_record(task.template, info["instruction"], info.get("questions"))
+        return out
 
     def _episode_tools(self, task: TaskSpec) -> list[ToolDef]:
         tools = [t for app in self._apps for t in APP_TOOLS[app]]
@@ -107,7 +114,9 @@ class MiniDeskEnv(BrowserEnv):
             self._fs_version = version
 
     def state_dump(self) -> dict[str, Any]:
-        state = self.browser.js("return DESK.dump();")
+        # ``view``: what is open on screen (mail_open / files_open_folder check it), for judges.
+        state = self.browser.js("var S = DESK.state(), d = DESK.dump();"
+                                "d.view = {open_email_id: S.mail.open, files_folder: S.files.cwd}; return d;")
         state["sandbox_files"] = self.sandbox.listing() if self.sandbox else []
         return json.loads(json.dumps(state))
 
@@ -116,6 +125,25 @@ class MiniDeskEnv(BrowserEnv):
             self.sandbox.close()
             self.sandbox = None
         super().close()
+
+
+def dv_questions_record(template: str, instruction: str, questions: list[dict[str, Any]] | None) -> dict | None:
+    """The DVReward question record of one task (``info["dv_questions"]``): the questions its
+    template's ``gen()`` wrote (``tasks.js``), validated like ``verl-ext dv-questions`` output.
+
+    Returns ``None`` for a template without questions (DVReward then flags the trajectory
+    ``no_questions``). Raises ``ValueError`` naming the template when the validator would drop a
+    question: a template bug, never a silently shorter set.
+    """
+    if not questions:
+        return None
+    raw = [(q["text"], q["kind"], list(q.get("parents") or [])) for q in questions]
+    question_set, dropped = clean_questions(raw, max_semantic=len(raw), max_quality=len(raw))
+    if dropped:
+        raise ValueError(f"MiniDesk template {template!r} wrote invalid DVReward questions: {dropped}")
+    meta = {"version": DV_QUESTIONS_VERSION, "model": "template",
+            "prompt_sha": hashlib.sha256(instruction.encode()).hexdigest()[:16]}
+    return {**question_set.to_record(), **meta}
 
 
 def template_catalog() -> dict[str, dict[str, Any]]:

@@ -145,10 +145,17 @@ def _as_list(value: Any) -> list[Any]:
 def from_extra_info(extra_info: Mapping[str, Any] | None, key: str = "dv_questions") -> QuestionSet | None:
     """Read a row's questions: our ``extra_info[key]`` record, else AlphaGRPO's two lists.
 
-    Returns ``None`` when the row has no questions in either form.
+    A dotted ``key`` descends into nested mappings when no field has the dotted name itself
+    (``verl_ext.extras.dv_questions``: the questions the ``hybrid_gui_tool`` agent loop copies
+    from a MiniDesk reset into its step metadata). Returns ``None`` when the row has no questions
+    in either form.
     """
     extra_info = extra_info or {}
     record = extra_info.get(key)
+    if record is None and "." in key:
+        record = extra_info
+        for part in key.split("."):
+            record = record.get(part) if isinstance(record, Mapping) else None
     if isinstance(record, Mapping) and record.get("questions") is not None:
         questions = tuple(
             Question(str(q["text"]), str(q.get("kind", SEMANTIC)), tuple(int(p) for p in _as_list(q.get("parents"))))

@@ -474,7 +474,7 @@ var DESK = (function () {
       render();
       var plans = {gui: inst.gui, tool: inst.tool};
       return {instruction: inst.instruction, apps: task.apps, tool_beneficial: task.tool_beneficial, plans: plans,
-              ref_steps: {gui: plans.gui.length, tool: plans.tool.length}};
+              ref_steps: {gui: plans.gui.length, tool: plans.tool.length}, questions: inst.questions || null};
     },
     callTool: function (name, args) {
       if (!API[name]) return {success: false, result: null, error_message: 'unknown tool ' + name};
