@@ -133,15 +133,12 @@ class VerlExtTrainerMixin:
                                self.old_logits_config.ewma.on_missing_state)
 
     def _compute_advantage(self, batch, metrics):
-        from verl_ext import reward_postprocess
         from verl_ext.advantages import ESTIMATORS, validity
         from verl_ext.rewards.dvreward.metrics import training_metrics as dvreward_metrics
 
         algorithm = self.config.algorithm
         step_aware = algorithm.adv_estimator in ESTIMATORS
         validity_key = validity.flag_key(self.config.reward)  # a reward manager that flags faults
-        if not step_aware and not reward_postprocess.enabled(algorithm) and validity_key is None:
-            return super()._compute_advantage(batch, metrics)
         rows = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["extra_fields"])
         # `pop` gives the NonTensorStack (as verl's _validate reads it); `rows["extra_fields"]` is a plain list
         extra_fields = rows.pop("extra_fields").tolist()
@@ -203,14 +200,15 @@ def _postprocess_rewards(data, extra_fields: list[dict], algorithm) -> dict:
 
 
 def _exclude_invalid_rewards(data, extra_fields: list[dict], key: str | None, nan_scores: bool, metrics: dict):
-    """Rows whose reward the manager flagged as a fault (``reward_extra_info[key] == 0``) leave their
-    group and the loss (``verl_ext.advantages.validity``); returns their mask for ``zero_out``."""
+    """Rows whose episode faulted (step metadata ``valid=False``) or whose reward the manager flagged
+    as a fault (``reward_extra_info[key] == 0``) leave their group and the loss
+    (``verl_ext.advantages.validity``); returns their mask for ``zero_out``."""
     from verl_ext.advantages import validity
 
     uids = [str(u) for u in data.non_tensor_batch["uid"]]
     invalid = validity.invalid_rows(uids, extra_fields, key)
-    if key is not None:
-        validity.exclude(data, invalid, nan_scores)
+    validity.exclude(data, invalid, nan_scores)
+    if key is not None or invalid.any():
         metrics.update(validity.metrics(uids, invalid))
     return invalid
 

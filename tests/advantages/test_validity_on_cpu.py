@@ -162,3 +162,29 @@ def test_exclude_replaces_the_reward_tensor_instead_of_writing_into_it(nan_score
     validity.exclude(data, np.array([False, True]), nan_scores)
     assert scores[1].sum() == 0.5 and torch.isfinite(scores).all()
     assert data.non_tensor_batch["uid"][1] != "g"
+
+
+def test_env_faults_leave_grpo_groups_without_a_flagging_reward_manager():
+    # hybrid_gui_tool marks a faulted episode valid=False (its score is a placeholder 0): with any
+    # reward manager, verl's GRPO must not count it in the group.
+    from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
+
+    from verl_ext.steps import StepMetadata
+    from verl_ext.trainer import _exclude_invalid_rewards
+
+    def meta(valid: bool) -> dict:
+        return StepMetadata(traj_uid=f"t{valid}", step_idx=[0], anchor=["a"], step_reward=[0.0], valid=valid,
+                            invalid_reason="" if valid else "env_fault:browser_crash").to_extra_fields()
+
+    fields = [meta(True), meta(True), meta(True), meta(False)]
+    assert validity.invalid_rows(["g"] * 4, fields, None).tolist() == [False, False, False, True]
+    data = _batch(["g"] * 4, [1.0, 0.5, 0.0, 0.0], [3, 4, 5, 6])
+    metrics: dict = {}
+    invalid = _exclude_invalid_rewards(data, fields, None, False, metrics)
+    keys = [f"g_{i}_0" for i in range(4)]
+    data = validity.zero_out(compute_advantage_for_multi_trajectories(
+        data, batch_keys=keys, adv_estimator="grpo", num_repeat=4), invalid)
+    adv = data.batch["advantages"]
+    for i, value in enumerate([1.0, 0.0, -1.0]):  # as if the faulted row were not there
+        torch.testing.assert_close(adv[i, : 3 + i], torch.full((3 + i,), value), atol=1e-5, rtol=0)
+    assert torch.all(adv[3] == 0) and metrics["verl_ext/invalid_reward/excluded_rows"] == 1.0

@@ -1,7 +1,8 @@
 """Faults are not answers: rows whose reward could not be computed are kept out of the loss and out
 of their group's statistics, for verl's estimators and verl-ext's step-aware ones alike.
 
-A reward manager flags such a row in ``reward_extra_info`` (``dv_valid=0`` from ``dvreward``: every
+An agent loop marks a row whose episode faulted (``StepMetadata.valid=False``: browser crash, ...);
+a reward manager flags a row in ``reward_extra_info`` (``dv_valid=0`` from ``dvreward``: every
 judge call failed, no questions, ...) and still has to give verl a number (``failed_score``).
 Training on that number would teach the policy that a judge outage is a bad answer, and it would
 shift the mean/std of the row's rollout group. The verl-ext trainers therefore, around the one
@@ -28,6 +29,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from verl_ext.steps import EXTRA_FIELDS_KEY
+
 # reward manager (reward.reward_manager.name) -> the reward_extra_info key it sets to 0 on a row
 # whose reward is a fault
 FLAG_KEYS = {"dvreward": "dv_valid"}
@@ -42,19 +45,20 @@ def flag_key(reward_config: Any) -> str | None:
 
 
 def invalid_rows(uids: Sequence[str], extra_fields: Sequence[Mapping | None], key: str | None) -> np.ndarray:
-    """Shape (bs,) bool: non-padding rows whose ``extra_fields["reward_extra_info"][key]`` is 0.
-
-    A row without the key is valid (its reward did not come from a flagging manager), and so is
-    every row when ``key`` is ``None``; verl's padding rows (uid ``"pad..."``) are never flagged:
-    verl masks them itself.
+    """Shape (bs,) bool: non-padding rows the agent loop marked invalid (step metadata
+    ``valid=False``: an env fault) or whose ``extra_fields["reward_extra_info"][key]`` is 0 (the
+    reward manager flagged a fault; only checked when ``key`` is given). Other rows are valid;
+    verl's padding rows (uid ``"pad..."``) are never flagged: verl masks them itself.
     """
     flagged = np.zeros(len(uids), dtype=bool)
-    if key is None:
-        return flagged
     for i, (uid, fields) in enumerate(zip(uids, extra_fields, strict=True)):
         if str(uid).startswith("pad") or not isinstance(fields, Mapping):
             continue
-        info = fields.get("reward_extra_info") or {}
+        meta = fields.get(EXTRA_FIELDS_KEY)
+        if isinstance(meta, Mapping) and meta.get("valid") is False:
+            flagged[i] = True
+            continue
+        info = (fields.get("reward_extra_info") or {}) if key is not None else {}
         value = info.get(key) if isinstance(info, Mapping) else None
         flagged[i] = value is not None and not bool(value)
     return flagged

@@ -15,8 +15,9 @@ through ``verl_ext.advantages.toolcua`` (the advantages plugin's post-processor)
 ``I_succ * (1 - s / S_max)`` is the zero-patch GDPO approximation of §8.4(b).
 
 Faulted episodes (``valid == 0``) score 0 only as a placeholder: the agent loop has zeroed their
-response mask and marked the metadata invalid, so they carry no gradient and verl-ext's estimators
-drop them from group statistics. Metrics (``episode_metrics``) exclude them and count them apart.
+response mask and marked the metadata invalid, so they carry no gradient, and the verl-ext
+trainers keep them out of every estimator's group statistics (``verl_ext.advantages.validity``,
+verl's own estimators included). Metrics (``episode_metrics``) exclude them and count them apart.
 """
 
 from __future__ import annotations
