@@ -16,16 +16,16 @@ and are never downloaded (HF_HUB_OFFLINE=1 for everything the script runs).
 from __future__ import annotations
 
 import inspect
-import io
 import os
 import re
 import subprocess
 import sys
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
 from omegaconf import DictConfig, OmegaConf
+
+from .main_ppo_job import main_ppo_job
 
 REPO = Path(__file__).resolve().parents[1]
 GPU_SCRIPTS = sorted(p for p in REPO.glob("recipes/*/run_*.sh") if "cpu" not in p.stem)
@@ -57,8 +57,6 @@ exec {sys.executable} "$@"
 @pytest.fixture(scope="module")
 def dry_run(tmp_path_factory):
     """``dry_run(script, overrides, **env) -> (exit code, stdout, stderr)`` of verl's main_ppo."""
-    from verl.trainer import main_ppo
-
     from verl_ext.data import main as prepare_data
 
     root = tmp_path_factory.mktemp("recipe_dry_run")
@@ -85,16 +83,7 @@ def dry_run(tmp_path_factory):
         assert args_file.exists(), f"{script} never ran `python -m verl.trainer.main_ppo`"
         args = args_file.read_text().split("\0")[:-1]
         args_file.unlink()
-        out, err, argv = io.StringIO(), io.StringIO(), sys.argv
-        sys.argv, code = [main_ppo.__file__, *args], 0
-        try:
-            with redirect_stdout(out), redirect_stderr(err):
-                main_ppo.main()  # what `python -m verl.trainer.main_ppo` runs
-        except SystemExit as exit_:  # Hydra reports a bad override and exits 1
-            code = exit_.code
-        finally:
-            sys.argv = argv
-        return code, out.getvalue(), err.getvalue()
+        return main_ppo_job(args)  # what `python -m verl.trainer.main_ppo` runs
 
     return run
 

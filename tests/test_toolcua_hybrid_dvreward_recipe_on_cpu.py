@@ -6,21 +6,14 @@ The recipe scoring real episodes: ``tests/envs/test_minidesk_dv_questions_on_cpu
 
 from __future__ import annotations
 
-import importlib.util
-import io
-import sys
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
-import pytest
 from omegaconf import OmegaConf
 
+from .main_ppo_job import main_ppo_job
+from .test_recipe_scripts import check_config, dry_run  # noqa: F401  (dry_run: a fixture)
+
 REPO = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("_recipe_scripts", REPO / "tests/test_recipe_scripts.py")
-_recipe_scripts = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_recipe_scripts)
-check_config = _recipe_scripts.check_config
-dry_run = _recipe_scripts.dry_run  # the fixture: a script's main_ppo arguments, composed in this process
 
 
 def _expect_recipe(config, monkeypatch) -> None:
@@ -47,8 +40,6 @@ def _expect_recipe(config, monkeypatch) -> None:
 
 def test_plus_recipe_composes_and_passes_verls_checks(tiny_model_dir, tmp_path, monkeypatch):
     """`--config-dir recipes/toolcua_hybrid +recipe=toolcua_hybrid_dvreward` on the cpu backend."""
-    from verl.trainer import main_ppo
-
     from verl_ext.data import main as prepare_data
 
     prepare_data(["minidesk", str(tmp_path), "--train-size", "4", "--val-size", "2"])
@@ -60,16 +51,9 @@ def test_plus_recipe_composes_and_passes_verls_checks(tiny_model_dir, tmp_path, 
             "actor_rollout_ref.rollout.agent.agent_loop_config_path="
             f"{REPO}/recipes/toolcua_hybrid/agent_loops_cpu.yaml",
             "--cfg", "job"]
-    out, err, argv = io.StringIO(), io.StringIO(), sys.argv
-    sys.argv = [main_ppo.__file__, *args]
-    try:
-        with redirect_stdout(out), redirect_stderr(err):
-            main_ppo.main()
-    except SystemExit as exit_:
-        pytest.fail(f"main_ppo --cfg job exited {exit_.code}:\n{err.getvalue()[-3000:]}")
-    finally:
-        sys.argv = argv
-    config = OmegaConf.create(out.getvalue())
+    code, out, err = main_ppo_job(args)
+    assert code == 0, f"main_ppo --cfg job exited {code}:\n{err[-3000:]}"
+    config = OmegaConf.create(out)
     _expect_recipe(config, monkeypatch)
     check_config(config)
 

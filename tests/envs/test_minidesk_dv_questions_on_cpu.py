@@ -14,12 +14,9 @@ changed (wrong recipient, body, cell value, ...) and random-policy states. On ea
 from __future__ import annotations
 
 import asyncio
-import io
 import json
 import math
 import re
-import sys
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +25,8 @@ import pytest
 from verl_ext.envs.minidesk.env import DV_QUESTIONS_VERSION, list_templates
 from verl_ext.envs.policies import RandomPolicy, ScriptedPolicy, plan_step_action
 from verl_ext.rewards.dvreward.question_set import clean_questions, dedupe_key, from_extra_info
+
+from ..main_ppo_job import main_ppo_job
 
 pytestmark = pytest.mark.browser
 REPO = Path(__file__).resolve().parents[2]
@@ -509,20 +508,12 @@ def recipe_config(tiny_model_dir):
     """The recipe's config as verl's main_ppo composes it (``--cfg job``), as the docs select it
     (its composition and verl's checks: ``tests/test_toolcua_hybrid_dvreward_recipe_on_cpu.py``)."""
     from omegaconf import OmegaConf
-    from verl.trainer import main_ppo
 
     args = ["--config-dir", str(REPO / "recipes/toolcua_hybrid"), "+recipe=toolcua_hybrid_dvreward",
             "+plugins/backend=cpu", f"actor_rollout_ref.model.path={tiny_model_dir}", "--cfg", "job"]
-    out, err, argv = io.StringIO(), io.StringIO(), sys.argv
-    sys.argv = [main_ppo.__file__, *args]
-    try:
-        with redirect_stdout(out), redirect_stderr(err):
-            main_ppo.main()
-    except SystemExit as exit_:
-        pytest.fail(f"main_ppo --cfg job exited {exit_.code}:\n{err.getvalue()[-3000:]}")
-    finally:
-        sys.argv = argv
-    return OmegaConf.create(out.getvalue())
+    code, out, err = main_ppo_job(args)
+    assert code == 0, f"main_ppo --cfg job exited {code}:\n{err[-3000:]}"
+    return OmegaConf.create(out)
 
 
 def test_recipe_scores_real_episodes_with_dv_and_env_scores(recipe_config, monkeypatch):
