@@ -63,7 +63,7 @@ def path_length_bonus(
 
     bonus = np.zeros(len(uids))
     rows, groups, steps, success = [], [], [], []
-    last_row: dict[str, tuple[int, int]] = {}  # traj_uid -> (last step index, row)
+    last_row: dict[str, tuple[int, int, dict]] = {}  # traj_uid -> (last step index, row, extras)
     for i, (uid, fields) in enumerate(zip(uids, extra_fields)):
         if str(uid).startswith("pad"):
             continue
@@ -72,9 +72,8 @@ def path_length_bonus(
             continue
         last_step = max(meta.step_idx) if meta.step_idx else -1
         if meta.traj_uid not in last_row or last_step > last_row[meta.traj_uid][0]:
-            last_row[meta.traj_uid] = (last_step, i)
-    for _, i in last_row.values():
-        extras = step_metadata(extra_fields[i]).extras
+            last_row[meta.traj_uid] = (last_step, i, meta.extras)
+    for _, i, extras in last_row.values():
         if "num_steps" not in extras or "success" not in extras:
             raise KeyError(f"algorithm.{PATH_LENGTH_KEY} needs extras.num_steps and extras.success in the step "
                            "metadata (written by the hybrid_gui_tool agent loop); remove the section for other envs")

@@ -21,9 +21,10 @@ Hooks added on top of verl:
   advantages with ``verl_ext.advantages.verl_glue``; verl's own estimators run unchanged;
 - group-level reward post-processors (``verl_ext.reward_postprocess``, e.g.
   ``algorithm.path_length_reward``) run on the rewards before any estimator;
-- faults are not answers: rows the reward manager flags as unscorable (``dvreward``'s
-  ``dv_valid=0``) are kept out of their group's statistics and the loss
-  (``verl_ext.advantages.validity``); DVReward's judge metrics are logged every step.
+- faults are not answers: rows whose episode faulted (step metadata ``valid=False``) or that the
+  reward manager flags as unscorable (``dvreward``'s ``dv_valid=0``) are kept out of their group's
+  statistics and the loss, for every estimator (``verl_ext.advantages.validity``); episode and
+  DVReward judge metrics are logged every step.
 """
 
 from __future__ import annotations
@@ -133,6 +134,7 @@ class VerlExtTrainerMixin:
                                self.old_logits_config.ewma.on_missing_state)
 
     def _compute_advantage(self, batch, metrics):
+        from verl_ext import reward_postprocess
         from verl_ext.advantages import ESTIMATORS, validity
         from verl_ext.rewards.dvreward.metrics import training_metrics as dvreward_metrics
 
@@ -142,12 +144,14 @@ class VerlExtTrainerMixin:
         rows = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["extra_fields"])
         # `pop` gives the NonTensorStack (as verl's _validate reads it); `rows["extra_fields"]` is a plain list
         extra_fields = rows.pop("extra_fields").tolist()
-        metrics.update(training_batch_metrics(extra_fields))
-        metrics.update(dvreward_metrics([f for f, tag in zip(extra_fields, batch.tags) if not tag.get("is_padding")]))
+        real_rows = [f for f, tag in zip(extra_fields, batch.tags) if not tag.get("is_padding")]
+        metrics.update(training_batch_metrics(real_rows))
+        metrics.update(dvreward_metrics(real_rows))
         estimate = _step_aware(extra_fields) if step_aware else trainer_base.compute_advantage_for_multi_trajectories
 
         def compute(data, *args, **kwargs):
-            metrics.update(_postprocess_rewards(data, extra_fields, algorithm))
+            # group-level reward post-processors first: every estimator sees their rewards
+            metrics.update(reward_postprocess.apply(data, extra_fields, algorithm))
             invalid = _exclude_invalid_rewards(data, extra_fields, validity_key, step_aware, metrics)
             return validity.zero_out(estimate(data, *args, **kwargs), invalid)
 
@@ -189,14 +193,6 @@ def _rollout_vs_old_metrics(batch) -> dict:
     fields = ["old_log_probs", "rollout_log_probs", "response_mask", "responses"]
     data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
     return calculate_debug_metrics(DataProto(batch=data.to_padded_tensor()))
-
-
-def _postprocess_rewards(data, extra_fields: list[dict], algorithm) -> dict:
-    """Group-level reward post-processors (``verl_ext.reward_postprocess``) on
-    ``data.batch["token_level_rewards"]``, before any estimator sees the rewards."""
-    from verl_ext import reward_postprocess
-
-    return reward_postprocess.apply(data, extra_fields, algorithm)
 
 
 def _exclude_invalid_rewards(data, extra_fields: list[dict], key: str | None, nan_scores: bool, metrics: dict):

@@ -189,15 +189,7 @@ class HybridGuiToolAgentLoop(AgentLoopBase):
         row = _Row(prompt_ids, [], [], TurnTokens(), images)  # the same list: tool responses extend it
         request_id = uuid4().hex  # one per trajectory: the server keeps its prefix cache
         for _ in range(self.max_turns):
-            output = await self._generate(request_id, row.token_ids, sampling_params, images, episode)
-            row.tokens.add(output)
-            start = len(row.response_mask)
-            merged, row.response_mask, logprobs = await self.ct_merge_assistant_token(
-                row.token_ids, output.token_ids, row.response_mask,
-                row.logprobs if (row.logprobs or output.log_probs) else None,
-                assistant_logprobs=output.log_probs or None,
-            )
-            row.token_ids, row.logprobs = merged.token_ids, logprobs or row.logprobs
+            output, start = await self._model_turn(row, request_id, sampling_params, images, episode)
             episode.spans.append([start, min(len(row.response_mask), self.response_length)])
             fits = len(row.response_mask) < self.response_length
             content, call, response = await self._act(env, tools, output.token_ids, episode, execute=fits)
@@ -208,11 +200,7 @@ class HybridGuiToolAgentLoop(AgentLoopBase):
             messages.append(self._tool_message(response, call.tool_call_id))
             if response.image:
                 images.extend(response.image)
-            merged, row.response_mask, logprobs = await self.ct_merge_context_msg(
-                previous, messages, row.token_ids, row.response_mask, row.logprobs or None, tools=schemas,
-            )
-            row.token_ids, row.logprobs = merged.token_ids, logprobs or row.logprobs
-            if len(row.response_mask) >= self.response_length:
+            if await self._observation(row, previous, messages, tools=schemas):
                 episode.stop_reason = "response_length"
                 break
         else:
@@ -257,14 +245,7 @@ class HybridGuiToolAgentLoop(AgentLoopBase):
         sampling_params = {**sampling_params, "max_tokens": self.max_action_tokens}
         request_id = uuid4().hex
         for _ in range(self.max_turns):
-            output = await self._generate(request_id, row.token_ids, sampling_params, [], episode)
-            row.tokens.add(output)
-            start = len(row.response_mask)
-            merged, row.response_mask, logprobs = await self.ct_merge_assistant_token(
-                row.token_ids, output.token_ids, row.response_mask, row.logprobs if output.log_probs else None,
-                assistant_logprobs=output.log_probs or None,
-            )
-            row.token_ids, row.logprobs = merged.token_ids, logprobs or row.logprobs
+            output, start = await self._model_turn(row, request_id, sampling_params, [], episode)
             if len(row.response_mask) > self.response_length:  # the turn would be cut: it is not a step
                 episode.stop_reason, episode.truncated = "response_length", True
                 break
@@ -294,16 +275,38 @@ class HybridGuiToolAgentLoop(AgentLoopBase):
             messages.append({"role": "assistant", "content": text})
             previous = list(messages)
             messages.append({"role": "user", "content": plans.feedback(episode.obs)})
-            merged, row.response_mask, logprobs = await self.ct_merge_context_msg(
-                previous, messages, row.token_ids, row.response_mask, row.logprobs or None,
-            )
-            row.token_ids, row.logprobs = merged.token_ids, logprobs or row.logprobs
-            if len(row.response_mask) >= self.response_length:
+            if await self._observation(row, previous, messages):
                 episode.stop_reason, episode.truncated = "response_length", True
                 break
         else:
             episode.stop_reason, episode.truncated = "max_turns", True
         return [row]
+
+    # --- tokens of one row: a model turn, an observation ----------------------------------------
+    async def _model_turn(self, row: _Row, request_id: str, sampling_params: dict[str, Any], images: list[Any],
+                          episode: _Episode) -> tuple[Any, int]:
+        """Generate one model turn onto ``row``; returns the server output and the turn's first
+        position in the response."""
+        output = await self._generate(request_id, row.token_ids, sampling_params, images, episode)
+        row.tokens.add(output)
+        start = len(row.response_mask)
+        merged, row.response_mask, logprobs = await self.ct_merge_assistant_token(
+            row.token_ids, output.token_ids, row.response_mask,
+            row.logprobs if (row.logprobs or output.log_probs) else None,
+            assistant_logprobs=output.log_probs or None,
+        )
+        row.token_ids, row.logprobs = merged.token_ids, logprobs or row.logprobs
+        return output, start
+
+    async def _observation(self, row: _Row, previous: list[dict[str, Any]], messages: list[dict[str, Any]],
+                           **template_kwargs: Any) -> bool:
+        """Append the tokens of ``messages`` beyond ``previous`` to ``row`` (masked out); True when
+        the response budget is used up."""
+        merged, row.response_mask, logprobs = await self.ct_merge_context_msg(
+            previous, messages, row.token_ids, row.response_mask, row.logprobs or None, **template_kwargs,
+        )
+        row.token_ids, row.logprobs = merged.token_ids, logprobs or row.logprobs
+        return len(row.response_mask) >= self.response_length
 
     # --- one step, shared by the function-call layouts ----------------------------------------
     async def _generate(self, request_id: str, prompt_ids: list[int], sampling_params: dict[str, Any],
