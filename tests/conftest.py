@@ -1,8 +1,62 @@
-"""Shared fixtures: a tiny model built once per test session (no downloads)."""
+"""Shared fixtures and collection rules for the whole suite.
+
+- ``browser`` tests need Debian ``chromium`` + ``chromium-driver`` (and selenium). Where they are
+  missing such a test is skipped with the reason, except under ``CI=true``, where it fails: CI must
+  never turn green with its browser tests skipped.
+- ``tests/gpu`` (marker ``gpu``) is collected only where torch sees a CUDA device or
+  ``VERL_EXT_GPU_TESTS=1`` is set, so CPU CI never imports it.
+- ``tiny_model_dir``: a tiny model built once per test session (no downloads).
+"""
 
 from __future__ import annotations
 
+import functools
+import os
+
 import pytest
+
+
+def gpu_tests_enabled() -> bool:
+    """Whether ``tests/gpu`` is collected: a CUDA device is visible, or VERL_EXT_GPU_TESTS=1 forces it."""
+    if os.environ.get("VERL_EXT_GPU_TESTS") == "1":
+        return True
+    import torch
+
+    return torch.cuda.is_available()
+
+
+# Paths relative to this file that pytest does not collect.
+collect_ignore = [] if gpu_tests_enabled() else ["gpu"]
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in ("true", "1")
+
+
+@functools.cache
+def _chromium_missing_reason() -> str | None:
+    from verl_ext.envs.browser import chromium_missing_reason
+
+    return chromium_missing_reason()
+
+
+def browser_requirement(item: pytest.Item, ci: bool) -> str | None:
+    """What to do with ``item`` before its fixtures start a browser: None (run it), or the reason
+    it cannot run (skipped locally, failed under CI)."""
+    if item.get_closest_marker("browser") is None:
+        return None
+    missing = _chromium_missing_reason()
+    if missing is None:
+        return None
+    return f"CI=true and this browser test cannot run: {missing}" if ci else f"browser test skipped: {missing}"
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    # Runs before the item's fixtures, so a module-scoped browser fixture never starts.
+    ci = in_ci()
+    reason = browser_requirement(item, ci)
+    if reason is not None:
+        (pytest.fail if ci else pytest.skip)(reason)
 
 
 @pytest.fixture(scope="session")

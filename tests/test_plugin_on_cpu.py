@@ -86,20 +86,20 @@ def test_plugin_import_failure_is_recorded_and_explained(monkeypatch):
     monkeypatch.setattr(plugin, "PLUGINS", (*plugin.PLUGINS, spec))
     plugin._load(spec.module)
     assert isinstance(plugin.LOAD_ERRORS[spec.module], ModuleNotFoundError)
-    problems = doctor.config_problems({"algorithm": {"adv_estimator": "broken_est"}})
+    problems = doctor.check_requirements({"algorithm": {"adv_estimator": "broken_est"}})
     assert len(problems) == 1
     message = problems[0]
     assert "algorithm.adv_estimator=broken_est" in message
     assert "verl_ext._no_such_module_for_test" in message and "pip install 'verl-ext[judge]'" in message
     with pytest.raises(RuntimeError, match="broken_est"):
-        doctor.assert_config_plugins({"algorithm": {"adv_estimator": "broken_est"}})
+        doctor.assert_requirements({"algorithm": {"adv_estimator": "broken_est"}})
     plugin.LOAD_ERRORS.pop(spec.module)
 
 
 def test_unknown_name_that_is_not_ours_is_reported_as_a_typo():
     from verl_ext import doctor
 
-    problems = doctor.config_problems({"actor_rollout_ref": {"rollout": {"name": "hff"}}})
+    problems = doctor.check_requirements({"actor_rollout_ref": {"rollout": {"name": "hff"}}})
     assert problems == ["actor_rollout_ref.rollout.name=hff: no rollout named 'hff' is registered "
                         "(not a verl-ext plugin either; check the spelling)"]
 

@@ -30,6 +30,9 @@ from .main_ppo_job import main_ppo_job
 REPO = Path(__file__).resolve().parents[1]
 GPU_SCRIPTS = sorted(p for p in REPO.glob("recipes/*/run_*.sh") if "cpu" not in p.stem)
 QWEN_1P5B = REPO / "recipes/toolcua_hybrid/run_fsdp_qwen25_1p5b.sh"
+TEXT_CORRIDOR_GPU = REPO / "recipes/text_corridor/run_gpu.sh"
+# scripts that build a model unless MODEL names one: a hub id here (never downloaded)
+SCRIPT_ENV = {TEXT_CORRIDOR_GPU: {"MODEL": "Qwen/Qwen2.5-0.5B-Instruct"}}
 
 # (id, script, extra overrides, text the failure must contain): each layer rejects its own kind of typo.
 BROKEN = [
@@ -101,11 +104,11 @@ def check_config(config: DictConfig) -> None:
     from verl.utils.config import omega_conf_to_dataclass, validate_config
     from verl.utils.device import auto_set_device
 
-    from verl_ext import reward_postprocess
     from verl_ext.advantages import ESTIMATORS, hyperparameters
     from verl_ext.advantages.verl_glue import estimator_params
-    from verl_ext.doctor import config_problems
+    from verl_ext.doctor import check_requirements
     from verl_ext.old_logits import OldLogitsConfig
+    from verl_ext.rewards import postprocess
 
     # verl's main_ppo, then TaskRunnerV1.run (which resolves every interpolation)
     auto_set_device(config)
@@ -121,13 +124,13 @@ def check_config(config: DictConfig) -> None:
     # verl reads `algorithm` untyped, so a misspelt verl key there would be ignored silently: check
     # verl's part against verl's own dataclasses, the verl-ext sections with verl-ext's parsers.
     algorithm = config.algorithm
-    verl_ext_sections = {"old_logits", reward_postprocess.PATH_LENGTH_KEY, *ESTIMATORS}
+    verl_ext_sections = {"old_logits", postprocess.PATH_LENGTH_KEY, *ESTIMATORS}
     omega_conf_to_dataclass({k: v for k, v in algorithm.items() if k not in verl_ext_sections}, AlgoConfig)
     if algorithm.get("rollout_correction") is not None:
         omega_conf_to_dataclass(algorithm.rollout_correction, RolloutCorrectionConfig)
     get_custom_reward_fn(config)  # verl's loader: imports the reward function the config names
 
-    problems = config_problems(config)
+    problems = check_requirements(config)
     assert not problems, "\n".join(problems)
     OldLogitsConfig.from_config(algorithm.get("old_logits"), config.trainer.v1.sampler.max_off_policy_threshold)
     name = algorithm.adv_estimator
@@ -135,8 +138,8 @@ def check_config(config: DictConfig) -> None:
         params, _ = estimator_params(name, algorithm)
         unknown = sorted(set(params) - set(hyperparameters(name)))
         assert not unknown, f"unknown key(s) {[f'algorithm.{name}.{k}' for k in unknown]}"
-    if reward_postprocess.enabled(algorithm):
-        reward_postprocess.path_length_settings(algorithm)
+    if postprocess.enabled(algorithm):
+        postprocess.path_length_settings(algorithm)
     check_agent_loops(config)
     for key in ("train_files", "val_files"):
         assert Path(config.data[key]).exists(), f"data.{key}={config.data[key]} does not exist"
@@ -170,13 +173,44 @@ def test_every_recipe_has_gpu_scripts():
 
 @pytest.mark.parametrize("script", GPU_SCRIPTS, ids=_script_id)
 def test_gpu_script_config_passes_verls_checks(script: Path, dry_run):
-    code, out, err = dry_run(script, [])
+    code, out, err = dry_run(script, [], **SCRIPT_ENV.get(script, {}))
     assert code == 0, f"{_script_id(script)} --cfg job failed:\n{err[-4000:]}"
     config = OmegaConf.create(out)
     check_config(config)
     if script.parent.name == "async_agentic":  # run_<provider>.sh trains with that provider
         assert config.algorithm.old_logits.provider == script.stem.removeprefix("run_")
         assert config.trainer.v1.trainer_mode == "verl_ext_colocate_async"
+
+
+# every setting tests/gpu runs run_gpu.sh with (1, 2 and 4 GPUs)
+GPU_TEST_MATRIX = [
+    dict(ADV="grpo", LOSS="vanilla", PROVIDER="none"),
+    dict(ADV="gigpo", LOSS="ppo_ewma", PROVIDER="ewma"),
+    dict(ADV="hgpo", LOSS="ppo_ewma", PROVIDER="snapshot"),
+    *[dict(MODE="colocate_async", ADV="gigpo", LOSS="ppo_ewma", PROVIDER=p)
+      for p in ("current", "rollout", "snapshot", "ewma", "loglinear")],
+    *[dict(MODE="colocate_async", ROLLOUT="hf", ADV="gigpo", LOSS="ppo_ewma", PROVIDER=p)
+      for p in ("dedicated", "interrupt")],
+    dict(N_GPUS="2", MODE="colocate_async", ADV="gigpo", LOSS="ppo_ewma", PROVIDER="snapshot"),
+    dict(N_GPUS="4", ADV="hgpo", LOSS="ppo_ewma", PROVIDER="ewma"),
+]
+
+
+@pytest.mark.parametrize("env", GPU_TEST_MATRIX, ids=lambda e: "-".join(e.values()))
+def test_gpu_test_matrix_composes(env, dry_run):
+    from verl_ext.gpu_checks import batch_problems
+
+    code, out, err = dry_run(TEXT_CORRIDOR_GPU, [], **SCRIPT_ENV[TEXT_CORRIDOR_GPU], **env)
+    assert code == 0, err[-4000:]
+    config = OmegaConf.create(out)
+    check_config(config)
+    assert batch_problems(config) == []  # the batch scales with N_GPUS
+    expected_mode = "colocate_async" if env.get("MODE") == "colocate_async" else "sync"
+    if env["PROVIDER"] != "none":
+        expected_mode = f"verl_ext_{expected_mode}"
+        assert config.algorithm.old_logits.provider == env["PROVIDER"]
+    assert config.trainer.v1.trainer_mode == expected_mode
+    assert config.trainer.n_gpus_per_node == int(env.get("N_GPUS", 1))
 
 
 def test_async_cpu_twin_composes_the_async_recipe(dry_run):

@@ -15,6 +15,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("verl_ext.envs.eval_cli:main", "evaluate a policy on minidesk / miniwob"),
     "dv-questions": ("verl_ext.rewards.dvreward.questions:main", "decompose prompts into yes/no questions"),
     "judge-server": ("verl_ext.rewards.dvreward.judge_server:main", "serve a local OpenAI-compatible judge"),
+    "bundle": ("verl_ext.bundle:main", "build (or install) an offline install bundle for another machine"),
 }
 
 

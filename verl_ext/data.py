@@ -68,6 +68,21 @@ def _minidesk_rows(n: int, seed: int, split: str, templates: list[str] | None = 
     return minidesk_rows(n, seed, split, templates)
 
 
+def _text_hybrid_rows(n: int, seed: int, split: str, templates: list[str] | None = None) -> list[dict]:
+    """TextHybrid tasks: hybrid GUI + tool apps in pure Python, no browser (``verl_ext.envs.text_hybrid``)."""
+    from verl_ext.envs.text_hybrid import text_hybrid_rows
+
+    return text_hybrid_rows(n, seed, split, templates)
+
+
+def _text_hybrid_sft_rows(n: int, seed: int, split: str, templates: list[str] | None = None) -> list[dict]:
+    """SFT demonstrations for ``verl.trainer.sft_trainer``: the ``text_hybrid`` tasks of the same seed played
+    by the scripted oracle, as ``hybrid_gui_tool`` function-call transcripts (``verl_ext.envs.demos``)."""
+    from verl_ext.envs.demos import text_hybrid_sft_rows
+
+    return text_hybrid_sft_rows(n, seed, split, templates)
+
+
 def _dv_describe_rows(n: int, seed: int, split: str) -> list[dict]:
     """Templated description prompts with their DVReward questions (``recipes/dvreward_judge``)."""
     from verl_ext.rewards.dvreward.describe_task import describe_rows
@@ -79,6 +94,8 @@ DATASETS: dict[str, Callable[[int, int, str], list[dict]]] = {
     "arithmetic": arithmetic_rows,
     "text_corridor": text_corridor_rows,
     "minidesk": _minidesk_rows,
+    "text_hybrid": _text_hybrid_rows,
+    "text_hybrid_sft": _text_hybrid_sft_rows,
     "dv_describe": _dv_describe_rows,
 }
 
@@ -99,13 +116,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--val-size", type=int, default=32)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--templates", default=None,
-                        help="minidesk only: comma-separated task templates (default: all; `verl-ext eval --help`)")
+                        help="minidesk and text_hybrid(_sft) only: comma-separated task templates (default: all)")
     args = parser.parse_args(argv)
     make_rows = DATASETS[args.dataset]
     options = {}
     if args.templates:
-        if args.dataset != "minidesk":
-            parser.error("--templates applies to the minidesk dataset only")
+        if args.dataset not in ("minidesk", "text_hybrid", "text_hybrid_sft"):
+            parser.error("--templates applies to the minidesk and text_hybrid(_sft) datasets only")
         options["templates"] = [t.strip() for t in args.templates.split(",") if t.strip()]
     for split, size in (("train", args.train_size), ("val", args.val_size)):
         rows = make_rows(size, args.seed, split, **options)

@@ -9,21 +9,35 @@ that provides it.
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import importlib.util
 import os
-import sys
 from collections.abc import Iterator
 from typing import Any
 
-from verl_ext import plugin
+from packaging.requirements import Requirement
 
-# Optional dependencies per extra: import name -> what it is for.
-EXTRAS: dict[str, dict[str, str]] = {
-    "gui": {"selenium": "browser driver for minidesk/miniwob", "miniwob": "MiniWoB++ tasks", "PIL": "screenshots"},
-    "judge": {"httpx": "async HTTP client for judge servers"},
-    "mcp": {"mcp": "Model Context Protocol adapter"},
-    "megatron": {"megatron.core": "Megatron engine", "mbridge": "HF <-> Megatron weights"},
-}
+from verl_ext import gpu_checks, plugin
+from verl_ext.gpu_checks import installed_version
+
+DISTRIBUTION = "verl-ext"
+
+
+def extras() -> dict[str, list[Requirement]]:
+    """``pip install verl-ext[<extra>]`` -> its requirements, read from the installed package's
+    metadata (pyproject's ``optional-dependencies``), so this never drifts from pyproject."""
+    names = importlib.metadata.metadata(DISTRIBUTION).get_all("Provides-Extra") or []
+    requirements = [Requirement(line) for line in importlib.metadata.requires(DISTRIBUTION) or []]
+    return {extra: [r for r in requirements if r.marker is not None and r.marker.evaluate({"extra": extra})]
+            for extra in names}
+
+
+def importable(module: str) -> bool:
+    """Whether ``import module`` can succeed here (without importing it)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package missing, or sys.modules[name] is None
+        return False
 
 
 def registered_names(kind: str) -> set[str]:
@@ -123,8 +137,8 @@ def _explain_missing(kind: str, name: str, key: str) -> str:
     return message
 
 
-def config_problems(config: Any) -> list[str]:
-    """Every plugin named in ``config`` that is not registered, explained. Empty when all is well."""
+def plugin_problems(config: Any) -> list[str]:
+    """Every plugin named in ``config`` that is not registered, explained."""
     plugin.load_all()
     problems = []
     for kind, name, key in named_plugins(config):
@@ -138,11 +152,32 @@ def config_problems(config: Any) -> list[str]:
     return problems
 
 
-def assert_config_plugins(config: Any) -> None:
-    """Raise ``RuntimeError`` listing every unregistered plugin the config names."""
-    problems = config_problems(config)
+def dependency_problems(config: Any) -> list[str]:
+    """Every module a selected plugin imports only once it runs (``PluginSpec.requires``) that is
+    not installed, naming the pip extra: without this check such a run starts and every agent
+    loop or reward call fails deep inside it."""
+    problems = []
+    for kind, name, key in named_plugins(config):
+        spec = next((s for s in plugin.PLUGINS if s.name == name and s.kind == kind), None)
+        missing = [m for m in (spec.requires if spec else ()) if not importable(m)]
+        if missing:
+            fix = f"pip install 'verl-ext[{spec.extra}]'" if spec.extra else "install them"
+            problems.append(f"{key}={name} needs {', '.join(repr(m) for m in missing)}, not installed here: {fix}")
+    return problems
+
+
+def check_requirements(config: Any) -> list[str]:
+    """Every reason ``config`` cannot run on this machine, each naming the config key and the fix;
+    empty when all is well. The verl-ext trainers call it at start-up and ``verl-ext doctor`` with
+    overrides prints it: add further checks here."""
+    return plugin_problems(config) + dependency_problems(config)
+
+
+def assert_requirements(config: Any) -> None:
+    """Raise ``RuntimeError`` listing every problem ``check_requirements`` finds."""
+    problems = check_requirements(config)
     if problems:
-        raise RuntimeError("verl-ext: the config names plugins that are not available:\n  - " + "\n  - ".join(problems))
+        raise RuntimeError("verl-ext: this config cannot run here:\n  - " + "\n  - ".join(problems))
 
 
 def _compose(overrides: list[str]) -> Any:
@@ -159,6 +194,8 @@ def main(argv: list[str]) -> int:
         "also check that every plugin the composed config names is registered.",
     )
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, as passed to verl.trainer.main_ppo")
+    parser.add_argument("--gpu", action="store_true",
+                        help="also fail when this machine is not ready for a GPU run (CUDA, vLLM, transformers)")
     args = parser.parse_args(argv)
 
     import verl
@@ -183,11 +220,14 @@ def main(argv: list[str]) -> int:
     except Exception as exc:  # noqa: BLE001
         providers, ok = f"MISSING ({exc!r})", False
     print(f"  {'old_logits':<15} {providers}")
-    print("\noptional dependencies:")
-    for extra, modules in EXTRAS.items():
-        for module, purpose in modules.items():
-            present = importlib.util.find_spec(module.split(".")[0]) is not None
-            print(f"  [{extra}] {module:<14} {'ok' if present else 'missing'}  ({purpose})")
+    print("\noptional dependencies (pip install 'verl-ext[<extra>]'):")
+    for extra, requirements in extras().items():
+        for requirement in requirements:
+            version = installed_version(requirement.name)
+            state = "missing" if version is None else version
+            if version is not None and version not in requirement.specifier:
+                state += f" (wants {requirement.specifier})"
+            print(f"  [{extra}] {requirement.name:<16} {state}")
     print("\npatches (cpu backend only):")
     for patch in patches.PATCHES:
         state = "applied" if patch.name in patches.APPLIED else patches.SKIPPED.get(patch.name, "not applied")
@@ -196,10 +236,19 @@ def main(argv: list[str]) -> int:
         except Exception as exc:  # noqa: BLE001
             needed = f"target missing: {exc!r}"
         print(f"  {patch.name:<24} {state:<12} {needed}")
+    print("\nGPU readiness (vLLM + FSDP):")
+    lines, gpu_ready = gpu_checks.readiness_report()
+    for line in lines:
+        print(f"  {line}")
+    if args.gpu:
+        ok = ok and gpu_ready
     if args.overrides:
-        problems = config_problems(_compose(args.overrides))
+        config = _compose(args.overrides)
+        problems = check_requirements(config) + gpu_checks.batch_problems(config)
+        if args.gpu:
+            problems += gpu_checks.machine_problems(config)
         print("\nconfig check:")
-        for problem in problems or ["every plugin the config names is registered"]:
+        for problem in problems or ["every plugin the config names is registered and installed; the batches divide"]:
             print(f"  {problem}")
         ok = ok and not problems
     return 0 if ok else 1

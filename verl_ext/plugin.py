@@ -31,12 +31,16 @@ class PluginSpec:
         kind: which verl registry the name lives in (see ``KIND_TRIGGERS``).
         module: the verl-ext module that registers ``name`` when imported.
         extra: the ``pip install verl-ext[<extra>]`` that provides its optional dependencies.
+        requires: modules the plugin imports only once it runs (e.g. the browser driver an
+            agent loop starts per episode): importing ``module`` does not check them, so the
+            start-up check (``verl_ext.doctor.check_requirements``) does.
     """
 
     name: str
     kind: str
     module: str
     extra: str | None = None
+    requires: tuple[str, ...] = ()
 
 
 # kind -> verl module whose import makes that registry available (the hook fires after it).
@@ -65,7 +69,10 @@ PLUGINS: tuple[PluginSpec, ...] = (
     PluginSpec("verl_ext_colocate_async", "trainer", "verl_ext.trainer"),
     PluginSpec("dvreward", "reward_manager", "verl_ext.rewards.dvreward.registration", extra="judge"),
     PluginSpec("ppo_ewma", "policy_loss", "verl_ext.losses.registration"),
-    PluginSpec("hybrid_gui_tool", "agent_loop", "verl_ext.agent_loops.registration", extra="gui"),
+    # its env backends (verl_ext.envs): selenium + psutil drive Chromium, miniwob holds MiniWoB++'s
+    # tasks, PIL turns screenshots into images for VL models
+    PluginSpec("hybrid_gui_tool", "agent_loop", "verl_ext.agent_loops.registration", extra="gui",
+               requires=("selenium", "psutil", "miniwob", "PIL")),
     PluginSpec("text_env", "agent_loop", "verl_ext.agent_loops.text_env"),
 )
 

@@ -113,6 +113,24 @@ class StepMetadata:
     def __post_init__(self) -> None:
         _check_steps(self.traj_uid, self.step_idx, {k: getattr(self, k) for k in PER_STEP_FIELDS})
 
+    @classmethod
+    def of_row(cls, traj_uid: str, step: int | None, *, anchors: list[str], step_rewards: list[float],
+               spans: list[list[int]], action_valid: list[bool], **trajectory: Any) -> StepMetadata:
+        """What an agent loop writes on one row of an episode: all steps with their token spans
+        (``step=None``, one row per trajectory) or only step ``step`` without spans (one row per
+        turn). ``trajectory``: the trajectory-level fields (``valid``, ``truncated``, ``extras``,
+        ...), the same on every row of the episode."""
+        pick = range(len(anchors)) if step is None else [step]
+        return cls(
+            traj_uid=traj_uid,
+            step_idx=list(pick),
+            anchor=[anchors[i] for i in pick],
+            step_reward=[step_rewards[i] for i in pick],
+            spans=spans if step is None else None,
+            action_valid=[action_valid[i] for i in pick],
+            **trajectory,
+        )
+
     @property
     def num_steps(self) -> int:
         return len(self.step_idx)

@@ -86,40 +86,48 @@ def build_tokenizer(vocab_size: int = 512):
     return fast
 
 
-def make_tiny_model(
-    out_dir: str,
-    seed: int = 0,
-    hidden_size: int = 64,
-    num_layers: int = 2,
-    num_heads: int = 4,
-    num_kv_heads: int = 2,
-) -> str:
+# Shapes of real checkpoints (their config.json), for GPU tests and benchmarks with random weights
+# of a real architecture. Only the vocabulary differs: the local tokenizer's (a random model that
+# samples ids the tokenizer cannot decode would break detokenization, not test anything).
+ARCHITECTURES: dict[str, dict] = {
+    "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, max_position_embeddings=4096),
+    "qwen2.5-0.5b": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+                         num_key_value_heads=2, max_position_embeddings=32768, rope_theta=1000000.0,
+                         rms_norm_eps=1e-6),
+    "qwen2.5-1.5b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
+                         num_key_value_heads=2, max_position_embeddings=32768, rope_theta=1000000.0,
+                         rms_norm_eps=1e-6),
+}
+
+
+def make_tiny_model(out_dir: str, seed: int = 0, arch: str = "tiny", dtype: str = "float32", **shape: int) -> str:
     """Write a random Qwen2 model + tokenizer to ``out_dir`` and return the path.
 
-    With the defaults the model has about 0.1M parameters and a forward of a 256-token batch
-    takes milliseconds on one CPU core.
+    ``arch`` picks the shapes (:data:`ARCHITECTURES`); ``shape`` overrides single config keys
+    (``hidden_size=128``). With ``tiny`` the model has about 0.1M parameters and a forward of a
+    256-token batch takes milliseconds on one CPU core.
     """
     import torch
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
+    if arch not in ARCHITECTURES:
+        raise ValueError(f"unknown arch {arch!r}: use one of {sorted(ARCHITECTURES)}")
+    dims = {**ARCHITECTURES[arch], **shape}
+    if "hidden_size" in shape and "intermediate_size" not in shape:
+        dims["intermediate_size"] = 2 * shape["hidden_size"]
     tokenizer = build_tokenizer()
-    vocab = len(tokenizer)
     config = Qwen2Config(
-        vocab_size=vocab,
-        hidden_size=hidden_size,
-        intermediate_size=2 * hidden_size,
-        num_hidden_layers=num_layers,
-        num_attention_heads=num_heads,
-        num_key_value_heads=num_kv_heads,
-        max_position_embeddings=4096,
+        vocab_size=len(tokenizer),
         tie_word_embeddings=True,
         bos_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
-        torch_dtype="float32",
+        torch_dtype=dtype,
+        **dims,
     )
     torch.manual_seed(seed)
-    model = Qwen2ForCausalLM(config)
+    model = Qwen2ForCausalLM(config).to(getattr(torch, dtype))
     os.makedirs(out_dir, exist_ok=True)
     model.save_pretrained(out_dir, safe_serialization=True)
     GenerationConfig(
@@ -127,7 +135,7 @@ def make_tiny_model(
     ).save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
     with open(os.path.join(out_dir, "verl_ext_tiny_model.json"), "w") as f:
-        json.dump({"seed": seed, "parameters": sum(p.numel() for p in model.parameters())}, f)
+        json.dump({"seed": seed, "arch": arch, "parameters": sum(p.numel() for p in model.parameters())}, f)
     return out_dir
 
 
@@ -137,8 +145,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--hidden-size", type=int, default=64)
     parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--arch", choices=sorted(ARCHITECTURES), default="tiny",
+                        help="shapes of a real checkpoint (random weights, the local tokenizer's vocabulary)")
+    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     args = parser.parse_args(argv)
-    path = make_tiny_model(args.out_dir, seed=args.seed, hidden_size=args.hidden_size, num_layers=args.layers)
+    shape = {}
+    if args.arch == "tiny":
+        shape = {"hidden_size": args.hidden_size, "num_hidden_layers": args.layers}
+    path = make_tiny_model(args.out_dir, seed=args.seed, arch=args.arch, dtype=args.dtype, **shape)
     with open(os.path.join(path, "verl_ext_tiny_model.json")) as f:
         info = json.load(f)
     print(f"tiny model written to {path} ({info['parameters']:,} parameters, seed {args.seed})")

@@ -7,19 +7,22 @@ mode it extends before verl's constructor reads it; its own settings live under
 ``trainer.v1.verl_ext``.
 
 Hooks added on top of verl:
-- start-up check that every plugin the config names is registered (``verl_ext.doctor``);
+- start-up check that every plugin the config names is registered and its run-time imports are
+  installed (``verl_ext.doctor.check_requirements``);
 - ``trainer.v1.verl_ext.replay_poll_interval``: verl's replay buffer polls TransferQueue every
   2 s, which dominates a step on the cpu backend;
 - per-token weight versions: the LLM client records which weight version produced each
-  response token (``extra_fields["token_global_steps"]``, see ``verl_ext.rollout_client``);
+  response token (``extra_fields["token_global_steps"]``, see ``verl_ext.old_logits.rollout_client``);
 - old-logit providers (``algorithm.old_logits.provider``): ``_compute_old_log_prob`` delegates to
-  the provider (``verl_ext.old_logits``) through ``verl_ext.old_logits_host``; the default
+  the provider (``verl_ext.old_logits``) through ``verl_ext.old_logits.host``; the default
   ``current`` is verl's own path, untouched; ``dedicated`` / ``interrupt`` start their rollout side
   in ``on_init_end`` (before the first weight sync) and pass the LLM client what it needs;
 - step-aware advantages: for the estimators in ``verl_ext.advantages`` the advantage step
   fetches each row's step metadata (``extra_fields``) from TransferQueue and computes token
   advantages with ``verl_ext.advantages.verl_glue``; verl's own estimators run unchanged;
-- group-level reward post-processors (``verl_ext.reward_postprocess``, e.g.
+- agent-loop failures: when most runs since the last batch failed, the run stops with the first
+  error and the count (``verl_ext.agent_loops.failures``) instead of training on what is left;
+- group-level reward post-processors (``verl_ext.rewards.postprocess``, e.g.
   ``algorithm.path_length_reward``) run on the rewards before any estimator;
 - faults are not answers: rows whose episode faulted (step metadata ``valid=False``) or that the
   reward manager flags as unscorable (``dvreward``'s ``dv_valid=0``) are kept out of their group's
@@ -40,9 +43,10 @@ from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
-from verl_ext.doctor import assert_config_plugins
+from verl_ext.doctor import assert_requirements
+from verl_ext.gpu_checks import assert_startup_ready
 from verl_ext.rewards.env_rewards import training_batch_metrics
-from verl_ext.rollout_client import VersionedFullyAsyncLLMServerClient, VersionedLLMServerClient
+from verl_ext.old_logits.rollout_client import VersionedFullyAsyncLLMServerClient, VersionedLLMServerClient
 
 logger = logging.getLogger("verl_ext")
 
@@ -55,7 +59,8 @@ class VerlExtTrainerMixin:
     def __init__(self, config, *args, **kwargs):
         from verl_ext.old_logits import OldLogitsConfig, build_provider
 
-        assert_config_plugins(config)
+        assert_requirements(config)
+        assert_startup_ready(config)  # GPU machine readiness and micro-batch divisibility
         with open_dict(config):
             config.trainer.v1.trainer_mode = self.base_mode
         self.verl_ext_config = config.trainer.v1.get("verl_ext", {}) or {}
@@ -66,28 +71,39 @@ class VerlExtTrainerMixin:
         self._old_logit_host = None  # built on first use, once the worker groups exist
         if self.old_logit_provider.name == "rollout":
             _switch_to_bypass_loss(config)
+        _count_agent_loop_failures(config)
         super().__init__(config, *args, **kwargs)
+
+    def fit(self, agent_loop_manager):
+        try:
+            return super().fit(agent_loop_manager)
+        finally:
+            self._stop_dataloader_workers()
+
+    def _stop_dataloader_workers(self) -> None:
+        """verl's ``fit`` returns with the training iterator, and its prefetching worker processes,
+        still alive; when the driver exits, Ray SIGKILLs them and torch's SIGCHLD handler in the
+        TaskRunner prints ``RuntimeError: DataLoader worker (pid N) is killed by signal: Killed``.
+        Joining them here ends a good run without that traceback."""
+        iterator, self.train_dataloader_it = self.train_dataloader_it, None
+        if hasattr(iterator, "_shutdown_workers"):  # only the multi-process iterator has workers
+            iterator._shutdown_workers()
 
     # ------------------------------------------------------------------ old-logit providers
     def _old_logits_needs_worker_state(self) -> bool:
         return bool(self.old_logit_provider.requirements().worker_hooks)
 
     def _host(self):
-        from verl_ext.old_logits_host import VerlOldLogitHost, install_worker_state
+        from verl_ext.old_logits.host import VerlOldLogitHost
 
         if self._old_logit_host is None:
             self._old_logit_host = VerlOldLogitHost(self)
             if self._old_logits_needs_worker_state():
-                self._old_logit_host.on_workers(install_worker_state, self.old_logits_config, self._optimizer_steps_per_version())
+                self._old_logit_host.start_worker_state(self.old_logits_config)
         return self._old_logit_host
 
-    def _optimizer_steps_per_version(self) -> int:
-        actor = self.config.actor_rollout_ref.actor
-        mini_batches = max(1, self.config.data.train_batch_size // actor.ppo_mini_batch_size)
-        return mini_batches * actor.ppo_epochs * self.parameter_sync_step
-
     def on_init_end(self):
-        from verl_ext.old_logits_host import ROLLOUT_SIDE_PROVIDERS
+        from verl_ext.old_logits.host import ROLLOUT_SIDE_PROVIDERS
 
         if self.old_logit_provider.name in ROLLOUT_SIDE_PROVIDERS:  # before the first weight sync
             self._host().start_rollout_side(self.old_logits_config)
@@ -106,7 +122,7 @@ class VerlExtTrainerMixin:
     def _update_actor(self, batch, metrics):
         if not self._old_logits_needs_worker_state():
             return super()._update_actor(batch, metrics)
-        from verl_ext.old_logits_host import publish_worker_version, set_worker_version
+        from verl_ext.old_logits.host import publish_worker_version, set_worker_version
 
         host = self._host()
         host.on_workers(set_worker_version, self.global_steps - 1)
@@ -117,7 +133,7 @@ class VerlExtTrainerMixin:
     def _save_checkpoint(self):
         super()._save_checkpoint()
         if self._old_logits_needs_worker_state():
-            from verl_ext.old_logits_host import CHECKPOINT_DIR, save_worker_state
+            from verl_ext.old_logits.host import CHECKPOINT_DIR, save_worker_state
 
             folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}", CHECKPOINT_DIR)
             self._host().on_workers(save_worker_state, folder)
@@ -125,7 +141,7 @@ class VerlExtTrainerMixin:
     def _load_checkpoint(self):
         super()._load_checkpoint()
         if self.global_steps > 0 and self._old_logits_needs_worker_state():
-            from verl_ext.old_logits_host import CHECKPOINT_DIR, load_worker_state
+            from verl_ext.old_logits.host import CHECKPOINT_DIR, load_worker_state
 
             folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}", CHECKPOINT_DIR)
             found = self._host().on_workers(load_worker_state, folder)
@@ -134,8 +150,8 @@ class VerlExtTrainerMixin:
                                self.old_logits_config.ewma.on_missing_state)
 
     def _compute_advantage(self, batch, metrics):
-        from verl_ext import reward_postprocess
         from verl_ext.advantages import ESTIMATORS, validity
+        from verl_ext.rewards import postprocess
         from verl_ext.rewards.dvreward.metrics import training_metrics as dvreward_metrics
 
         algorithm = self.config.algorithm
@@ -151,7 +167,7 @@ class VerlExtTrainerMixin:
 
         def compute(data, *args, **kwargs):
             # group-level reward post-processors first: every estimator sees their rewards
-            metrics.update(reward_postprocess.apply(data, extra_fields, algorithm))
+            metrics.update(postprocess.apply(data, extra_fields, algorithm, validity_key))
             invalid = _exclude_invalid_rewards(data, extra_fields, validity_key, step_aware, metrics)
             return validity.zero_out(estimate(data, *args, **kwargs), invalid)
 
@@ -167,7 +183,24 @@ class VerlExtTrainerMixin:
         poll_interval = self.verl_ext_config.get("replay_poll_interval")
         if poll_interval is not None:
             buffer.poll_interval = float(poll_interval)
+        sample = buffer.sample
+
+        def sample_then_check_failures(global_steps, partition_id, batch_size):
+            out = sample(global_steps, partition_id, batch_size)
+            self._check_agent_loop_failures(partition_id)
+            return out
+
+        buffer.sample = sample_then_check_failures  # this buffer only (listed in patches/README.md)
         return buffer
+
+    def _check_agent_loop_failures(self, partition_id: str) -> None:
+        """Stop with the first error when most agent-loop runs since the last batch failed
+        (``verl_ext.agent_loops.failures``), before verl trains on, or fails on, what is left."""
+        from verl_ext.agent_loops.failures import check_failure_rate
+
+        manager = getattr(self, "agent_loop_manager", None)
+        if hasattr(manager, "pop_run_counts"):  # a user's own manager class counts nothing
+            check_failure_rate(manager.pop_run_counts(), partition_id)
 
 
 def _switch_to_bypass_loss(config) -> None:
@@ -182,6 +215,17 @@ def _switch_to_bypass_loss(config) -> None:
             logger.warning("verl-ext: old_logits.provider=rollout: policy_loss.loss_mode %s -> bypass_mode", policy_loss.loss_mode)
             policy_loss.loss_mode = "bypass_mode"
         policy_loss.rollout_correction = correction
+
+
+def _count_agent_loop_failures(config) -> None:
+    """Select verl-ext's agent-loop manager (verl's TransferQueue manager whose workers count
+    failed runs) unless the config names its own."""
+    from verl_ext.agent_loops.failures import MANAGER_CLASS
+
+    with open_dict(config):
+        agent = config.actor_rollout_ref.rollout.agent
+        if not agent.get("agent_loop_manager_class"):
+            agent.agent_loop_manager_class = MANAGER_CLASS
 
 
 def _rollout_vs_old_metrics(batch) -> dict:

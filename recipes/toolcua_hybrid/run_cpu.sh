@@ -36,7 +36,7 @@ verl-ext prepare-data minidesk "$OUT/data" --train-size 512 --val-size 64 --seed
 python -m verl.trainer.main_ppo --config-dir "$HERE" +recipe=toolcua_hybrid +plugins/backend=cpu \
     "${LOSS_ARGS[@]}" \
     algorithm.adv_estimator="$ADV" \
-    +algorithm.gigpo.gamma=0.95 \
+    algorithm.hgpo.history_length=$((MAX_STEPS - 1)) \
     algorithm.path_length_reward.max_steps=$MAX_STEPS \
     reward.custom_reward_function.reward_kwargs.max_steps=$MAX_STEPS \
     data.train_files="$OUT/data/train.parquet" \

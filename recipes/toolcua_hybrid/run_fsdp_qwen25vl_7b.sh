@@ -46,6 +46,7 @@ exec python -m verl.trainer.main_ppo --config-dir "$HERE" +recipe=toolcua_hybrid
     +actor_rollout_ref.rollout.limit_images=1 \
     actor_rollout_ref.rollout.agent.num_workers=8 \
     actor_rollout_ref.rollout.agent.agent_loop_config_path="$HERE/agent_loops_vl.yaml" \
+    algorithm.hgpo.history_length=2 \
     trainer.logger="$LOGGER" \
     trainer.experiment_name=qwen25vl_7b_fsdp2 \
     trainer.n_gpus_per_node="$N_GPUS" \

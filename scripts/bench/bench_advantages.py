@@ -1,5 +1,6 @@
-"""Benchmark: vectorised step-aware advantage estimators vs straightforward Python loops, and the
-verl glue (``compute_token_advantages``: per-row metadata in, token advantages out) on batches of
+"""Benchmark: vectorised step-aware advantage estimators vs straightforward Python loops (the public
+entry point ``verl_ext.advantages.compute`` against a plain per-row loop of the same GiGPO math, and
+every estimator against the test reference loops), and the verl glue (``compute_token_advantages``: per-row metadata in, token advantages out) on batches of
 realistic shapes.
 
 Both sides get the same random step batch (tests/advantages/step_data.py) and are timed in
@@ -14,6 +15,7 @@ tests/advantages/loop_reference.py. Prints markdown tables and, with --write, re
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import platform
 import statistics
@@ -27,11 +29,13 @@ from omegaconf import OmegaConf
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "advantages"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from learning_runs import write_section  # noqa: E402
 from loop_reference import LOOPS  # noqa: E402
 from step_data import BASE, random_steps  # noqa: E402
 
-from verl_ext.advantages import compute_with_returns, grouping  # noqa: E402
+from verl_ext.advantages import compute, compute_with_returns, grouping  # noqa: E402
 from verl_ext.advantages.verl_glue import compute_token_advantages  # noqa: E402
 from verl_ext.steps import StepMetadata, anchor_key  # noqa: E402
 
@@ -59,37 +63,74 @@ GLUE_CONFIG = OmegaConf.create({"gamma": 1.0, "gigpo": {"gamma": 0.95, "mode": "
 # of up to 50 one-row-per-turn steps) took 362.83 s (GiGPO paper, research notes
 # stepwise_advantages.md §3.6).
 DOCUMENTED_STEP_S = 362.83
-NOTES = """
-Reading (run of 2026-11-26; rewrite it when the numbers change):
 
-- Target >= 50x at 100k rows: met by the four group estimators (`gigpo`, `hgpo`, `step_grouped`,
-  `himac`: 51-89x with string keys, 70-119x with integer keys), not by `hiper` (5-8x; below).
-- String keys: every id and anchor is a python object. They are coded by pandas' object hash table
-  (C, using the hash each python string caches), 2-3x faster than the python dict used before, which
-  held string-key speedups to 27-60x. The loop hashes the same objects, so these columns bound the
-  speedup; integer keys (ids or anchor hashes an agent loop stores as int64) skip it.
-- Growth: per-row time is about flat from 10k to 100k rows and rises up to 1.7x from 100k to 1M.
-  With integer keys that is random gathers over arrays that outgrow the cache (rows are shuffled).
-  With string keys at 1M most of it is the 64k distinct trajectory-id objects: coding `traj_uid`
-  alone took about 160 ns per row with shuffled rows and 40 ns per row with the rows in trajectory
-  order (measured separately, same machine), i.e. reading each row's key object misses the cache. The
-  loop pays the same misses; verl batches keep a trajectory's steps together and are far smaller.
-- `hiper`'s loop is a plain two-level GAE recurrence without group statistics (about 3 µs per row).
-  50x would leave about 55 ns per row for everything, less than validating, sorting and coding its
-  six input columns takes.
-- Glue: the per-row `extra_fields` parsing is the one Python loop over rows left (a few µs per row;
-  it dominates the one-row-per-turn batch). Tokens are painted by one `np.repeat` over the runs (gap,
-  span, gap, ..., tail) of all rows, straight into float32. Side by side with the code before this
-  change (same batches, same outputs bit for bit, CPU-time medians): text corridor 1.0 -> 0.8 ms
-  (gigpo), 256 x 15 one row each 46-47 -> 16-20 ms, one row per turn 111-114 -> 34-49 ms.
-- The 1% budget on the cpu backend: a text-corridor training step takes about 2 s and the glue 1 ms
-  of it (0.05%). verl's whole advantage stage (`timing_s/adv`, TransferQueue reads and writes
-  included) took a median 30-32 ms with verl's own `grpo` and 37-42 ms with `gigpo`/`hgpo` in the
-  text-corridor learning runs, i.e. 1.5-2% of the step. Of the 7-9 ms between the medians, about
-  1 ms is the glue (estimator included); we attribute the rest to the verl-ext trainer's second
-  TransferQueue read (the rows' `extra_fields`), not measured separately. verl's own 30 ms are
-  above 1% of a 2 s step already; on a GPU step of minutes both are far below it.
-"""
+ENTRY_POINT_GIGPO = dict(gamma=0.95, mode="mean_std_norm")  # the published GiGPO setting, as above
+EPSILON = 1e-6  # the estimators' default
+
+
+def _normalised(groups: dict, value: list[float], singleton_keeps_value: bool) -> dict[int, float]:
+    """(v - group mean) / (group std (n - 1) + eps) per row; a one-row group keeps its value or gets 0."""
+    out = {}
+    for members in groups.values():
+        if len(members) == 1:
+            out[members[0]] = value[members[0]] if singleton_keeps_value else 0.0
+            continue
+        values = [value[i] for i in members]
+        mean = sum(values) / len(values)
+        std = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+        for i, v in zip(members, values):
+            out[i] = (v - mean) / (std + EPSILON)
+    return out
+
+
+def plain_gigpo(uid: list, traj_uid: list, step_idx: list, anchor: list, step_reward: list, *, gamma: float,
+                mode: str) -> list[float]:
+    """GiGPO (``mean_std_norm``) as a plain per-row Python loop over lists, without numpy: episode
+    advantage of the trajectory's total reward within its ``uid`` group (one entry per step row)
+    plus step advantage of the discounted return within its ``(uid, anchor)`` group."""
+    assert mode == "mean_std_norm"
+    n = len(uid)
+    trajectories: dict = {}
+    for i in range(n):
+        trajectories.setdefault(traj_uid[i], []).append(i)
+    score, returns = [0.0] * n, [0.0] * n
+    for rows in trajectories.values():
+        rows.sort(key=step_idx.__getitem__)
+        total, running = sum(step_reward[i] for i in rows), 0.0
+        for i in reversed(rows):
+            running = step_reward[i] + gamma * running
+            returns[i], score[i] = running, total
+    episode_groups: dict = {}
+    step_groups: dict = {}
+    for i in range(n):
+        episode_groups.setdefault(uid[i], []).append(i)
+        step_groups.setdefault((uid[i], anchor[i]), []).append(i)
+    episode = _normalised(episode_groups, score, True)
+    step = _normalised(step_groups, returns, False)
+    return [episode[i] + step[i] for i in range(n)]
+
+
+def bench_entry_point(sizes: list[int], repeats: int = 7) -> list[dict]:
+    """``verl_ext.advantages.compute("gigpo", ...)`` with string ids and anchors against
+    ``plain_gigpo`` on the same rows: both warmed up once, then timed alternately; medians."""
+    rows = []
+    for size in sizes:
+        data = random_steps(1, n_groups=max(1, round(size / ROWS_PER_GROUP)), group_size=GROUP_SIZE,
+                            max_len=MAX_LEN, n_anchors=N_ANCHORS)
+        inputs = {k: data[k] for k in BASE}
+        lists = {k: v.tolist() for k, v in inputs.items()}
+        vectorised = compute("gigpo", **inputs, **ENTRY_POINT_GIGPO)
+        np.testing.assert_allclose(vectorised, plain_gigpo(**lists, **ENTRY_POINT_GIGPO), rtol=1e-9, atol=1e-9)
+        vec, loop = [], []
+        for _ in range(repeats):
+            vec.append(timed(lambda: compute("gigpo", **inputs, **ENTRY_POINT_GIGPO)))
+            loop.append(timed(lambda: plain_gigpo(**lists, **ENTRY_POINT_GIGPO)))
+        row = dict(n=len(data["uid"]), vec=statistics.median(t[0] for t in vec), loop=statistics.median(t[0] for t in loop),
+                   vec_wall=statistics.median(t[1] for t in vec), loop_wall=statistics.median(t[1] for t in loop))
+        rows.append(row)
+        print(f"entry point gigpo n={row['n']:>9,d}  plain loop {row['loop'] * 1e3:10.1f} ms  compute "
+              f"{row['vec'] * 1e3:8.2f} ms  speedup {row['loop'] / row['vec']:7.1f}x", flush=True)
+    return rows
 
 
 def timed(fn) -> tuple[float, float]:
@@ -190,7 +231,7 @@ def bench_glue() -> list[dict]:
     return rows
 
 
-def table(rows: list[dict], glue_rows: list[dict]) -> str:
+def table(rows: list[dict], glue_rows: list[dict], entry_rows: list[dict]) -> str:
     sizes = sorted({r["n"] for r in rows})
     names = list(dict.fromkeys(r["name"] for r in rows))
     by = {(r["name"], r["keys"], r["n"]): r for r in rows}
@@ -211,6 +252,18 @@ def table(rows: list[dict], glue_rows: list[dict]) -> str:
         "- Cells: median process CPU time, loop / vectorised = speedup, timed alternately (7 runs up "
         "to 10k rows, 5 at 100k, 3 at 1M). CPU time, because other jobs share the 2 cores; the "
         "wall-clock speedup is in brackets. numpy runs these ops on one thread.",
+        "",
+        f"**Public entry point** (`verl_ext.advantages.compute(\"gigpo\", ...)` with string ids and anchors, "
+        f"{', '.join(f'{k}={v}' for k, v in ENTRY_POINT_GIGPO.items())}) against `plain_gigpo` in this script, a plain per-row Python loop of the same math "
+        "over lists (no numpy; its outputs are checked equal first). Both warmed up by that check, then timed "
+        "alternately 7 times; median process CPU time, wall-clock speedup in brackets:",
+        "",
+        "| rows | plain loop | `compute` | speedup |",
+        "|---|---|---|---|",
+        *(f"| {r['n']:,} | {_ms(r['loop'])} | {_ms(r['vec'])} | **{r['loop'] / r['vec']:.0f}x** "
+          f"({r['loop_wall'] / r['vec_wall']:.0f}x) |" for r in entry_rows),
+        "",
+        "**Every estimator against the test reference loops** (`tests/advantages/loop_reference.py`):",
         "",
     ]
     for keys, title in (("str", "String ids and anchors (python objects, as `compute` usually gets them)"),
@@ -245,23 +298,11 @@ def table(rows: list[dict], glue_rows: list[dict]) -> str:
               f"50 one-row-per-turn steps), took {DOCUMENTED_STEP_S:.0f} s (GiGPO paper; research notes "
               f"`stepwise_advantages.md` §3.6): {largest / DOCUMENTED_STEP_S * 100:.3f}% of it. A step ten times "
               f"faster would still put it at {largest / DOCUMENTED_STEP_S * 1000:.2f}%."]
-    return "\n".join(lines) + "\n" + NOTES
+    return "\n".join(lines) + "\n"
 
 
 def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:,.1f} ms" if seconds < 10 else f"{seconds:,.1f} s"
-
-
-def write_section(path: Path, section: str) -> None:
-    """Replace (or append) this script's section, leaving the other sections alone."""
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    start = text.find(HEADING + "\n")
-    if start < 0:
-        text = text.rstrip("\n") + "\n\n" + section
-    else:
-        end = text.find("\n## ", start + len(HEADING))
-        text = text[:start] + section + (text[end + 1:] and "\n" + text[end + 1:] if end >= 0 else "")
-    path.write_text(text)
 
 
 def main() -> None:
@@ -269,10 +310,10 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000, 100_000, 1_000_000])
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     args = parser.parse_args()
-    section = table(bench(args.sizes), bench_glue())
+    section = table(bench(args.sizes), bench_glue(), bench_entry_point(args.sizes))
     print("\n" + section)
     if args.write:
-        write_section(ROOT / "docs" / "benchmarks.md", section)
+        write_section(ROOT / "docs" / "benchmarks.md", HEADING, section.rstrip("\n") + "\n\n")
 
 
 if __name__ == "__main__":

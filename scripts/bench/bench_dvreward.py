@@ -23,13 +23,17 @@ import statistics
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import httpx
 
-from verl_ext.rewards.dvreward.judge import Artifact, JudgeOptions, OpenAIJudge, parse_choice
-from verl_ext.rewards.dvreward.judge_server import spawn
-from verl_ext.rewards.dvreward.scoring import p_yes
-from verl_ext.rewards.dvreward.transport import Endpoint
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from learning_runs import write_section  # noqa: E402
+
+from verl_ext.rewards.dvreward.judge import Artifact, JudgeOptions, OpenAIJudge, parse_choice  # noqa: E402
+from verl_ext.rewards.dvreward.judge_server import spawn  # noqa: E402
+from verl_ext.rewards.dvreward.scoring import p_yes  # noqa: E402
+from verl_ext.rewards.dvreward.transport import Endpoint  # noqa: E402
 
 N_QUESTIONS = 12  # the question builder's default cap (10 semantic + 2 quality)
 LIBS = ("httpx", "aiohttp")
@@ -198,14 +202,8 @@ def render(results: dict) -> str:
         "|---|---|---|",
     ]
     lines += [f"| {c} | {r['httpx']:.0f} | {r['aiohttp']:.0f} |" for c, r in sorted(results["transport"].items())]
-    top = results["transport"][max(results["transport"])]
-    lines += [
-        "",
-        f"At concurrency {max(results['transport'])} httpx reaches {top['httpx'] / top['aiohttp']:.0%} of "
-        "aiohttp's rate against the same server (known: encode/httpx#3215), so above ~16 connections per "
-        "reward worker the client's transport, not the server, limits throughput; `max_concurrency` "
-        "defaults to 16.",
-    ]
+    shares = ", ".join(f"{r['httpx'] / r['aiohttp']:.0%} at concurrency {c}" for c, r in sorted(results["transport"].items()))
+    lines += ["", f"httpx reaches {shares} of aiohttp's rate against the same server (httpx's pool: encode/httpx#3215)."]
     cold, warm = results["cache"]
     lines += [
         "",
@@ -222,20 +220,6 @@ def render(results: dict) -> str:
         "",
     ]
     return "\n".join(lines)
-
-
-def write_section(path: str, section: str) -> None:
-    """Replace (or append) the ``## DVReward`` section, leaving every other section as it is."""
-    text = "# Benchmarks\n"
-    if os.path.exists(path):
-        with open(path) as f:
-            text = f.read()
-    section = section.rstrip("\n") + "\n\n"  # one blank line before whatever section follows
-    match = re.search(r"^## DVReward\n.*?(?=^## |\Z)", text, flags=re.DOTALL | re.MULTILINE)
-    text = text[: match.start()] + section + text[match.end() :] if match else text.rstrip("\n") + "\n\n" + section
-    text = text.rstrip("\n") + "\n"
-    with open(path, "w") as f:
-        f.write(text)
 
 
 def main(argv: list[str]) -> int:
@@ -271,7 +255,7 @@ def main(argv: list[str]) -> int:
     section = render(results)
     print(section)
     if not args.no_write:
-        write_section(os.path.normpath(args.output), section)
+        write_section(Path(os.path.normpath(args.output)), "## DVReward\n", section.rstrip("\n") + "\n\n")
     return 0
 
 

@@ -2,7 +2,7 @@
 
 Measures reset and step latency (p50/p95), steps/s with 1, 2, 4, 8 parallel envs, and memory per
 env (RSS and PSS of each env's chromedriver + Chromium processes), and compares them with
-BrowserGym's figures measured in the research notes (≈1.7 s per step, ≈1.5 GB RSS per env).
+BrowserGym's figures measured in the research notes (≈1.7 s per step including a 0.5 s sleep, ≈1.5 GB RSS per env).
 
     python scripts/bench/bench_envs.py                      # print the table
     python scripts/bench/bench_envs.py --write-docs docs/benchmarks.md
@@ -15,18 +15,25 @@ import os
 import platform
 import re
 import statistics
+import sys
 import threading
 import time
 from pathlib import Path
 
-from verl_ext.envs.core import GuiAction, ToolCall
-from verl_ext.envs.minidesk.env import list_templates
-from verl_ext.envs.policies import ScriptedPolicy
-from verl_ext.envs.pool import make_env
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from learning_runs import write_section  # noqa: E402
 
-# BrowserGym on this kind of machine (research notes §6.2): reset 0.95-1.36 s, noop() step ~1.7 s.
-BROWSERGYM_S = {"reset": 1.15, "gui_step": 1.7, "tool_step": 1.7}
-BROWSERGYM_ENV_BYTES = 1.5e9
+from verl_ext.envs.core import GuiAction, ToolCall  # noqa: E402
+from verl_ext.envs.minidesk.env import list_templates  # noqa: E402
+from verl_ext.envs.policies import ScriptedPolicy  # noqa: E402
+from verl_ext.envs.pool import make_env  # noqa: E402
+
+# BrowserGym on this kind of machine (research notes §6.2): reset 0.95-1.36 s, noop() step ~1.7 s,
+# of which 0.5 s is its pre_observation_delay sleep, which the comparison leaves out. BrowserGym has
+# no tool calls: tool steps have no BrowserGym counterpart.
+BROWSERGYM_PRE_OBSERVATION_DELAY_S = 0.5
+BROWSERGYM_S = {"reset": 1.15, "gui_step": 1.7 - BROWSERGYM_PRE_OBSERVATION_DELAY_S}
+BROWSERGYM_ENV_RSS_BYTES = 1.5e9
 SECTION = "## Hybrid GUI + tool environments"
 
 
@@ -149,43 +156,34 @@ def report(n_latency: int, episodes: int, parallel: list[int], mem_envs: int) ->
 
 def _tables(n_latency: int, episodes: int, parallel: list[int], mem_envs: int) -> list[str]:
     lines = ["`python scripts/bench/bench_envs.py` (BrowserGym figures from the research notes §6.2, measured on the "
-             "same kind of machine: reset 0.95-1.36 s, ≈1.7 s per `noop()` step, ≈1.5 GB RSS per env).", "",
+             "same kind of machine: reset 0.95-1.36 s, ≈1.7 s per `noop()` step of which "
+             f"{BROWSERGYM_PRE_OBSERVATION_DELAY_S} s is its `pre_observation_delay` sleep, left out below (its other "
+             "waits were not measured apart, so the step ratio is an upper bound), ≈1.5 GB RSS per env).", "",
              "| backend | operation | p50 (ms) | p95 (ms) | vs BrowserGym (same operation) |", "|---|---|---|---|---|"]
     for backend in ("minidesk", "miniwob"):
         for op, values in latency(backend, n_latency).items():
             p50 = statistics.median(values)
-            lines.append(f"| {backend} | {op} | {p50 * 1e3:.1f} | {percentile(values, 0.95) * 1e3:.1f} | "
-                         f"{BROWSERGYM_S[op] / p50:.0f}x faster |")
+            versus = f"{BROWSERGYM_S[op] / p50:.0f}x faster" if op in BROWSERGYM_S else "no counterpart"
+            lines.append(f"| {backend} | {op} | {p50 * 1e3:.1f} | {percentile(values, 0.95) * 1e3:.1f} | {versus} |")
     lines += ["", "| parallel envs | steps/s (MiniDesk GUI plans) | wall s per step per env |", "|---|---|---|"]
     for n in parallel:
         rate, per_step = throughput(n, episodes)
         lines.append(f"| {n} | {rate:.1f} | {per_step * 1e3:.0f} ms |")
     rows = memory(mem_envs)
-    lines += ["", "| envs | total RSS (MB) | total PSS (MB) | marginal PSS per extra env (MB) |", "|---|---|---|---|"]
+    lines += ["", "| envs | total RSS (MB) | total PSS (MB) | marginal RSS per extra env (MB) | marginal PSS (MB) |",
+              "|---|---|---|---|---|"]
     for i, (n, rss, pss) in enumerate(rows):
-        marginal = "" if i == 0 else f"{pss - rows[i - 1][2]:.0f}"
+        marginal = " | " if i == 0 else f"{rss - rows[i - 1][1]:.0f} | {pss - rows[i - 1][2]:.0f}"
         lines.append(f"| {n} | {rss:.0f} | {pss:.0f} | {marginal} |")
-    extra = [(rows[i][2] - rows[i - 1][2]) for i in range(1, len(rows))]
-    if extra:
-        per_env = statistics.median(extra)
-        lines += ["", f"Median extra memory per env: {per_env:.0f} MB PSS "
-                  f"({BROWSERGYM_ENV_BYTES / 1e6 / per_env:.0f}x less than BrowserGym's ≈1.5 GB RSS per env; RSS "
-                  "double-counts Chromium's shared pages, PSS splits them fairly). First env: "
-                  f"{rows[0][2]:.0f} MB PSS / {rows[0][1]:.0f} MB RSS."]
+    if len(rows) > 1:
+        rss_per_env = statistics.median(rows[i][1] - rows[i - 1][1] for i in range(1, len(rows)))
+        pss_per_env = statistics.median(rows[i][2] - rows[i - 1][2] for i in range(1, len(rows)))
+        lines += ["", f"Median extra memory per env: {rss_per_env:.0f} MB RSS, "
+                  f"{BROWSERGYM_ENV_RSS_BYTES / 1e6 / rss_per_env:.1f}x less than BrowserGym's ≈1.5 GB RSS per env "
+                  f"(RSS against RSS; RSS counts Chromium's shared pages in every process). PSS, which splits shared "
+                  f"pages, was not measured for BrowserGym: {pss_per_env:.0f} MB here. First env: "
+                  f"{rows[0][1]:.0f} MB RSS / {rows[0][2]:.0f} MB PSS."]
     return lines
-
-
-def write_section(path: Path, section: str) -> None:
-    """Replace (or append) this section of a shared benchmarks page, leaving others' sections alone."""
-    text = path.read_text(encoding="utf-8") if path.exists() else "# Benchmarks\n"
-    start = text.find(SECTION)
-    if start < 0:
-        text = text.rstrip("\n") + "\n\n" + section
-    else:
-        following = re.search(r"^## ", text[start + len(SECTION):], flags=re.M)
-        end = start + len(SECTION) + following.start() if following else len(text)
-        text = text[:start] + section + ("\n" + text[end:] if following else "")
-    path.write_text(text, encoding="utf-8")
 
 
 def main() -> None:
@@ -199,7 +197,7 @@ def main() -> None:
     section = report(args.latency_runs, args.episodes, [int(x) for x in args.parallel.split(",")], args.memory_envs)
     print(section)
     if args.write_docs:
-        write_section(args.write_docs, section)
+        write_section(args.write_docs, SECTION, section.rstrip("\n") + "\n\n")
 
 
 if __name__ == "__main__":

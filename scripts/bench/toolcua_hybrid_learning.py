@@ -6,8 +6,8 @@ Runs ``recipes/toolcua_hybrid/run_cpu.sh`` once per (config, seed), sequentially
 per-step metrics and writes the section ``## Hybrid GUI + tool agent: toolcua_hybrid learning``
 of ``docs/benchmarks.md`` plus ``docs/img/toolcua_hybrid_learning.png``. Each run's initial model
 and final checkpoint are then played with ``verl-ext eval``'s engine on unseen task instances
-(``--eval-seeds``), split by whether tools help the task. The reading of the tables
-is kept in ``recipes/toolcua_hybrid/learning_notes.md`` and appended. Finished runs are reused;
+(``--eval-seeds``), split by whether tools help the task. A hand-written reading
+of one run is kept in ``recipes/toolcua_hybrid/learning_notes.md`` and only linked. Finished runs are reused;
 ``--report-only`` runs nothing. Shared machinery: ``learning_runs.py``.
 
     python scripts/bench/toolcua_hybrid_learning.py --steps 30 --seeds 0 1
@@ -26,6 +26,7 @@ import numpy as np
 from learning_runs import REPO, Runs, cell, load_note, load_steps, logged_steps, plot_curves, run_once, series, \
     wall_times, write_section
 
+NOTES = "recipes/toolcua_hybrid/learning_notes.md"
 HEADING = "## Hybrid GUI + tool agent: toolcua_hybrid learning"
 VAL = "val-aux/verl_ext/minidesk/{}/mean@1"
 VAL_SUCCESS, VAL_TIR, VAL_FORMAT = VAL.format("success"), VAL.format("tool_ok"), VAL.format("format_ok")
@@ -86,7 +87,7 @@ def _eval_table(evals: dict[str, list[dict[str, float]]], eval_seeds: int) -> li
     return lines
 
 
-def report(results: dict[str, Runs], steps: int, runs_info: dict[str, list[dict]], plot_path: Path, notes: str,
+def report(results: dict[str, Runs], steps: int, runs_info: dict[str, list[dict]], plot_path: Path,
            evals: dict[str, list[dict[str, float]]], eval_seeds: int) -> str:
     configs = list(results)
     seeds = sorted(next(iter(results.values())))
@@ -138,7 +139,9 @@ def report(results: dict[str, Runs], steps: int, runs_info: dict[str, list[dict]
     if evals:
         lines += ["", *_eval_table(evals, eval_seeds)]
     lines += ["", f"![toolcua_hybrid learning curves]({os.path.relpath(plot_path, REPO / 'docs')})", ""]
-    return "\n".join(lines) + (f"\n{notes.strip()}\n" if notes.strip() else "")
+    lines += [f"A reading of these tables, written by hand for the run they came from, is in `{NOTES}`; it is not "
+              "regenerated with them.", ""]
+    return "\n".join(lines)
 
 
 def main(argv: list[str]) -> int:
@@ -150,7 +153,6 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--doc", type=Path, default=REPO / "docs/benchmarks.md")
     parser.add_argument("--plot", type=Path, default=REPO / "docs/img/toolcua_hybrid_learning.png")
     parser.add_argument("--attempts", type=int, default=2, help="tries per run before giving up")
-    parser.add_argument("--notes", type=Path, default=REPO / "recipes/toolcua_hybrid/learning_notes.md")
     parser.add_argument("--report-only", action="store_true", help="run nothing; report the runs under --out")
     parser.add_argument("--eval-seeds", type=int, default=8, help="unseen instances per template in the final eval; 0: skip")
     args = parser.parse_args(argv)
@@ -180,9 +182,7 @@ def main(argv: list[str]) -> int:
                                       (TRAIN_TIR, f"training TIR ({SMOOTH}-step moving average)", True)],
                 f"toolcua_hybrid: MiniDesk, tiny random Qwen2 on the cpu backend ({len(args.seeds)} seed(s))",
                 args.plot, SMOOTH)
-    write_section(args.doc, HEADING, report(results, args.steps, runs_info, args.plot,
-                                            args.notes.read_text() if args.notes.exists() else "", evals,
-                                            args.eval_seeds))
+    write_section(args.doc, HEADING, report(results, args.steps, runs_info, args.plot, evals, args.eval_seeds))
     print(f"wrote {args.doc} ({HEADING!r}) and {args.plot}")
     return 0
 

@@ -12,6 +12,8 @@ from collections import defaultdict
 
 import numpy as np
 
+HGPO_TIE_RTOL = 1e-9  # docs/plugins/advantages.md: HGPO drops levels whose return ties the centre
+
 
 def _trajectories(traj_uid, step_idx):
     """traj -> row indices in step order."""
@@ -38,8 +40,9 @@ def _returns(traj_rows, reward, gamma, match=None):
     return out
 
 
-def _relative(groups, value, mode, ddof, eps, singleton, baseline="mean"):
-    """groups: key -> list of row ids. Returns {row: advantage}."""
+def _relative(groups, value, mode, ddof, eps, singleton, baseline="mean", tie_rtol=0.0):
+    """groups: key -> list of row ids. Returns {row: advantage}; a value within ``tie_rtol`` times
+    the group's mean |value| of the centre gets exactly 0 (HGPO's tie rule)."""
     out = {}
     for members in groups.values():
         vals = np.array([value[i] for i in members], dtype=np.float64)
@@ -48,12 +51,14 @@ def _relative(groups, value, mode, ddof, eps, singleton, baseline="mean"):
             continue
         centre = np.median(vals) if baseline == "median" else np.mean(vals)
         scale = np.std(vals, ddof=ddof) + eps if mode == "mean_std_norm" else 1.0
+        tie = tie_rtol * np.mean(np.abs(vals))
         for i, v in zip(members, vals):
-            out[i] = (v - centre) / scale
+            out[i] = 0.0 if abs(v - centre) <= tie else (v - centre) / scale
     return out
 
 
-def _episode(uid, traj_rows, reward, mode, eps, pooled="steps", baseline="mean", penalty=None):
+def _episode(uid, traj_rows, reward, mode, eps, pooled="steps", baseline="mean", penalty=None,
+             tie_rtol=0.0):
     score = {}
     for rows in traj_rows.values():
         total = sum(reward[i] for i in rows)
@@ -64,7 +69,7 @@ def _episode(uid, traj_rows, reward, mode, eps, pooled="steps", baseline="mean",
         groups = defaultdict(list)
         for i in score:
             groups[uid[i]].append(i)
-        return _relative(groups, row_score, mode, 1, eps, "raw", baseline)
+        return _relative(groups, row_score, mode, 1, eps, "raw", baseline, tie_rtol)
     by_uid = defaultdict(list)
     for rows in traj_rows.values():
         by_uid[uid[rows[0]]].append(score[rows[0]])
@@ -99,7 +104,7 @@ def gigpo(uid, traj_uid, step_idx, anchor, step_reward, *, gamma=1.0, mode="mean
             key = (uid[i], anchor[i])
             if enable_similarity:
                 for rep, cid in clusters[uid[i]]:
-                    if difflib.SequenceMatcher(None, rep, anchor[i]).ratio() >= similarity_thresh:
+                    if difflib.SequenceMatcher(None, anchor[i], rep).ratio() >= similarity_thresh:
                         key = cid
                         break
                 else:
@@ -116,7 +121,8 @@ def hgpo(uid, traj_uid, step_idx, anchor, step_reward, *, gamma=1.0, mode="mean_
     returns = _returns(traj_rows, step_reward, gamma)
     items = defaultdict(list)  # row -> [(length, advantage)]
     if base_group:
-        base = _episode(uid, traj_rows, step_reward, mode, epsilon, "steps", baseline)
+        base = _episode(uid, traj_rows, step_reward, mode, epsilon, "steps", baseline,
+                        tie_rtol=HGPO_TIE_RTOL)
         for i, a in base.items():
             items[i].append((1, a))
     for k in range(1, history_length + 2):
@@ -126,7 +132,7 @@ def hgpo(uid, traj_uid, step_idx, anchor, step_reward, *, gamma=1.0, mode="mean_
                 if pos >= k - 1:
                     key = (uid[i],) + tuple(anchor[rows[p]] for p in range(pos - k + 1, pos + 1))
                     groups[key].append(i)
-        for i, a in _relative(groups, returns, mode, 0, epsilon, "zero", baseline).items():
+        for i, a in _relative(groups, returns, mode, 0, epsilon, "zero", baseline, HGPO_TIE_RTOL).items():
             items[i].append((k + 1, a))
     out = np.zeros(len(uid))
     for i, its in items.items():

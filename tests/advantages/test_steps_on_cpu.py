@@ -87,3 +87,13 @@ def test_anchor_key_is_stable_and_content_based():
     assert anchor_key(image) != anchor_key(image.astype(np.int16))
     assert anchor_key({"b": 1, "a": [1, 2]}) == anchor_key({"a": [1, 2], "b": 1})
     assert anchor_key(b"\x00\x01").startswith("sha256:")
+
+
+def test_of_row_writes_both_layouts_of_one_episode():
+    episode = dict(anchors=["a", "b", "c"], step_rewards=[0.0, 0.5, 1.0], spans=[[0, 2], [4, 6], [8, 9]],
+                   action_valid=[True, False, True])
+    whole = StepMetadata.of_row("t", None, **episode, truncated=True, extras={"success": True})
+    assert whole.step_idx == [0, 1, 2] and whole.spans == episode["spans"] and whole.truncated
+    turn = StepMetadata.of_row("t", 1, **episode, valid=False, extras={"success": True})
+    assert (turn.step_idx, turn.anchor, turn.step_reward, turn.action_valid, turn.spans) == ([1], ["b"], [0.5], [False], None)
+    assert not turn.valid and turn.extras == {"success": True}

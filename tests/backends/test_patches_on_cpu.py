@@ -1,9 +1,13 @@
-"""The cpu backend's runtime patches: each still targets real verl code, and each does its job.
-A failing `still_needed` test means verl changed the patched code: review or drop the patch."""
+"""verl-ext's runtime replacements of verl names (patches/README.md lists them): each still
+targets real verl code, and each takes effect in the verl code path that uses the replaced name.
+A failing `still_needed` test means verl changed the patched code: review or drop the patch; a
+failing behavioural test means verl no longer calls the replaced name or the patch stopped working."""
 
 from __future__ import annotations
 
 import importlib
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -73,3 +77,152 @@ def test_init_process_group_patch_dedupes_gloo(monkeypatch):
     patches._patch_init_process_group(None)
     dist.init_process_group(backend="cpu:gloo,cpu:gloo", rank=0, world_size=1)
     assert seen["backend"] == "cpu:gloo"
+
+
+# verl's own code paths on the cpu platform: the process group as verl's workers start it, then
+# a forward-only (reference) engine and a critic (value-head) engine built by verl's FSDP2 engine.
+ENGINES_ON_CPU = """
+import os, socket, sys
+os.environ.update(VERL_PLATFORM="cpu", RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1")
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0)); os.environ["MASTER_PORT"] = str(s.getsockname()[1])
+import torch
+from verl.utils.distributed import initialize_global_process_group_ray
+from verl.trainer.config import CheckpointConfig
+from verl.workers.config import FSDPEngineConfig, FSDPOptimizerConfig, HFModelConfig
+from verl.workers.engine import EngineRegistry
+from verl_ext import patches
+
+initialize_global_process_group_ray()  # builds "cpu:gloo,cpu:gloo" (gloo_backend_dedupe)
+assert torch.distributed.get_world_size() == 1
+
+def engine(model_type, forward_only):
+    model = HFModelConfig(path=sys.argv[1], model_type=model_type, use_remove_padding=False,
+                          override_config={"attn_implementation": "sdpa"})
+    config = FSDPEngineConfig(strategy="fsdp2", forward_only=forward_only, use_torch_compile=False,
+                              mixed_precision={"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32"})
+    built = EngineRegistry.new(model_type=model_type, backend="fsdp2", model_config=model, engine_config=config,
+                               optimizer_config=FSDPOptimizerConfig(lr=1e-3), checkpoint_config=CheckpointConfig())
+    built.initialize()
+    return built
+
+ref = engine("language_model", True)  # offload_no_pin_memory: verl asks for pinned memory here
+policy = ref.module._get_fsdp_state()._fsdp_param_group.offload_policy
+assert getattr(type(policy), "_verl_ext_patched", False) and policy.pin_memory is False, policy
+critic = engine("value_model", False)  # valuehead_sdpa: verl asks for flash-attention 2 here
+assert critic.module.config._attn_implementation == "sdpa"
+print("applied:", ",".join(sorted(patches.APPLIED)))
+"""
+
+
+def test_cpu_patches_take_effect_in_verls_own_engine_build(tiny_model_dir):
+    proc = subprocess.run([sys.executable, "-c", ENGINES_ON_CPU, tiny_model_dir], capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    assert "applied: gloo_backend_dedupe,offload_no_pin_memory,valuehead_sdpa" in proc.stdout
+
+
+def test_old_logit_state_wraps_the_optimizer_step_verls_train_batch_calls():
+    """``install_worker_state`` replaces ``engine.optimizer_step`` on the engine instance; verl's
+    ``BaseEngine.train_batch`` (which the FSDP engine does not override) must still call it."""
+    import torch
+    from types import SimpleNamespace
+
+    from tensordict import TensorDict
+    from verl.workers.engine.base import BaseEngine
+    from verl.workers.engine.fsdp.transformer_impl import FSDPEngine
+
+    from verl_ext.old_logits import OldLogitsConfig
+    from verl_ext.old_logits.host import STATE_ATTR, install_worker_state
+
+    assert "train_batch" not in vars(FSDPEngine), "the FSDP engine now has its own train_batch: re-check the wrapper"
+
+    class OneLinear(BaseEngine):  # verl's engine interface over one nn.Linear and SGD
+        def __init__(self):
+            self.module = torch.nn.Linear(3, 1)
+            self.optimizer = torch.optim.SGD(self.module.parameters(), lr=0.5)
+
+        def optimizer_zero_grad(self):
+            self.optimizer.zero_grad()
+
+        def forward_backward_batch(self, data, loss_function, forward_only=False):
+            loss_function(self.module(data["x"])).backward()
+            return {"metrics": {}}
+
+        def optimizer_step(self):
+            self.optimizer.step()
+            return 1.0
+
+        def is_mp_src_rank_with_outputs(self):
+            return True
+
+    engine = OneLinear()
+    worker = SimpleNamespace(actor=SimpleNamespace(engine=engine))
+    install_worker_state(worker, OldLogitsConfig.from_config({"provider": "ewma", "ewma": {"com": 1.0}}, None), 1, 0)
+    state = getattr(worker, STATE_ATTR)
+    before = [p.detach().clone() for p in engine.module.parameters()]
+    engine.train_batch(TensorDict({"x": torch.ones(2, 3)}, batch_size=2), lambda out: out.sum())  # verl's own
+    assert state.ewma.num_updates == 1  # the wrapper ran around verl's optimizer_step call
+    assert any(not torch.equal(a, p) for a, p in zip(before, engine.module.parameters()))
+
+
+class _OneBatchStore:
+    """TransferQueue's two batch calls over one in-memory TensorDict (the storage, not the code
+    under test): gets return the stored fields that exist, puts add fields."""
+
+    def __init__(self, keys: list[str], fields):
+        self.keys, self.data = keys, fields
+
+    def kv_batch_get(self, keys, partition_id, select_fields):
+        assert list(keys) == self.keys
+        return self.data.select(*select_fields, strict=False).clone()
+
+    def kv_batch_put(self, keys, partition_id, fields=None, tags=None):
+        from transfer_queue.metadata import KVBatchMeta
+
+        assert list(keys) == self.keys
+        self.data.update(fields)
+        return KVBatchMeta(keys=list(keys), tags=[{} for _ in keys], partition_id=partition_id)
+
+
+def test_advantage_hook_runs_the_step_aware_estimator_inside_verls_compute_advantage(monkeypatch):
+    """The verl-ext trainers replace ``trainer_base.compute_advantage_for_multi_trajectories`` for
+    the duration of verl's own ``_compute_advantage``. Through verl's stub registration, gigpo
+    would raise StepMetadataRequiredError; here it must write the glue's advantages, and verl's
+    function must be back in place afterwards."""
+    import torch
+    import transfer_queue as tq
+    from tensordict import NonTensorStack, TensorDict
+    from transfer_queue.metadata import KVBatchMeta
+    from verl.trainer.ppo.v1 import trainer_base
+
+    from verl_ext.advantages.verl_glue import compute_token_advantages
+    from verl_ext.doctor import _compose
+    from verl_ext.steps import StepMetadata
+    from verl_ext.trainer import VerlExtTrainerSync
+
+    lengths, success, uids = [3, 5, 4, 2], [1.0, 0.0, 0.0, 1.0], ["g0", "g0", "g1", "g1"]
+    extra = [StepMetadata(f"t{i}", [0, 1], ["s", f"s{i % 2}"], [0.0, r], spans=[[0, 1], [1, n]]).to_extra_fields()
+             for i, (n, r) in enumerate(zip(lengths, success))]
+    masks = [torch.ones(n, dtype=torch.int64) for n in lengths]
+    scores = [torch.nn.functional.pad(torch.tensor([r]), (n - 1, 0)) for n, r in zip(lengths, success)]
+    jagged = lambda rows: torch.nested.as_nested_tensor(rows, layout=torch.jagged)  # noqa: E731
+    keys = [f"k{i}" for i in range(len(lengths))]
+    store = _OneBatchStore(keys, TensorDict({
+        "response_mask": jagged(masks), "rm_scores": jagged(scores),
+        "uid": NonTensorStack(*uids), "extra_fields": NonTensorStack(*extra)}, batch_size=len(keys)))
+    monkeypatch.setattr(tq, "kv_batch_get", store.kv_batch_get)
+    monkeypatch.setattr(tq, "kv_batch_put", store.kv_batch_put)
+
+    trainer = object.__new__(VerlExtTrainerSync)  # only _compute_advantage runs: no workers needed
+    trainer.config = _compose(["+plugins/advantage=gigpo", "actor_rollout_ref.rollout.n=2"])
+    verls = trainer_base.compute_advantage_for_multi_trajectories
+    trainer._compute_advantage(KVBatchMeta(keys=keys, tags=[{} for _ in keys], partition_id="train"), {})
+
+    assert trainer_base.compute_advantage_for_multi_trajectories is verls
+    written = store.data.select("advantages").to_padded_tensor()["advantages"]
+    expected, _ = compute_token_advantages(
+        "gigpo", response_mask=torch.nn.utils.rnn.pad_sequence(masks, batch_first=True), extra_fields=extra,
+        uids=uids, scores=torch.tensor(success), algo_config=trainer.config.algorithm, row_keys=keys)
+    torch.testing.assert_close(written, expected)
+    assert written.abs().sum() > 0

@@ -6,14 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from verl_ext.envs.browser import chromium_missing_reason
-
 from .conftest import assert_finite, read_metrics, run_recipe
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
 
-@pytest.mark.skipif(chromium_missing_reason() is not None, reason=str(chromium_missing_reason()))
 def test_async_agentic_cpu_run_with_the_snapshot_provider(tmp_path, monkeypatch):
     monkeypatch.setenv("PROVIDER", "snapshot")
     proc = run_recipe("async_agentic/run_cpu.sh", tmp_path, "trainer.val_before_train=false", "trainer.test_freq=-1",

@@ -45,6 +45,12 @@ def test_sync_run_completes_every_step_with_finite_metrics(sync_run: Path):
     assert any(k.startswith("val-core/") for k in metrics[3])
 
 
+def test_a_good_run_prints_no_traceback(sync_run: Path):
+    # e.g. verl leaving its DataLoader workers to be SIGKILLed at exit (verl_ext.trainer stops them)
+    log = (sync_run / "run.log").read_text()
+    assert "Traceback" not in log, log[log.index("Traceback") - 2000:][:6000]
+
+
 def test_hf_rollout_log_probs_match_the_trainer(sync_run: Path):
     # fp32 on both sides: the rollout's log-probs are the trainer's up to float rounding, and
     # after each weight sync too (steps 2 and 3 sample from the updated weights).

@@ -11,14 +11,11 @@ import sys
 
 import pytest
 
-from verl_ext.envs.browser import chromium_missing_reason
-
 from .conftest import REPO, assert_finite, read_metrics
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
 
-@pytest.mark.skipif(chromium_missing_reason() is not None, reason=str(chromium_missing_reason()))
 def test_minidesk_episodes_train_through_verl_with_hgpo(tmp_path, tiny_model_dir):
     bin_dir = os.path.dirname(sys.executable)
     subprocess.run([f"{bin_dir}/verl-ext", "prepare-data", "minidesk", str(tmp_path / "data"),

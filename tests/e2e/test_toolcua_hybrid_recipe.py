@@ -12,12 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from verl_ext.envs.browser import chromium_missing_reason
-
 from .conftest import REPO, assert_finite, read_metrics, run_recipe
 
-pytestmark = [pytest.mark.e2e, pytest.mark.browser,
-              pytest.mark.skipif(chromium_missing_reason() is not None, reason=str(chromium_missing_reason()))]
+pytestmark = [pytest.mark.e2e, pytest.mark.browser]  # no Chromium: skipped, or failed under CI (tests/conftest.py)
 
 STEPS = 2
 VAL = "val-aux/verl_ext/minidesk/{}/mean@1"

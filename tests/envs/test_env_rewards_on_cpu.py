@@ -30,6 +30,20 @@ def test_compute_score_modes_and_components():
     assert all(isinstance(v, float) for v in failed.values())
 
 
+def test_validation_tool_beneficial_metric_is_the_share_of_tool_beneficial_rows():
+    # verl's validation averages every reward extra per data source (val-aux/<source>/<key>/mean@1);
+    # with half the rows tool-beneficial that must read 0.5, not the 0.0 that +1/-1 labels average to.
+    from verl.trainer.ppo.metric_utils import process_validation_metrics
+
+    cases = [(True, 1, True), (True, 0, False), (True, 0, True), (True, 1, False), (False, 1, True), (False, 0, False),
+             (True, 1, True), (True, 0, False)]  # (success, tool calls, tool-beneficial)
+    outputs = [compute_score("minidesk", "", None, row(s, 3, c, beneficial=b)) for s, c, b in cases]
+    infos = {key: [out[key] for out in outputs] for key in outputs[0]}
+    metrics = process_validation_metrics(["verl_ext/minidesk"] * 8, [f"u{i}" for i in range(8)], infos)
+    assert metrics["verl_ext/minidesk"]["tool_beneficial"]["mean@1"] == 0.5
+    assert [out["tool_ok"] for out in outputs] == [1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0]  # R_tool unchanged
+
+
 def test_faulted_episode_is_flagged_not_scored_as_failure():
     out = compute_score("minidesk", "", None, row(True, 3, 1, True, valid=False))
     assert out["valid"] == 0.0 and out["success"] == 0.0

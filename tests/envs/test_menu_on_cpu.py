@@ -4,6 +4,8 @@ loop in ``action_format=menu`` with verl's Continuous-Token helpers and the tiny
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 
 import pytest
 
@@ -20,6 +22,14 @@ def _close_pools():
 
     yield
     close_all_pools()
+
+
+def test_the_menu_imports_only_the_plan_steps_not_the_policies():
+    """The policies use the menu (``action_format=menu``); the menu needs only the plan-step
+    conversion (``verl_ext.envs.plans``), so the two modules do not import each other."""
+    probe = "import sys, verl_ext.envs.menu; print('verl_ext.envs.policies' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
 
 
 def test_parse_choice_takes_the_first_t_or_g_letter():

@@ -23,7 +23,8 @@ from typing import Any
 import pytest
 
 from verl_ext.envs.minidesk.env import DV_QUESTIONS_VERSION, list_templates
-from verl_ext.envs.policies import RandomPolicy, ScriptedPolicy, plan_step_action
+from verl_ext.envs.plans import plan_step_action
+from verl_ext.envs.policies import RandomPolicy, ScriptedPolicy
 from verl_ext.rewards.dvreward.question_set import clean_questions, dedupe_key, from_extra_info
 
 from ..main_ppo_job import main_ppo_job

@@ -107,24 +107,35 @@ def test_sandbox_resolution(tmp_path):
     assert not box.root.exists()
 
 
-# --- OSWorld-MCP tool JSON (format of ToolCUA's tools/apis/<group>.json) ----------------------
+# --- OSWorld-MCP tool JSON ----------------------------------------------------------------------
+# Shaped like OSWorld-MCP's mcp_server/tools/apis/<group>.json: OpenAI function entries named
+# "<Class>.<method>"; its server registers them as "<group>.<method>", the group being the file's
+# name (libreoffice_calc2.json holds class CalcToolsPlus). Descriptions are ours.
 CALC_TOOLS = [
     {"type": "function", "function": {
-        "name": "set_cell_value", "description": "Set a cell.",
+        "name": "CalcTools.set_cell_value", "description": "Write a value into one cell of the active sheet.",
         "parameters": {"type": "object", "properties": {
-            "cell": {"type": "string", "description": "e.g. A1"},
-            "value": {"anyOf": [{"type": "string"}, {"type": "null"}], "description": "new value"},
-            "sheet": {"type": "string"}}, "required": ["cell"]}}},
-    {"name": "get_column_data", "description": "Read a column.",
-     "inputSchema": {"type": "object", "properties": {
-         "column": {"type": "string", "enum": ["A", "B"]},
-         "rows": {"type": "array", "items": {"type": "integer"}, "description": "row numbers"}},
-         "required": ["column", "rows"]}},
+            "cell": {"type": "string", "description": "cell reference such as 'A1'"},
+            "value": {"type": "string", "description": "the value"}}, "required": ["cell", "value"]}}},
+    {"type": "function", "function": {
+        "name": "CalcTools.sort_column", "description": "Sort one column.",
+        "parameters": {"type": "object", "properties": {
+            "column_name": {"type": "string", "description": "column letter"},
+            "ascending": {"type": "boolean", "description": "sort order, default True"},
+            "start_index": {"type": "integer", "description": "first row to sort, default 2"}},
+            "required": ["column_name"]}}},
+]
+CALC_PLUS_TOOLS = [
+    {"type": "function", "function": {
+        "name": "CalcToolsPlus.fill_blank_down", "description": "Fill blank cells from the cell above.",
+        "parameters": {"type": "object", "properties": {
+            "columns": {"type": "array", "items": {"type": "string"}, "description": "column letters; all if omitted"}}}}},
 ]
 
 
 class FakeCalcServer:
-    """A tiny stand-in for OSWorld-MCP's calc tools: returns what the real wrapper returns."""
+    """A tiny stand-in for OSWorld-MCP's server: tools registered as "<group>.<method>", results as
+    its wrapper returns them."""
 
     def __init__(self):
         self.cells: dict[str, str] = {}
@@ -135,25 +146,31 @@ class FakeCalcServer:
         if name == "libreoffice_calc.set_cell_value":
             if not args["cell"][0].isalpha():
                 return "Error: invalid cell " + args["cell"]
-            self.cells[args["cell"]] = args.get("value")
+            self.cells[args["cell"]] = args["value"]
             return {"success": True, "result": "ok", "error_message": ""}
-        if name == "libreoffice_calc.get_column_data":
+        if name == "libreoffice_calc.sort_column":
             raise RuntimeError("document not open")
-        raise AssertionError(name)
+        if name == "libreoffice_calc2.fill_blank_down":
+            return f"filled {args.get('columns')}"
+        raise KeyError(f"Unknown tool: {name}")  # what a server says for an unregistered name
 
 
 def test_osworld_mcp_tools_load_flat_and_call_through_a_backend(tmp_path):
     from verl.tools.schemas import OpenAIFunctionToolSchema
 
-    path = tmp_path / "libreoffice_calc.json"
-    path.write_text(json.dumps(CALC_TOOLS))
-    tools = load_mcp_tools(path, group="libreoffice_calc")
-    assert [t.remote_name for t in tools] == ["libreoffice_calc.set_cell_value", "libreoffice_calc.get_column_data"]
-    assert [t.definition.name for t in tools] == ["libreoffice_calc_set_cell_value", "libreoffice_calc_get_column_data"]
-    set_cell, get_col = (t.definition for t in tools)
-    assert not set_cell.params["value"].required and "(optional)" in set_cell.params["value"].description
-    assert not set_cell.params["sheet"].required and set_cell.params["cell"].required
-    assert get_col.params["rows"].type == "array" and "JSON array of integer" in get_col.params["rows"].description
+    (tmp_path / "libreoffice_calc.json").write_text(json.dumps(CALC_TOOLS))
+    (tmp_path / "libreoffice_calc2.json").write_text(json.dumps(CALC_PLUS_TOOLS))
+    tools = load_mcp_tools(tmp_path / "libreoffice_calc.json") + load_mcp_tools(tmp_path / "libreoffice_calc2.json")
+    assert [t.remote_name for t in tools] == [
+        "libreoffice_calc.set_cell_value", "libreoffice_calc.sort_column", "libreoffice_calc2.fill_blank_down"]
+    assert [t.definition.name for t in tools] == [
+        "libreoffice_calc_set_cell_value", "libreoffice_calc_sort_column", "libreoffice_calc2_fill_blank_down"]
+    assert load_mcp_tools(CALC_TOOLS, group="libreoffice_calc")[0].remote_name == "libreoffice_calc.set_cell_value"
+    assert load_mcp_tools(CALC_TOOLS, group="")[0].remote_name == "CalcTools.set_cell_value"  # names as given
+    set_cell, sort, fill = (t.definition for t in tools)
+    assert set_cell.params["value"].required and sort.params["column_name"].required
+    assert not sort.params["start_index"].required and "(optional)" in sort.params["start_index"].description
+    assert not fill.params["columns"].required and "JSON array of string" in fill.params["columns"].description
     for t in tools:  # flat enough for verl
         schema = t.definition.schema()
         assert OpenAIFunctionToolSchema.model_validate(schema).model_dump(exclude_unset=True, exclude_none=True)[
@@ -164,14 +181,14 @@ def test_osworld_mcp_tools_load_flat_and_call_through_a_backend(tmp_path):
     assert toolset.call("libreoffice_calc_set_cell_value", {"cell": "B2", "value": "7"}) == \
         {"success": True, "result": "ok", "error_message": ""}
     assert server.cells == {"B2": "7"}
-    failed = toolset.call("libreoffice_calc_set_cell_value", {"cell": "22"})
+    failed = toolset.call("libreoffice_calc_set_cell_value", {"cell": "22", "value": "7"})
     assert failed["success"] is False and failed["error_message"].startswith("Error: invalid cell")
-    crashed = toolset.call("libreoffice_calc_get_column_data", {"column": "A", "rows": [1, 2]})
+    crashed = toolset.call("libreoffice_calc_sort_column", {"column_name": "A"})
     assert crashed == {"success": False, "result": None, "error_message": "RuntimeError: document not open"}
-    assert toolset.call("libreoffice_calc_get_column_data", {"column": "Z", "rows": []})["error_message"].startswith(
-        "libreoffice_calc_get_column_data: 'column' must be one of")
+    assert toolset.call("libreoffice_calc2_fill_blank_down", {"columns": ["A"]})["result"] == "filled ['A']"
+    assert "missing required" in toolset.call("libreoffice_calc_set_cell_value", {"cell": "B2"})["error_message"]
     assert "unknown tool" in toolset.call("nope", {})["error_message"]
-    assert len(server.calls) == 3  # invalid arguments never reached the backend
+    assert len(server.calls) == 4  # invalid arguments never reached the backend
 
 
 def test_normalize_result_follows_osworld_mcp():
@@ -201,6 +218,53 @@ def test_osworld_task_evaluates_with_getters_and_metrics():
     assert OSWorldTask.load(both).evaluate(env, metrics, getters) == 0.0
     either = {**both, "evaluator": {**both["evaluator"], "conj": "or"}}
     assert OSWorldTask.load(either).evaluate(env, metrics, getters) == 1.0
+
+
+def test_osworld_task_evaluation_follows_osworld_evaluate():
+    # OSWorld's DesktopEnv.evaluate: no expected spec -> metric(result, **options); a result file
+    # that is missing -> 0; "infeasible" -> 1 exactly when the agent's last action was FAIL, and
+    # any other task -> 0 when it was.
+    calls = []
+
+    def read_file(env, spec):
+        if spec["path"] not in env:
+            raise FileNotFoundError(spec["path"])
+        return env[spec["path"]]
+
+    def check_include_exclude(result, rules=None, **options):  # a result-only metric, as OSWorld's
+        calls.append((result, rules, options))
+        return float(all(word in result for word in options["include"]))
+
+    getters = {"get_vm_file": read_file, "get_rule": lambda env, spec: spec["rules"]}
+    metrics = {"check_include_exclude": check_include_exclude, "exact_match": lambda result, expected: float(result == expected)}
+    env = {"/home/user/out.txt": "hello world"}
+    result = {"type": "vm_file", "path": "/home/user/out.txt"}
+    for no_expected in ({}, {"expected": None}, {"expected": {}}):
+        task = OSWorldTask.load(osworld_task(func="check_include_exclude", result=result, options={"include": ["hello"]},
+                                             **no_expected))
+        assert task.evaluate(env, metrics, getters) == 1.0
+    assert calls == [("hello world", None, {"include": ["hello"]})] * 3
+    listed = OSWorldTask.load(osworld_task(
+        func=["check_include_exclude", "exact_match"], result=[result, result],
+        expected=[None, {"type": "rule", "rules": "hello world"}], options=[{"include": ["world"]}, None]))
+    assert listed.evaluate(env, metrics, getters) == 1.0 and calls[-1] == ("hello world", None, {"include": ["world"]})
+
+    missing = OSWorldTask.load(osworld_task(func="exact_match", result={"type": "vm_file", "path": "/nope"},
+                                            expected={"type": "rule", "rules": "x"}))
+    assert missing.evaluate(env, metrics, getters) == 0.0
+    either = OSWorldTask.load(osworld_task(
+        func=["exact_match", "exact_match"], conj="or", result=[{"type": "vm_file", "path": "/nope"}, result],
+        expected=[{"type": "rule", "rules": "x"}, {"type": "rule", "rules": "hello world"}]))
+    assert either.evaluate(env, metrics, getters) == 1.0
+
+    infeasible = OSWorldTask.load(osworld_task(func="infeasible"))
+    assert infeasible.evaluate(env, {}, {}, action_history=["pyautogui.click(1, 2)", "FAIL"]) == 1.0
+    assert infeasible.evaluate(env, {}, {}, action_history=[{"action_type": "FAIL"}]) == 1.0
+    assert infeasible.evaluate(env, {}, {}, action_history=["FAIL", "DONE"]) == 0.0
+    assert infeasible.evaluate(env, {}, {}) == 0.0
+    feasible = OSWorldTask.load(osworld_task(func="exact_match", result=result, expected={"type": "rule", "rules": "hello world"}))
+    assert feasible.evaluate(env, metrics, getters, action_history=["DONE"]) == 1.0
+    assert feasible.evaluate(env, metrics, getters, action_history=["FAIL"]) == 0.0
 
 
 @pytest.mark.parametrize("evaluator,message", [

@@ -1,6 +1,7 @@
 """The log-linear proxy is a widened clip of the total ratio (research brief §2.2 C, §8.2
 "interpolation identity"), checked through the ppo_ewma loss."""
 
+import pytest
 import torch
 
 from verl_ext.losses.ppo_ewma import decoupled_ppo_token_losses
@@ -22,12 +23,27 @@ def _inputs(seed=0, shape=(16, 12)):
     return mu, log_pi, versions, adv
 
 
-def test_log_ratio_identity():
+def test_alpha_follows_areal_by_default():
+    # AReaL compute_prox_logp_approximations: v_theta = the trainer's version n, v_proximal = n - 1,
+    # alpha = (v_proximal - v_behave) / (v_theta - v_behave), 0 where v_theta - v_behave <= 0,
+    # clamped to [0, 1]; unversioned tokens (-1) get 0.
+    n = 8
+    versions = torch.tensor([[8, 7, 6, 5, 4, 0, -1]])
+    areal = torch.tensor([[0.0, 0.0, 1 / 2, 2 / 3, 3 / 4, 7 / 8, 0.0]])
+    torch.testing.assert_close(loglinear_alpha(versions, n), areal)
+    # the other convention: the trainer's weights are the proxy, pi_theta is one version ahead
+    ahead = torch.tensor([[0.0, 1 / 2, 2 / 3, 3 / 4, 4 / 5, 8 / 9, 0.0]])
+    torch.testing.assert_close(loglinear_alpha(versions, n, proximal_version="current"), ahead)
+    with pytest.raises(ValueError, match="loglinear.proximal_version"):
+        loglinear_alpha(versions, n, proximal_version="next")
+
+
+@pytest.mark.parametrize("proximal_version", ["previous", "current"])
+def test_log_ratio_identity(proximal_version):
     mu, log_pi, versions, _ = _inputs()
-    alpha = loglinear_alpha(versions, 8)
+    alpha = loglinear_alpha(versions, 8, proximal_version)
     prox = loglinear_proxy(mu, log_pi.detach(), alpha)
     torch.testing.assert_close(log_pi.detach() - prox, (1 - alpha) * (log_pi.detach() - mu))
-    torch.testing.assert_close(alpha, (8 - versions) / (9 - versions).float())
 
 
 def test_equals_widened_total_ratio_clip():

@@ -15,7 +15,6 @@ from verl_ext.old_logits import (
     registered_providers,
 )
 from verl_ext.old_logits.local_host import LocalPolicyHost
-from verl_ext.old_logits.loglinear import loglinear_alpha
 from verl_ext.old_logits.snapshot import SnapshotMissingError
 
 CURRENT_VERSION = 5
@@ -25,7 +24,7 @@ def _run(provider_name, policy, batch, raw=None, history=range(2, 6), bound=4):
     """Trains the tiny policy through versions in ``history`` with the worker hooks as the trainer
     would call them, then lets the provider compute old_log_probs at version CURRENT_VERSION."""
     config = OldLogitsConfig.from_config({"provider": provider_name, **(raw or {})}, max_off_policy_threshold=bound)
-    state = OldLogitWorkerState(config, list(policy.parameters()))
+    state = OldLogitWorkerState(config, list(policy.parameters()), first_version=history[0])
     weights = {}
     for v in history:
         if v > history[0]:
@@ -128,12 +127,17 @@ def test_precomputed_fills_only_fresh_tokens(policy, batch, name):
         _run(name, policy, {**batch, "precomputed_old_log_probs": pre})
 
 
-def test_loglinear_is_the_interpolation(policy, batch):
-    old, weights, *_ = _run("loglinear", policy, batch)
-    alpha = loglinear_alpha(batch["token_versions"], CURRENT_VERSION)
+@pytest.mark.parametrize("raw, alpha_of_d", [
+    ({}, lambda d: torch.where(d > 1, (d - 1) / d.clamp(min=1), 0.0)),  # AReaL: v_prox = n - 1
+    ({"loglinear": {"proximal_version": "current"}}, lambda d: d / (d + 1)),
+])
+def test_loglinear_is_the_interpolation(policy, batch, raw, alpha_of_d):
+    old, weights, *_ = _run("loglinear", policy, batch, raw)
+    versions = batch["token_versions"]
+    alpha = torch.where(versions >= 0, alpha_of_d((CURRENT_VERSION - versions).float()), 0.0)
     mu, cur = batch["rollout_log_probs"], _forward(policy, batch, weights[CURRENT_VERSION])
     torch.testing.assert_close(old, mu + alpha * (cur - mu))
-    fresh = batch["token_versions"] == CURRENT_VERSION
+    fresh = versions == CURRENT_VERSION
     assert torch.equal(old[fresh], mu[fresh])  # α = 0 on fresh tokens: the behaviour policy itself
 
 

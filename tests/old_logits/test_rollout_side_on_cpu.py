@@ -34,7 +34,7 @@ from verl_ext.old_logits.precomputed import (
     SegmentStore,
     precomputed_log_probs,
 )
-from verl_ext.rollout_client import VersionedFullyAsyncLLMServerClient
+from verl_ext.old_logits.rollout_client import VersionedFullyAsyncLLMServerClient
 
 PARAMS = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "logprobs": True, "ignore_eos": True}
 PROMPT = [3, 4, 5]

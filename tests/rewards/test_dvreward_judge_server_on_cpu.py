@@ -134,3 +134,42 @@ def test_fake_mode_cli_binds_loopback(tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def assert_strict_openai_chat_completion(body: dict) -> None:
+    """``body`` parses as the official client's ``ChatCompletion`` in pydantic's strict mode, and
+    serves every field of the usage and log-prob objects, nullable ones included (the OpenAI
+    schema lists ``bytes`` as required; the client's types only make it ``Optional``)."""
+    openai_types = pytest.importorskip("openai.types.chat", reason="pip install 'verl-ext[dev]' (openai)")
+    from openai.types.chat.chat_completion_token_logprob import ChatCompletionTokenLogprob, TopLogprob
+    from openai.types.completion_usage import CompletionUsage
+
+    parsed = openai_types.ChatCompletion.model_validate(body, strict=True)
+    required = {name for name, f in CompletionUsage.model_fields.items() if f.is_required()}
+    assert required <= set(body["usage"]), f"usage lacks {required - set(body['usage'])}"
+    assert parsed.usage.total_tokens == parsed.usage.prompt_tokens + parsed.usage.completion_tokens
+    for entry in body["choices"][0]["logprobs"]["content"]:
+        assert set(ChatCompletionTokenLogprob.model_fields) <= set(entry)
+        assert entry["bytes"] == list(entry["token"].encode("utf-8", errors="replace"))
+        for top in entry["top_logprobs"]:
+            assert set(TopLogprob.model_fields) <= set(top)
+
+
+def test_model_server_responses_pass_strict_openai_validation(model_server):
+    body = _chat(model_server, "Is there a red car?").json()
+    assert_strict_openai_chat_completion(body)
+    assert body["usage"]["prompt_tokens"] > len("Is there a red car?".split())  # the chat template's tokens too
+
+
+def test_fake_server_responses_pass_strict_openai_validation_and_the_official_client(fake_judge):
+    openai = pytest.importorskip("openai", reason="pip install 'verl-ext[dev]' (openai)")
+    judge_server = fake_judge({"red car": 0.9, "sky": 0.8})
+    body = httpx.post(judge_server.url + "/chat/completions", json={
+        "model": "fake-judge", "messages": [{"role": "user", "content": "Is there a red car?"}],
+        "logprobs": True, "top_logprobs": 2}).json()
+    assert_strict_openai_chat_completion(body)
+    client = openai.OpenAI(base_url=judge_server.url, api_key="unused", max_retries=0)
+    response = client.chat.completions.create(model="fake-judge", messages=[{"role": "user", "content": "Is the sky blue?"}],
+                                              logprobs=True, top_logprobs=2, max_tokens=1)
+    assert response.usage.prompt_tokens == 4 and response.usage.total_tokens == 5
+    assert [t.bytes for t in response.choices[0].logprobs.content] == [list(b"yes")]

@@ -72,6 +72,28 @@ def test_reads_both_stored_forms():
     assert from_extra_info({}) is None
 
 
+@pytest.mark.parametrize("parents, bad", [([-1], -1), ([2], 2), ([1], 1)])
+def test_parent_indices_from_a_row_must_name_earlier_questions(parents, bad):
+    # -1 would wrap to the last question and a forward reference (2, or itself: 1) would gate on a
+    # value the one-pass gating has not gated yet; both are refused, naming the row and question.
+    record = {"questions": [
+        {"text": "Is there a car?", "kind": "semantic", "parents": []},
+        {"text": "Is the car red?", "kind": "semantic", "parents": parents},
+        {"text": "Is the image sharp?", "kind": "quality", "parents": []},
+    ]}
+    with pytest.raises(ValueError, match=rf"row \(split='train', index=7\).*question 1 \('Is the car red\?'\) has parent index {bad}"):
+        from_extra_info({"split": "train", "index": 7, "dv_questions": record})
+
+
+def test_clean_drops_links_the_semantic_first_order_makes_forward():
+    # a semantic question depending on an earlier quality one: after semantic-first reordering the
+    # parent comes later, so the link goes and the set stays valid
+    qs, _ = clean_questions(
+        [("Is the image sharp?", "quality", []), ("Is there a sharp car?", "semantic", [0])], 5, 5
+    )
+    assert qs.texts == ["Is there a sharp car?", "Is the image sharp?"] and qs.parents == [(), ()]
+
+
 def _decomposition(subject: str) -> str:
     return (
         "```json\n"

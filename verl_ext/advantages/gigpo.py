@@ -24,6 +24,7 @@ def episode_advantage(
     baseline: str = "mean",
     invalid_action_penalty: float = 0.0,
     epsilon: float = 1e-6,
+    tie_rtol: float = 0.0,
 ) -> np.ndarray:
     """GiGPO's episode-level relative advantage ``A^E`` of every step row, shape (n,).
 
@@ -35,6 +36,8 @@ def episode_advantage(
         ``episode_stats="steps"`` (default, the reference code, ``compute_mean_std_cross_steps``)
         pools every step row, so long trajectories weigh more: in §3.7 the mean is 70/11, not
         20/3. ``"trajectories"`` takes one score per trajectory, as Eq. 3 of the paper writes it.
+        ``tie_rtol`` makes scores equal to the group centre exactly 0 (see
+        ``grouping.group_relative``); HGPO's base group uses it.
     """
     if episode_stats not in EPISODE_STATS:
         raise ValueError(f"episode_stats must be one of {EPISODE_STATS}, got {episode_stats!r}")
@@ -45,7 +48,7 @@ def episode_advantage(
         stats = (score[batch.last], batch.uid[batch.last])
     return grouping.group_relative(
         rows, batch.uid, batch.n_uid, mode=mode, baseline=baseline, ddof=1, epsilon=epsilon,
-        singleton="raw", stats=stats,
+        singleton="raw", stats=stats, tie_rtol=tie_rtol,
     )
 
 
@@ -55,13 +58,18 @@ def anchor_groups(
     """Step-group code of every row: same ``uid`` and same anchor state, shape (n,).
 
     With ``enable_similarity`` anchors of one ``uid`` are clustered greedily: an anchor joins the
-    first cluster whose first member has ``difflib`` ratio >= ``similarity_thresh``.
+    first cluster whose first member ``rep`` has
+    ``difflib.SequenceMatcher(None, anchor, rep).ratio() >= similarity_thresh``.
 
     Note:
         The reference visits anchors in batch order; here they are visited in
         ``(traj_uid, step_idx)`` order so the clusters do not depend on how verl ordered the
         batch. Similarity mode compares strings pairwise and is the one place with a Python loop
-        (over distinct anchors, not rows).
+        (over distinct anchors, not rows). The argument order (new anchor first, representative
+        second) is the reference's ``are_similar(obs, rep)``: ``ratio`` is not symmetric once the
+        second string has 200+ characters, because difflib's autojunk then ignores characters
+        that are frequent in it (a 199-character grid map and a 200-character variant of it
+        score 0.99 one way and 0.0 the other).
     """
     if not enable_similarity:
         return grouping.combine(batch.uid, batch.anchor)
@@ -82,7 +90,7 @@ def anchor_groups(
         clusters = representatives.setdefault(int(batch.uid[row]), [])
         match = next(
             (cid for rep, cid in clusters
-             if difflib.SequenceMatcher(None, rep, text).ratio() >= similarity_thresh),
+             if difflib.SequenceMatcher(None, text, rep).ratio() >= similarity_thresh),
             None,
         )
         if match is None:

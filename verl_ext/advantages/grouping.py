@@ -132,6 +132,7 @@ def group_relative(
     epsilon: float = 1e-6,
     singleton: str = "zero",
     stats: tuple[np.ndarray, np.ndarray] | None = None,
+    tie_rtol: float = 0.0,
 ) -> np.ndarray:
     """Group-relative advantage ``(x - centre(G)) / scale(G)`` of every row.
 
@@ -149,6 +150,10 @@ def group_relative(
             signal) or ``"raw"`` (GRPO episode groups: centre 0 and scale 1, the raw value).
         stats: optional ``(stat_values, stat_codes)`` to take the statistics from other samples
             than the rows being scored (e.g. one score per trajectory); shapes (m,), (m,).
+        tie_rtol: a row whose distance to the centre is at most ``tie_rtol`` times its group's
+            mean ``|value|`` gets exactly 0. Floating-point means carry residue (the mean of three
+            equal returns need not equal them), so an estimator that tests ``advantage == 0``,
+            as HGPO does, needs ties made exact. 0 leaves every value as computed.
 
     Returns:
         shape (n,) float64.
@@ -170,7 +175,11 @@ def group_relative(
     else:
         centre_rows = np.where(alone, values, centre[codes])
         scale_rows = np.where(alone, 1.0, scale[codes])
-    return (values - centre_rows) / scale_rows
+    deviation = values - centre_rows
+    if tie_rtol > 0.0:
+        magnitude = segment_sum(np.abs(stat_values), stat_codes, n_groups) / np.maximum(count, 1)
+        deviation = np.where(np.abs(deviation) <= tie_rtol * magnitude[codes], 0.0, deviation)
+    return deviation / scale_rows
 
 
 def reverse_scan(b: np.ndarray, a: np.ndarray) -> np.ndarray:

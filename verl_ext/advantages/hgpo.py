@@ -11,6 +11,13 @@ from verl_ext.advantages import grouping
 from verl_ext.advantages.batch import StepBatch
 from verl_ext.advantages.gigpo import episode_advantage
 
+# A level whose return equals its group's centre within this fraction of the group's mean |return|
+# is dropped like an exact zero. The reference drops items with ``a == 0``; in exact arithmetic a
+# group of identical returns gives exactly 0, but the floating-point mean leaves ~1e-16 relative
+# residue (~1e-9 after the std division), which would keep the level and dilute the others.
+# 1e-9 is far above that residue and far below any return difference a reward scale can express.
+TIE_RTOL = 1e-9
+
 
 def compute_hgpo_advantage(
     batch: StepBatch,
@@ -31,8 +38,11 @@ def compute_hgpo_advantage(
     last k anchors of its own trajectory (current one included; only if the step has k anchors
     behind it). In each group its discounted return ``R_t`` gives
     ``a_k = (R_t - mean) / (std_pop + eps)`` (``mean_std_norm``) or ``R_t - mean``
-    (``mean_norm``). Items with ``a_k == 0`` exactly are dropped (singletons never count), the
-    rest are averaged with weights ``(k + 1) ** alpha / (sum + eps)``; no item left gives 0.
+    (``mean_norm``). Items with ``a_k == 0`` are dropped (singletons never count, nor do groups
+    of identical returns), the rest are averaged with weights ``(k + 1) ** alpha / (sum + eps)``;
+    no item left gives 0. ``a_k == 0`` means ``R_t`` equals the group's centre within
+    ``TIE_RTOL`` (1e-9) times the group's mean ``|R|``: the reference's exact-zero test, made
+    immune to floating-point residue.
 
     Args:
         batch: step rows; uses ``uid``, ``traj``, ``step``, ``anchor``, ``reward``. Shapes (n,).
@@ -60,7 +70,7 @@ def compute_hgpo_advantage(
     weight = np.zeros(len(batch))
 
     def add_items(advantage: np.ndarray, rows: np.ndarray | slice, length: int) -> None:
-        kept = advantage != 0.0  # the reference's exact-zero test
+        kept = advantage != 0.0  # the reference's zero test (ties were made exact zeros)
         w = float(length) ** length_weight_alpha
         weighted[rows] += np.where(kept, w * advantage, 0.0)
         weight[rows] += np.where(kept, w, 0.0)
@@ -68,7 +78,7 @@ def compute_hgpo_advantage(
     if base_group:
         base = episode_advantage(
             batch, mode=mode, baseline=baseline, invalid_action_penalty=invalid_action_penalty,
-            epsilon=epsilon,
+            epsilon=epsilon, tie_rtol=TIE_RTOL,
         )
         add_items(base, slice(None), 1)
     # Level-k key: (uid, anchor_t, anchor_t-1, ..., anchor_t-k+1), built one level at a time.
@@ -83,7 +93,7 @@ def compute_hgpo_advantage(
             break
         advantage = grouping.group_relative(
             returns[rows], context[rows], n_groups, mode=mode, baseline=baseline, ddof=0,
-            epsilon=epsilon, singleton="zero",
+            epsilon=epsilon, singleton="zero", tie_rtol=TIE_RTOL,
         )
         add_items(advantage, rows, k + 1)
     return np.where(weight > 0, weighted / (weight + epsilon), 0.0)

@@ -49,8 +49,12 @@ def compute_himac_advantage(
       same ``uid`` (one score per trajectory, i.e. per blueprint; a lone trajectory keeps its raw
       score), written on every planner step of the trajectory.
     - Micro (executor steps): the step's discounted return relative to the executor steps of the
-      same ``uid`` that pursue the same subgoal (``subgoal`` key when recorded, else the subgoal's
-      ordinal in the blueprint); a lone step gets 0.
+      same ``uid`` that pursue the same subgoal; a lone step gets 0. The subgoal is the step's
+      ``subgoal`` key when recorded, else the ordinal of its segment in the trajectory (how many
+      planner steps precede it): right when each planner step writes one subgoal. When one
+      planner step writes HiMAC's whole blueprint, the executors' segment is the same for every
+      subgoal, so record ``subgoal`` (the blueprint item each executor step pursues, advanced at
+      ``<sub_done>``) in the agent loop.
 
     Args:
         batch: step rows; uses ``uid``, ``traj``, ``step``, ``reward``, ``role`` and optionally
@@ -99,6 +103,7 @@ def compute_hiper_advantage(
     lam_seg: float = 0.95,
     bootstrap_truncated: bool = True,
     norm_adv: bool = True,
+    invalid_action_penalty: float = 0.0,
     epsilon: float = 1e-8,
 ) -> tuple[np.ndarray, np.ndarray]:
     """HiPER's hierarchical advantage estimation (HAE; Peng et al., ICML 2026, arXiv 2602.16165).
@@ -116,6 +121,9 @@ def compute_hiper_advantage(
     - After the last step: 0 if the trajectory terminated; if it was truncated and
       ``bootstrap_truncated``, the step's own value (``V_low_t``, resp. ``V_high_k``).
     - Returns (critic targets) are ``A + V`` at both levels.
+    - ``r`` is the step reward minus ``invalid_action_penalty`` on steps whose action was invalid,
+      before both GAEs, as HiPER's per-turn reward (unlike GiGPO/HGPO, where the penalty skips the
+      returns).
 
     Args:
         batch: step rows; uses ``traj``, ``step``, ``reward``, ``role``, ``values`` and
@@ -126,6 +134,8 @@ def compute_hiper_advantage(
         bootstrap_truncated: bootstrap truncated trajectories from their own last value.
         norm_adv: whiten the low-level and the high-level advantages separately over the batch
             (population std), as HiPER's ``norm_adv`` does.
+        invalid_action_penalty: HiPER's ``invalid_action_penalty_coef`` (0.1 in its scripts; 0
+            here, as for the other estimators); reads ``action_valid``.
         epsilon: added to the std when whitening.
 
     Returns:
@@ -134,8 +144,11 @@ def compute_hiper_advantage(
 
     Note:
         HiPER puts ``A_high`` on the subgoal tokens and ``A_low`` on the action tokens of one turn;
-        here those are two steps with their own spans. The termination (switch) head of the
-        three-head critic is not implemented.
+        here those are two steps with their own spans (tokens outside every span, e.g.
+        ``<think>``, get advantage 0, but unlike HiPER's loss mask they still count in the loss's
+        token average). Not implemented: the termination (switch) head of the three-head critic,
+        and HiPER's KEEP penalty and keep-consistency penalty (reward shaping of KEEP turns). See
+        docs/plugins/advantages.md.
     """
     _require_roles(batch, "hiper")
     values = batch.require("values", "hiper", "pass the critic's per-step values")
@@ -144,11 +157,12 @@ def compute_hiper_advantage(
     if len(batch) == 0:
         return np.zeros(0), np.zeros(0)
     planner = batch.role == PLANNER
+    reward = batch.reward - batch.penalty(invalid_action_penalty)
     bootstrap = batch.truncated & bootstrap_truncated
     value_next = np.where(batch.last, values * bootstrap, np.roll(values, -1))
     executor_next = np.append(~planner[1:], False) & ~batch.last
 
-    delta_low = batch.reward + gamma * value_next - values
+    delta_low = reward + gamma * value_next - values
     low = grouping.reverse_scan(np.where(planner, 0.0, delta_low),
                                 np.where(planner, 0.0, gamma * lam * executor_next))
 
@@ -159,7 +173,7 @@ def compute_hiper_advantage(
     powers = gamma ** np.arange(offset.max(initial=0) + 1, dtype=np.float64)  # a table, not n powers
     discount = np.where(planner, 1.0, powers[np.maximum(offset, 0)])
     n_seg = len(planner_rows)
-    seg_return = grouping.segment_sum(discount * batch.reward, segment, n_seg)
+    seg_return = grouping.segment_sum(discount * reward, segment, n_seg)
     seg_len = grouping.segment_count(segment, n_seg) - 1
     seg_last = np.append(planner_rows[1:] - 1, len(batch) - 1)
     has_next = ~batch.last[seg_last]

@@ -37,4 +37,5 @@ def _stock_trainer_stub(name: str):
     return estimator
 
 
-STUBS = {name: register_adv_est(name)(_stock_trainer_stub(name)) for name in ESTIMATORS}
+for _name in ESTIMATORS:
+    register_adv_est(_name)(_stock_trainer_stub(_name))

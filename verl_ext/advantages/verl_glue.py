@@ -25,7 +25,8 @@ _ALGORITHM_FALLBACK = ("gamma", "lam")
 def estimator_params(name: str, algo_config: Any) -> tuple[dict[str, Any], str]:
     """Hyper-parameters of ``name`` from ``algorithm.<name>.*`` and the glue's ``episode_score``.
 
-    ``gamma``/``lam`` fall back to ``algorithm.gamma``/``algorithm.lam``.
+    ``gamma``/``lam`` unset or null (as the fragments ship them) fall back to
+    ``algorithm.gamma``/``algorithm.lam``, then to the estimator's default.
     """
     section = algo_config.get(name, None) if algo_config is not None else None
     if section is not None and not isinstance(section, dict):
@@ -38,8 +39,10 @@ def estimator_params(name: str, algo_config: Any) -> tuple[dict[str, Any], str]:
         raise ValueError(f"algorithm.{name}.episode_score must be one of {EPISODE_SCORES}, got {episode_score!r}")
     accepted = hyperparameters(name)
     for key in _ALGORITHM_FALLBACK:
-        if key in accepted and key not in params and algo_config.get(key, None) is not None:
-            params[key] = algo_config.get(key)
+        if key in accepted and params.get(key) is None:
+            params.pop(key, None)
+            if algo_config.get(key, None) is not None:
+                params[key] = algo_config.get(key)
     return params, episode_score
 
 

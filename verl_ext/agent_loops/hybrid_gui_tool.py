@@ -55,7 +55,7 @@ from verl_ext.envs.policies import SYSTEM_PROMPT
 from verl_ext.envs.pool import get_pool
 from verl_ext.envs.tools import ToolDef
 from verl_ext.envs.verl_tools import EnvTool, png_to_image
-from verl_ext.rollout_client import PER_CALL_KEYS, TurnTokens
+from verl_ext.old_logits.rollout_client import PER_CALL_KEYS, TurnTokens
 from verl_ext.steps import StepMetadata, anchor_key
 
 LAYOUTS = ("trajectory", "per_turn")
@@ -195,7 +195,7 @@ class HybridGuiToolAgentLoop(AgentLoopBase):
             content, call, response = await self._act(env, tools, output.token_ids, episode, execute=fits)
             if response is None:
                 break
-            messages.append(_assistant_message(content, call))  # already in the tokens (merged above)
+            messages.append(assistant_message(content, call))  # already in the tokens (merged above)
             previous = list(messages)
             messages.append(self._tool_message(response, call.tool_call_id))
             if response.image:
@@ -362,20 +362,10 @@ class HybridGuiToolAgentLoop(AgentLoopBase):
         return [png_to_image(obs.screenshot)] if self.screenshots and obs.screenshot else []
 
     def _first_messages(self, raw_prompt: list[dict[str, Any]], text: str, images: list[Any]) -> list[dict[str, Any]]:
-        """The dataset prompt with ``text`` (the observation) appended to its last user turn."""
-        messages = raw_prompt or [{"role": "system", "content": SYSTEM_PROMPT}]
-        if messages[-1]["role"] == "user" and isinstance(messages[-1]["content"], str) and not images:
-            return messages[:-1] + [{"role": "user", "content": messages[-1]["content"] + "\n\n" + text}]
-        return messages + [{"role": "user", "content": _content(text, images)}]
+        return first_messages(raw_prompt, text, images)
 
     def _tool_message(self, response: Any, call_id: str | None) -> dict[str, Any]:
-        text = response.text or ""
-        if len(text) > self.max_tool_response_length:
-            text = text[: self.max_tool_response_length] + "...(truncated)"
-        message = {"role": "tool", "content": _content(text, response.image)}
-        if call_id is not None:
-            message["tool_call_id"] = call_id
-        return message
+        return tool_message(response.text or "", response.image, call_id, self.max_tool_response_length)
 
     def _artifact(self, env: Any) -> dict[str, Any]:
         """Final-state artifact for judge rewards: the state dump (JSON text) and optionally a PNG."""
@@ -405,19 +395,12 @@ class HybridGuiToolAgentLoop(AgentLoopBase):
 
 
 def write_step_metadata(episode: _Episode, traj_uid: str, step: int | None = None) -> StepMetadata:
-    """The one writer of this loop's ``extra_fields["verl_ext"]`` (contract: ``verl_ext.steps``):
-    all steps with their token spans (``step=None``, one row per trajectory), or the single step
-    ``step`` without spans (one row per turn). Episode-level ``extras`` are the same on every row."""
-    n = len(episode.anchors)
-    pick = range(n) if step is None else [step]
+    """The one writer of this loop's ``extra_fields["verl_ext"]`` (contract: ``verl_ext.steps``;
+    layouts: ``StepMetadata.of_row``). Episode-level ``extras`` are the same on every row."""
     counts = episode.counts
-    return StepMetadata(
-        traj_uid=traj_uid,
-        step_idx=list(pick),
-        anchor=[episode.anchors[i] for i in pick],
-        step_reward=[episode.rewards[i] for i in pick],
-        spans=episode.spans if step is None else None,
-        action_valid=[episode.valid_format[i] for i in pick],
+    return StepMetadata.of_row(
+        traj_uid, step, anchors=episode.anchors, step_rewards=episode.rewards, spans=episode.spans,
+        action_valid=episode.valid_format,
         valid=episode.fault is None,
         invalid_reason=f"env_fault:{episode.fault['kind']}" if episode.fault else "",
         truncated=episode.truncated,
@@ -427,7 +410,8 @@ def write_step_metadata(episode: _Episode, traj_uid: str, step: int | None = Non
             "num_tool_calls": counts.get("tool", 0),
             "num_gui_steps": counts.get("gui", 0),
             "num_invalid_actions": counts.get("invalid", 0),
-            "format_ok": bool(n) and all(episode.valid_format),
+            "format_ok": bool(episode.anchors) and all(episode.valid_format),
+            "valid_calls": sum(episode.valid_format),  # model turns holding exactly one parseable call
             "tool_beneficial": episode.reset_info.get("tool_beneficial"),
             "ref_steps": episode.reset_info.get("ref_steps"),
             "task": episode.reset_info.get("task"),
@@ -445,11 +429,36 @@ def _schemas(tools: dict[str, EnvTool]) -> list[dict[str, Any]]:
     return [t.tool_schema.model_dump(exclude_unset=True, exclude_none=True) for t in tools.values()]
 
 
+# The message builders below are the loop's whole chat format; SFT demonstrations
+# (``verl_ext.envs.demos``) reuse them so that SFT and RL see the same transcripts.
+def tool_schemas(tool_defs: list[ToolDef]) -> list[dict[str, Any]]:
+    """The ``tools`` the loop passes to the chat template for an env's tool definitions."""
+    return _schemas({t.name: EnvTool.from_def(t) for t in tool_defs})
+
+
+def first_messages(raw_prompt: list[dict[str, Any]], text: str, images: list[Any] | None = None) -> list[dict[str, Any]]:
+    """The dataset prompt with ``text`` (the observation) appended to its last user turn."""
+    messages = raw_prompt or [{"role": "system", "content": SYSTEM_PROMPT}]
+    if messages[-1]["role"] == "user" and isinstance(messages[-1]["content"], str) and not images:
+        return messages[:-1] + [{"role": "user", "content": messages[-1]["content"] + "\n\n" + text}]
+    return messages + [{"role": "user", "content": _content(text, images)}]
+
+
+def tool_message(text: str, images: list[Any] | None, call_id: str | None, max_length: int) -> dict[str, Any]:
+    """An observation as the ``tool`` message after a call, cut to ``max_length`` characters."""
+    if len(text) > max_length:
+        text = text[:max_length] + "...(truncated)"
+    message = {"role": "tool", "content": _content(text, images)}
+    if call_id is not None:
+        message["tool_call_id"] = call_id
+    return message
+
+
 def _call_dict(call: Any) -> dict[str, Any]:
     return {"name": call.name, "arguments": json.loads(call.arguments)}
 
 
-def _assistant_message(content: str, call: Any) -> dict[str, Any]:
+def assistant_message(content: str, call: Any) -> dict[str, Any]:
     tool_call = {"type": "function", "function": _call_dict(call)}
     if call.tool_call_id is not None:
         tool_call["id"] = call.tool_call_id

@@ -38,7 +38,7 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutp
 from verl.utils.profiler import simple_timer
 
 from verl_ext.envs.text_corridor import TextCorridor
-from verl_ext.rollout_client import TurnTokens
+from verl_ext.old_logits.rollout_client import TurnTokens
 from verl_ext.steps import StepMetadata, anchor_key
 
 LAYOUTS = ("trajectory", "per_turn")
@@ -225,18 +225,12 @@ def _output(row: _Row, meta: StepMetadata, num_turns: int, episode: _Episode) ->
 
 
 def write_step_metadata(episode: _Episode, traj_uid: str, step: int | None = None) -> StepMetadata:
-    """The one writer of this loop's ``extra_fields["verl_ext"]`` (contract: ``verl_ext.steps``):
-    all steps with their token spans (``step=None``, one row per trajectory), or the single step
-    ``step`` without a span (one row per turn). The episode's ``extras`` are the same on every row."""
+    """The one writer of this loop's ``extra_fields["verl_ext"]`` (contract: ``verl_ext.steps``;
+    layouts: ``StepMetadata.of_row``). The episode's ``extras`` are the same on every row."""
     n = len(episode.anchors)
-    pick = range(n) if step is None else [step]
-    return StepMetadata(
-        traj_uid=traj_uid,
-        step_idx=list(pick),
-        anchor=[episode.anchors[i] for i in pick],
-        step_reward=[episode.rewards[i] for i in pick],
-        spans=episode.spans if step is None else None,
-        action_valid=[episode.action_valid[i] for i in pick],
+    return StepMetadata.of_row(
+        traj_uid, step, anchors=episode.anchors, step_rewards=episode.rewards, spans=episode.spans,
+        action_valid=episode.action_valid,
         truncated=episode.truncated,
         extras={
             "success": episode.success,

@@ -25,11 +25,6 @@ def minidesk_rows(n: int, seed: int, split: str, templates: list[str] | None = N
     unknown = sorted(set(chosen) - set(catalog))
     if unknown:
         raise ValueError(f"unknown MiniDesk templates {unknown}")
-    rng = random.Random(f"minidesk-{seed}-{split}")
-    base = VAL_SEED_OFFSET if split != "train" else 0
-    task_seeds = rng.sample(range(base, base + VAL_SEED_OFFSET), n)
-    order = (chosen * (n // len(chosen) + 1))[:n]
-    rng.shuffle(order)
     return [
         {
             "data_source": "verl_ext/minidesk",
@@ -41,5 +36,17 @@ def minidesk_rows(n: int, seed: int, split: str, templates: list[str] | None = N
             "extra_info": {"split": split, "index": index, "tool_beneficial": catalog[template]["tool_beneficial"],
                            "env": {"backend": "minidesk", "task": template, "seed": task_seed}},
         }
-        for index, (template, task_seed) in enumerate(zip(order, task_seeds))
+        for index, (template, task_seed) in enumerate(spread_tasks("minidesk", chosen, n, seed, split))
     ]
+
+
+def spread_tasks(family: str, templates: list[str], n: int, seed: int, split: str) -> list[tuple[str, int]]:
+    """(template, task seed) of ``n`` rows of a task family: every template ``n // len(templates)``
+    or one more times, in shuffled order; validation task seeds from ``VAL_SEED_OFFSET`` up, so
+    train and validation tasks never coincide."""
+    rng = random.Random(f"{family}-{seed}-{split}")
+    base = VAL_SEED_OFFSET if split != "train" else 0
+    task_seeds = rng.sample(range(base, base + VAL_SEED_OFFSET), n)
+    order = (templates * (n // len(templates) + 1))[:n]
+    rng.shuffle(order)
+    return list(zip(order, task_seeds))

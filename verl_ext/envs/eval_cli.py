@@ -51,6 +51,10 @@ def _tasks(env_name: str, spec: str) -> list[str]:
         from verl_ext.envs.minidesk.env import list_templates
 
         known = list_templates()
+    elif env_name == "text_hybrid":
+        from verl_ext.envs.text_hybrid_apps import APPS
+
+        known = list(APPS)
     else:
         from verl_ext.envs.miniwob_env import list_tasks
 
@@ -134,9 +138,9 @@ def _seeds(spec: str) -> list[int]:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="verl-ext eval", description=__doc__.split("\n\n")[0].replace("``", ""))
-    parser.add_argument("--env", choices=("minidesk", "miniwob"), default="minidesk")
+    parser.add_argument("--env", choices=("minidesk", "miniwob", "text_hybrid"), default="minidesk")
     parser.add_argument("--policy", default="scripted-tool",
-                        help="scripted-gui | scripted-tool | random | http(s)://host/v1 (OpenAI-compatible) | "
+                        help="scripted-gui | scripted-tool | scripted-oracle (text_hybrid) | random | http(s)://host/v1 (OpenAI-compatible) | "
                              "checkpoint:DIR (a transformers model folder or a verl checkpoint global_step_N)")
     parser.add_argument("--action-format", choices=("tool_call", "menu"), default="tool_call",
                         help="checkpoint policies: how the model acts (menu = the T/G menu of the cpu recipes)")

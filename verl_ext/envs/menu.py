@@ -18,7 +18,7 @@ import json
 from typing import Any
 
 from verl_ext.envs.core import Action, GuiAction, Observation, ToolCall
-from verl_ext.envs.policies import plan_step_action
+from verl_ext.envs.plans import plan_step_action
 
 CHOICES = {"T": "tool", "G": "gui"}
 SYSTEM_PROMPT = (

@@ -5,7 +5,8 @@ flow into a backend that can: ``load_mcp_tools`` turns an OSWorld-MCP ``tools/ap
 (an OpenAI-style function list, or MCP ``tools/list`` entries with ``inputSchema``) into flat
 :class:`ToolDef` s verl accepts, and ``ExternalToolset`` calls them through any backend callable with
 OSWorld-MCP's result normalisation. ``OSWorldTask`` validates a task file and evaluates it with
-caller-supplied getters and metrics, combining them the way OSWorld's ``DesktopEnv.evaluate`` does.
+caller-supplied getters and metrics and the agent's action history, the way OSWorld's
+``DesktopEnv.evaluate`` does.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,8 @@ from typing import Any
 from verl_ext.envs.core import ActionError, tool_result
 from verl_ext.envs.tools import ToolDef, flatten_property
 
+# The evaluator ``func`` of tasks the agent should declare impossible (by its last action, FAIL).
+INFEASIBLE = "infeasible"
 # OSWorld-MCP's wrapper marks a plain-string return as an error by these prefixes.
 ERROR_PREFIXES = ("error", "failed", "failure", "exception")
 _NAME_OK = re.compile(r"[^a-zA-Z0-9_-]")
@@ -40,14 +43,20 @@ class ExternalTool:
     remote_name: str
 
 
-def load_mcp_tools(source: str | Path | list | dict, group: str = "") -> list[ExternalTool]:
-    """Tools from an OSWorld-MCP API JSON file (or its parsed content).
+def load_mcp_tools(source: str | Path | list | dict, group: str | None = None) -> list[ExternalTool]:
+    """Tools from an OSWorld-MCP API JSON file (or its parsed content, or an MCP ``tools/list``).
 
     Accepts ``[{"type": "function", "function": {...}}]``, ``[{"name", "description",
-    "parameters"|"inputSchema"}]`` or ``{"tools": [...]}``. OSWorld-MCP registers tools as
-    ``"{group}.{method}"``; OpenAI function names allow only ``[a-zA-Z0-9_-]``, so the model sees
+    "parameters"|"inputSchema"}]`` or ``{"tools": [...]}``. OSWorld-MCP's files
+    (``mcp_server/tools/apis/<group>.json``) name each tool ``"<Class>.<method>"``
+    (``CalcTools.save``) and its server registers it as ``"<group>.<method>"``
+    (``libreoffice_calc.save``), the group being the file's name: with a group (by default the
+    file's stem) the class prefix is replaced by the group. ``group=""`` keeps names as given, as
+    an MCP server lists them. OpenAI function names allow only ``[a-zA-Z0-9_-]``, so the model sees
     ``{group}_{method}`` and the backend still gets the dotted name.
     """
+    if group is None:
+        group = Path(source).stem if isinstance(source, (str, Path)) else ""
     raw = _read_json(source)
     entries = raw.get("tools", []) if isinstance(raw, dict) else raw
     tools = []
@@ -63,7 +72,7 @@ def load_mcp_tools(source: str | Path | list | dict, group: str = "") -> list[Ex
             if name not in required and param.required:  # not listed as required: optional
                 param = dataclasses.replace(param, description=param.description + " (optional)", required=False)
             params[name] = param
-        remote = f"{group}.{fn['name']}" if group else fn["name"]
+        remote = f"{group}.{fn['name'].rsplit('.', 1)[-1]}" if group else fn["name"]
         local = _NAME_OK.sub("_", remote)[:64]
         tools.append(ExternalTool(ToolDef(local, fn.get("description", ""), params, group=group), remote))
     return tools
@@ -130,6 +139,8 @@ class OSWorldTask:
         if isinstance(evaluator["func"], list):
             n = len(evaluator["func"])
             for key in ("result", "expected", "options"):
+                if key == "expected" and not evaluator.get(key):  # OSWorld: no expected values at all
+                    continue
                 if key in evaluator and (not isinstance(evaluator[key], list) or len(evaluator[key]) != n):
                     raise ValueError(f"task {raw['id']}: evaluator.{key} must be a list of {n} (one per func)")
         if evaluator.get("conj", "and") not in ("and", "or"):
@@ -142,33 +153,56 @@ class OSWorldTask:
                    related_apps=list(raw.get("related_apps", [])))
 
     def evaluate(self, env: Any, metrics: dict[str, Callable[..., float]],
-                 getters: dict[str, Callable[[Any, dict], Any]]) -> float:
-        """Score in [0, 1]. ``getters["get_<type>"](env, spec)`` fetch result/expected values;
-        ``metrics[func](result, expected?, **options)`` compare them. ``and``: 0 as soon as one
-        metric is 0, else the mean; ``or``: 1 as soon as one is 1, else the max (as OSWorld)."""
+                 getters: dict[str, Callable[[Any, dict], Any]], action_history: Sequence[Any] = ()) -> float:
+        """Score in [0, 1], as OSWorld's ``DesktopEnv.evaluate`` computes it.
+
+        ``getters["get_<type>"](env, spec)`` fetch the result and expected values;
+        ``metrics[func](result, expected, **options)`` compares them, or ``metrics[func](result,
+        **options)`` when the task gives no expected spec for that metric (null or empty). A result
+        getter that raises ``FileNotFoundError`` (the agent never wrote the file) scores that
+        metric 0. ``and``: 0 as soon as one metric is 0, else the mean; ``or``: 1 as soon as one is
+        1, else the max. ``action_history`` is the agent's actions (``"FAIL"`` or
+        ``{"action_type": "FAIL"}`` declares the task infeasible): ``func: "infeasible"`` scores 1
+        exactly when the last action is FAIL; any other task scores 0 when it is.
+        """
         ev = self.evaluator
+        gave_up = bool(action_history) and _is_fail(action_history[-1])
+        if ev["func"] == INFEASIBLE:
+            return 1.0 if gave_up else 0.0
+        if gave_up:
+            return 0.0
         funcs = ev["func"] if isinstance(ev["func"], list) else [ev["func"]]
 
         def nth(key: str, i: int) -> Any:
             value = ev.get(key)
-            return value[i] if isinstance(ev["func"], list) and value is not None else value
+            return value[i] if isinstance(ev["func"], list) and value else value
+
+        def fetch(spec: dict) -> Any:
+            getter = getters.get(f"get_{spec['type']}")
+            if getter is None:
+                raise KeyError(f"no getter get_{spec['type']} (task {self.id})")
+            return getter(env, spec)
 
         conj, scores = ev.get("conj", "and"), []
         for i, func in enumerate(funcs):
             if func not in metrics:
                 raise KeyError(f"no metric {func!r} (task {self.id})")
-            args = []
-            for key in ("result", "expected"):
-                spec = nth(key, i)
-                if spec is not None:
-                    getter = getters.get(f"get_{spec['type']}")
-                    if getter is None:
-                        raise KeyError(f"no getter get_{spec['type']} (task {self.id})")
-                    args.append(getter(env, spec))
-            score = float(metrics[func](*args, **(nth("options", i) or {})))
+            try:
+                result = fetch(nth("result", i)) if nth("result", i) else None
+            except FileNotFoundError:
+                score = 0.0
+            else:
+                expected = nth("expected", i)
+                args = (result, fetch(expected)) if expected else (result,)
+                score = float(metrics[func](*args, **(nth("options", i) or {})))
             if conj == "and" and score == 0.0:
                 return 0.0
             if conj == "or" and score == 1.0:
                 return 1.0
             scores.append(score)
         return sum(scores) / len(scores) if conj == "and" else max(scores)
+
+
+def _is_fail(action: Any) -> bool:
+    """OSWorld's FAIL action: the string, or a dict action of that type."""
+    return action == "FAIL" or (isinstance(action, dict) and action.get("action_type") == "FAIL")

@@ -16,6 +16,7 @@ import sys
 import threading
 from typing import Any, Protocol
 
+from verl_ext.envs import menu
 from verl_ext.envs.core import (
     GUI_ACTIONS,
     KEYS,
@@ -26,6 +27,7 @@ from verl_ext.envs.core import (
     ToolCall,
     action_from_call,
 )
+from verl_ext.envs.plans import plan_step_action
 
 
 class Policy(Protocol):
@@ -35,18 +37,21 @@ class Policy(Protocol):
 
 
 class ScriptedPolicy:
-    """Replays ``info["plans"][mode]`` with ``mode`` = ``gui`` (GUI primitives only) or ``tool``."""
+    """Replays ``info["plans"][mode]`` with ``mode`` = ``gui`` (GUI primitives only), ``tool``
+    (tool-preferring) or ``oracle`` (the shortest GUI/tool mix; text_hybrid only)."""
 
     def __init__(self, mode: str):
-        if mode not in ("gui", "tool"):
-            raise ValueError(f"scripted mode must be 'gui' or 'tool', got {mode!r}")
+        if mode not in ("gui", "tool", "oracle"):
+            raise ValueError(f"scripted mode must be 'gui', 'tool' or 'oracle', got {mode!r}")
         self.mode = mode
         self._plan: list[dict[str, Any]] = []
 
     def reset(self, obs: Observation, info: dict[str, Any], tool_schemas: list[dict[str, Any]]) -> None:
-        if "plans" not in info:
-            raise ValueError("scripted policies need reference plans (minidesk only)")
-        self._plan = list(info["plans"][self.mode])
+        plans = info.get("plans") or {}
+        if self.mode not in plans:
+            raise ValueError(f"scripted-{self.mode} needs a {self.mode!r} reference plan in the env's reset info "
+                             "(minidesk has gui and tool plans, text_hybrid also an oracle plan)")
+        self._plan = list(plans[self.mode])
 
     def act(self, obs: Observation) -> Action:
         if not self._plan:
@@ -56,19 +61,6 @@ class ScriptedPolicy:
         if action is None:
             raise LookupError(f"scripted step {step} targets an element that is not on the page")
         return action
-
-
-def plan_step_action(step: dict[str, Any], obs: Observation) -> Action | None:
-    """One step of a MiniDesk reference plan as an action on ``obs``: a tool call, an answer, or a
-    GUI primitive on the element whose app-side key the step names (None if it is not on the page)."""
-    if "tool" in step:
-        return ToolCall(step["tool"], dict(step["args"]))
-    if step["gui"] == "answer":
-        return GuiAction("answer", text=step["text"])
-    element = obs.find(step["k"])
-    if element is None:
-        return None
-    return GuiAction(step["gui"], element=element.id, text=step.get("text"))
 
 
 class RandomPolicy:
@@ -186,8 +178,6 @@ class LocalModelPolicy:
         torch.manual_seed(self.seed)
         self.turns = 0
         if self.action_format == "menu":
-            from verl_ext.envs import menu
-
             self.menu = menu.PlanMenu(info.get("plans") or {})
             self.messages = [{"role": "system", "content": menu.SYSTEM_PROMPT},
                              {"role": "user", "content": self.menu.first_message(obs)}]
@@ -208,8 +198,6 @@ class LocalModelPolicy:
             except ActionError:
                 args = call["arguments"] if isinstance(call["arguments"], dict) else {}
                 return ToolCall(call["name"], args)
-        from verl_ext.envs import menu
-
         if self.turns:
             self.messages.append({"role": "user", "content": self.menu.feedback(obs)})
         mode = menu.parse_choice(self._reply())
@@ -279,17 +267,19 @@ def hf_model_dir(path: str) -> str:
 
 
 def make_policy(spec: str, seed: int = 0, action_format: str = "tool_call") -> Policy:
-    """``scripted-gui`` | ``scripted-tool`` | ``random`` | an ``http(s)://`` OpenAI-compatible URL |
-    ``checkpoint:<dir>`` (a local transformers model or verl checkpoint, in ``action_format``)."""
+    """``scripted-gui`` | ``scripted-tool`` | ``scripted-oracle`` | ``random`` | an ``http(s)://``
+    OpenAI-compatible URL | ``checkpoint:<dir>`` (a local transformers model or verl checkpoint, in ``action_format``)."""
     if spec == "scripted-gui":
         return ScriptedPolicy("gui")
     if spec == "scripted-tool":
         return ScriptedPolicy("tool")
+    if spec == "scripted-oracle":
+        return ScriptedPolicy("oracle")
     if spec == "random":
         return RandomPolicy(seed)
     if spec.startswith(("http://", "https://")):
         return OpenAIChatPolicy(spec)
     if spec.startswith("checkpoint:"):
         return LocalModelPolicy(spec.split(":", 1)[1], action_format=action_format, seed=seed)
-    raise ValueError(f"unknown policy {spec!r}: use scripted-gui, scripted-tool, random, an http(s):// URL "
-                     "or checkpoint:<dir>")
+    raise ValueError(f"unknown policy {spec!r}: use scripted-gui, scripted-tool, scripted-oracle, random, "
+                     "an http(s):// URL or checkpoint:<dir>")

@@ -21,19 +21,20 @@ from verl_ext.envs.core import EnvFault
 
 
 _BACKENDS: dict[str, Callable[..., BrowserEnv]] = {}
+_BUILT_IN = ("minidesk", "miniwob", "text_hybrid")
 
 
 def register_env_backend(name: str, factory: Callable[..., BrowserEnv]) -> None:
     """Make ``name`` usable as a dataset row's ``extra_info.env.backend``. Register from a module
     every agent-loop worker imports (e.g. your package's ``verl.plugins`` entry point), or skip
     registration and name the factory as ``"package.module:Factory"`` in the row instead."""
-    if name in ("minidesk", "miniwob"):
+    if name in _BUILT_IN:
         raise ValueError(f"env backend name {name!r} is built in; pick another name")
     _BACKENDS[name] = factory
 
 
 def make_env(backend: str, **options: Any) -> BrowserEnv:
-    """``minidesk``, ``miniwob`` (imported lazily), a name given to ``register_env_backend``, or an
+    """``minidesk``, ``miniwob``, ``text_hybrid`` (imported lazily), a name given to ``register_env_backend``, or an
     import path ``"package.module:Factory"`` of a callable returning a ``BrowserEnv``."""
     if backend == "minidesk":
         from verl_ext.envs.minidesk.env import MiniDeskEnv
@@ -43,6 +44,10 @@ def make_env(backend: str, **options: Any) -> BrowserEnv:
         from verl_ext.envs.miniwob_env import MiniWoBEnv
 
         return MiniWoBEnv(**options)
+    if backend == "text_hybrid":  # pure Python, no browser (verl_ext.envs.text_hybrid)
+        from verl_ext.envs.text_hybrid import TextHybridEnv
+
+        return TextHybridEnv(**options)
     if backend in _BACKENDS:
         return _BACKENDS[backend](**options)
     if ":" in backend:
@@ -51,7 +56,7 @@ def make_env(backend: str, **options: Any) -> BrowserEnv:
         if factory is None:
             raise ValueError(f"env backend {backend!r}: {module_name} has no attribute {attribute!r}")
         return factory(**options)
-    registered = ", ".join(["minidesk", "miniwob", *sorted(_BACKENDS)])
+    registered = ", ".join([*_BUILT_IN, *sorted(_BACKENDS)])
     raise ValueError(f"unknown env backend {backend!r}: use one of {registered}, or 'package.module:Factory'")
 
 

@@ -1,8 +1,10 @@
 """Old-logit providers: recover (or approximate) π_train(θ_v), the training-side log-probs at the
 version that generated each token, which asynchronous RL pipelines lose.
 
-Pure torch; importing this package touches no Ray, no verl trainer and no accelerator.
-See docs/plugins/old_logits.md.
+Pure torch; importing this package touches no Ray, no verl trainer and no accelerator. The verl
+glue sits beside the math but is never imported from here: ``host`` (the verl trainer's
+``OldLogitHost`` and the worker-side state) and ``rollout_client`` (the LLM clients that record
+each token's weight version). See docs/plugins/old_logits.md.
 """
 
 from verl_ext.old_logits.config import EWMAConfig, OldLogitsConfig, SnapshotConfig

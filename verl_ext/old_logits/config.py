@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from verl_ext.old_logits.ewma import beta_from_com, com_from_beta
+from verl_ext.old_logits.loglinear import PROXIMAL_VERSIONS
 
 KEY = "algorithm.old_logits"
 STALENESS_KEY = "trainer.v1.sampler.max_off_policy_threshold"
@@ -117,13 +118,29 @@ class InterruptConfig:
 
 
 @dataclass(frozen=True)
+class LogLinearConfig:
+    """``algorithm.old_logits.loglinear``.
+
+    Attributes:
+        proximal_version: which version the proxy stands for. ``previous`` (AReaL's convention:
+            one version behind the trainer's weights, α = (d-1)/d, 0 for d ≤ 1) or ``current``
+            (the trainer's weights, with π_θ one version ahead: α = d/(d+1)).
+    """
+
+    proximal_version: str = "previous"
+
+    def __post_init__(self) -> None:
+        _check_choice("loglinear.proximal_version", self.proximal_version, PROXIMAL_VERSIONS)
+
+
+@dataclass(frozen=True)
 class OldLogitsConfig:
     """``algorithm.old_logits``.
 
     Attributes:
         provider: registered provider name (``verl_ext.old_logits.registered_providers()``).
         staleness_bound: filled from ``trainer.v1.sampler.max_off_policy_threshold`` by ``from_config``.
-        ewma, snapshot, dedicated, interrupt: per-provider settings.
+        ewma, snapshot, dedicated, interrupt, loglinear: per-provider settings.
     """
 
     provider: str = "current"
@@ -132,6 +149,7 @@ class OldLogitsConfig:
     snapshot: SnapshotConfig = field(default_factory=SnapshotConfig)
     dedicated: DedicatedConfig = field(default_factory=DedicatedConfig)
     interrupt: InterruptConfig = field(default_factory=InterruptConfig)
+    loglinear: LogLinearConfig = field(default_factory=LogLinearConfig)
 
     @classmethod
     def from_config(cls, old_logits: Mapping[str, Any] | None, max_off_policy_threshold: int | None) -> OldLogitsConfig:
@@ -145,6 +163,7 @@ class OldLogitsConfig:
             ("snapshot", SnapshotConfig),
             ("dedicated", DedicatedConfig),
             ("interrupt", InterruptConfig),
+            ("loglinear", LogLinearConfig),
         )
         for name, sub_cls in sections:
             values = dict(raw.pop(name, None) or {})

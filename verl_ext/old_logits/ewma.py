@@ -35,7 +35,7 @@ from typing import Any
 import torch
 
 from verl_ext.old_logits.fused_add import make_scaled_add
-from verl_ext.old_logits.swap import WeightSwap, local_tensors
+from verl_ext.old_logits.swap import Resharder, WeightSwap, local_tensors
 
 logger = logging.getLogger("verl_ext.old_logits")
 
@@ -92,10 +92,17 @@ class EWMAShadow:
         self.num_updates = 0
         self._swap: WeightSwap | None = None
 
-    @classmethod
-    def from_com(cls, params: Sequence[torch.Tensor], com: float, **kwargs: Any) -> EWMAShadow:
-        """Builds the shadow from a centre of mass in updates (β = com / (1 + com))."""
-        return cls(params, beta_from_com(com), **kwargs)
+    def set_beta(self, beta: float) -> None:
+        """Changes the decay used by the next updates (the average so far is kept).
+
+        With bias correction the average stays the normalised weighted sum, each θ_j weighted by
+        the product of the decays applied after it; without, W moves to the new fixed point
+        1/(1-β) so every update stays θ̄ ← β θ̄ + (1-β) θ.
+        """
+        com_from_beta(beta)  # validates the range
+        self.beta = float(beta)
+        if not self.bias_correction:
+            self.total_weight = 1.0 / (1.0 - beta)
 
     @property
     def com(self) -> float:
@@ -138,7 +145,7 @@ class EWMAShadow:
         for t, a in zip(targets, self._acc, strict=True):
             torch.mul(a, self._gain, out=t)  # one fused read-scale-cast-write per tensor
 
-    def swap_in(self, backup_device: str | torch.device | None = None) -> WeightSwap:
+    def swap_in(self, backup_device: str | torch.device | None = None, reshard: Resharder | None = None) -> WeightSwap:
         """Loads θ̄ (cast to the parameters' dtype) into the live parameters.
 
         Returns a ``WeightSwap``: use it as a context manager, or call ``swap_out()``; the live
@@ -146,10 +153,11 @@ class EWMAShadow:
 
         Args:
             backup_device: where to keep the live values meanwhile (``None``: same device).
+            reshard: frees gathered parameter copies around the swap (``swap.fsdp_resharder``).
         """
         if self.swapped_in:
             raise RuntimeError("EWMA weights are already swapped in; call swap_out() first")
-        self._swap = WeightSwap(self.params, self._write_average, backup_device)
+        self._swap = WeightSwap(self.params, self._write_average, backup_device, reshard)
         return self._swap
 
     def swap_out(self) -> None:
@@ -157,16 +165,6 @@ class EWMAShadow:
         if self._swap is not None:
             self._swap.swap_out()
         self._swap = None
-
-    @torch.no_grad()
-    def lag_sq_norms(self) -> tuple[float, float]:
-        """(‖θ - θ̄‖², ‖θ‖²) over this rank's shards; all-reduce both and take sqrt of the ratio
-        for the ``ewma/rel_lag`` metric ‖θ - θ̄‖/‖θ‖ (brief §6.3)."""
-        new = [t.float() for t in self._local()]
-        diff = torch._foreach_sub(new, self.average())
-        d2 = sum(float(torch.linalg.vector_norm(d) ** 2) for d in diff)
-        n2 = sum(float(torch.linalg.vector_norm(t) ** 2) for t in new)
-        return d2, n2
 
     def state_dict(self) -> dict[str, Any]:
         """Checkpoint state: the normalised average (so the format does not depend on g) and the

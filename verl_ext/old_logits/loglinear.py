@@ -3,11 +3,13 @@
 
     log π_prox = log μ + α (log π_θ - log μ),      α = (v_prox - v_behave) / (v_θ - v_behave)
 
-With v_prox = n (the weights the trainer holds) and v_θ = n + 1 (the policy being optimised),
-α = d / (d + 1) for a token of staleness d = n - v. Research brief §2.2 (C) derives that then
-log r = (1 - α)(log π_θ - log μ), so the PPO clip of r on [1 - ε_l, 1 + ε_h] is a clip of the
-total ratio π_θ/μ on the widened interval ``widened_clip_bounds`` and the IS weight is
-(π_θ/μ)^α: no information about θ_v is added.
+AReaL (``compute_prox_logp_approximations``) sets v_θ to the trainer's current version and
+v_prox = v_θ - 1, so a token d = n - v versions old gets α = (d - 1) / d, and 0 for d ≤ 1
+(the default here, ``proximal_version="previous"``). ``proximal_version="current"`` takes
+v_prox = n (the weights the trainer holds) and v_θ = n + 1 (the policy being optimised):
+α = d / (d + 1). Research brief §2.2 (C) derives that either way log r = (1 - α)(log π_θ - log μ),
+so the PPO clip of r on [1 - ε_l, 1 + ε_h] is a clip of the total ratio π_θ/μ on the widened
+interval ``widened_clip_bounds`` and the IS weight is (π_θ/μ)^α: no information about θ_v is added.
 
 Difference from AReaL: AReaL evaluates the proxy inside the loss from the training forward's
 log π_θ (saving the old-logit forward); here the provider evaluates it once from the pre-update
@@ -20,18 +22,33 @@ from __future__ import annotations
 import torch
 
 
-def loglinear_alpha(token_versions: torch.Tensor, current_version: int) -> torch.Tensor:
-    """α = d / (d + 1) per token, d = current_version - version; 0 for unversioned tokens.
+PROXIMAL_VERSIONS = ("previous", "current")
+
+
+def loglinear_alpha(
+    token_versions: torch.Tensor, current_version: int, proximal_version: str = "previous"
+) -> torch.Tensor:
+    """α per token, d = current_version - version; 0 for unversioned tokens.
 
     Args:
         token_versions: ``(bs, L)`` long, -1 where a token has no version.
         current_version: version n of the weights the trainer holds.
+        proximal_version: ``"previous"`` (AReaL: v_prox = n - 1, v_θ = n; α = (d - 1)/d, 0 for
+            d ≤ 1) or ``"current"`` (v_prox = n, v_θ = n + 1; α = d/(d + 1)).
 
     Returns:
         ``(bs, L)`` float32 α in [0, 1).
     """
+    if proximal_version not in PROXIMAL_VERSIONS:
+        raise ValueError(
+            f"algorithm.old_logits.loglinear.proximal_version={proximal_version!r}; expected one of {PROXIMAL_VERSIONS}"
+        )
     d = (current_version - token_versions).clamp(min=0).to(torch.float32)
-    return torch.where(token_versions >= 0, d / (d + 1.0), torch.zeros_like(d))
+    if proximal_version == "previous":
+        alpha = torch.where(d > 1.0, (d - 1.0) / d.clamp(min=1.0), torch.zeros_like(d))
+    else:
+        alpha = d / (d + 1.0)
+    return torch.where(token_versions >= 0, alpha, torch.zeros_like(d))
 
 
 def loglinear_proxy(

@@ -4,7 +4,7 @@ travel with a trajectory and how the trainer turns them into a ``(bs, L)`` tenso
 Both providers score each *segment* (the tokens of one rollout-server call; one call never spans
 a weight update) with the training-side numerics of the version that generated it, before that
 version's weights are gone (research brief §4.2, §4.3). What a trajectory carries, in
-``extra_fields`` next to ``token_global_steps`` (``verl_ext.rollout_client`` writes both):
+``extra_fields`` next to ``token_global_steps`` (``verl_ext.old_logits.rollout_client`` writes both):
 
 * ``dedicated``: ``token_old_log_probs`` — one value per token of the generate() output
   (the scorer's log-prob, ``None`` where a segment went unscored), aligned with the response like

@@ -17,7 +17,7 @@ Which provider (research brief §2.2, §4, §6):
 | dedicated | scored by a forward-only scorer as segments are generated | yes | extra devices + weight broadcast |
 | interrupt | scored by the trainer at each weight sync | yes | rollout stall + prefix re-scoring |
 | ewma | π_train(θ̄), θ̄ = EWMA of the parameters (PPO-EWMA) | approximate | one fp32 parameter copy, no extra forward |
-| loglinear | log μ + α (log π_θn - log μ) (AReaL/A-3PO) | no: a widened clip | none beyond current |
+| loglinear | log μ + α (log π_θn - log μ), α = (d-1)/d (AReaL/A-3PO) | no: a widened clip | none beyond current |
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from verl_ext.old_logits.worker import CURRENT, EWMA, snapshot_spec
 # Fields a provider may fetch through ``OldLogitHost.old_logits_fetch`` (all padded (bs, L)).
 RESPONSE_MASK = "response_mask"
 ROLLOUT_LOG_PROBS = "rollout_log_probs"  # μ, the inference engine's log-probs
-TOKEN_VERSIONS = "token_versions"  # long, -1 = no version (see verl_ext.rollout_client)
+TOKEN_VERSIONS = "token_versions"  # long, -1 = no version (see verl_ext.old_logits.rollout_client)
 PRECOMPUTED_LOG_PROBS = "precomputed_old_log_probs"  # float, NaN = not scored (dedicated / interrupt)
 
 logger = logging.getLogger("verl_ext.old_logits")
@@ -190,7 +190,7 @@ class SnapshotProvider(OldLogitProvider):
         fields=(TOKEN_VERSIONS,),
         weights=(CURRENT, "snapshot"),
         worker_hooks=("before_optimizer_step",),
-        rollout_side="record per-token versions (verl_ext.rollout_client, extra_fields['token_global_steps'])",
+        rollout_side="record per-token versions (verl_ext.old_logits.rollout_client, extra_fields['token_global_steps'])",
     )
 
     def compute(self, trainer: OldLogitHost, batch: Any, metrics: dict[str, float]) -> Any:
@@ -315,12 +315,13 @@ class EWMAProvider(OldLogitProvider):
 @register_provider("loglinear")
 class LogLinearProvider(OldLogitProvider):
     """AReaL's log-linear proxy (brief §2.2 C), a negative control: equivalent to a widened clip
-    of the total ratio (``verl_ext.old_logits.loglinear``)."""
+    of the total ratio (``verl_ext.old_logits.loglinear``). By default α follows AReaL
+    (``algorithm.old_logits.loglinear.proximal_version=previous``)."""
 
     needs = ProviderNeeds(
         fields=(ROLLOUT_LOG_PROBS, TOKEN_VERSIONS),
         weights=(CURRENT,),
-        rollout_side="record per-token versions (verl_ext.rollout_client, extra_fields['token_global_steps'])",
+        rollout_side="record per-token versions (verl_ext.old_logits.rollout_client, extra_fields['token_global_steps'])",
     )
 
     def compute(self, trainer: OldLogitHost, batch: Any, metrics: dict[str, float]) -> Any:
@@ -328,7 +329,9 @@ class LogLinearProvider(OldLogitProvider):
         with cost_meter(metrics, self.name) as cost:
             current = trainer.old_logits_forward(batch, CURRENT)
             cost["forward_rows"] = current.shape[0]
-        alpha = loglinear_alpha(data[TOKEN_VERSIONS], trainer.old_logits_version())
+        alpha = loglinear_alpha(
+            data[TOKEN_VERSIONS], trainer.old_logits_version(), self.config.loglinear.proximal_version
+        )
         m = data[RESPONSE_MASK].bool()
         metrics[f"{PREFIX}loglinear/alpha_mean"] = float(alpha[m].mean()) if m.any() else 0.0
         return trainer.old_logits_store(batch, loglinear_proxy(data[ROLLOUT_LOG_PROBS], current, alpha))

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from verl_ext.old_logits.swap import WeightSwap, host_empty_like, local_tensors
+from verl_ext.old_logits.swap import Resharder, WeightSwap, host_empty_like, local_tensors
 
 
 class SnapshotMissingError(KeyError):
@@ -53,11 +53,13 @@ class SnapshotStore:
         self.max_versions = max_versions
         self.pin_memory = pin_memory
         self._snapshots: dict[int, list[torch.Tensor]] = {}
+        self._aliases: dict[int, int] = {}  # version -> the stored version holding the same weights
         self._free: list[list[torch.Tensor]] = []  # evicted buffers, reused so pinning happens once
 
     @property
     def versions(self) -> list[int]:
-        return sorted(self._snapshots)
+        """Versions that ``get`` serves (stored copies and their aliases)."""
+        return sorted([*self._snapshots, *self._aliases])
 
     @property
     def nbytes(self) -> int:
@@ -72,9 +74,18 @@ class SnapshotStore:
         return [host_empty_like(t, self.pin_memory) for t in live]
 
     @torch.no_grad()
-    def save(self, version: int, params: Sequence[torch.Tensor]) -> None:
+    def save(self, version: int, params: Sequence[torch.Tensor], same_since: int | None = None) -> None:
         """Copies the live parameters (local shards, in their own dtype: the forward's numerics)
-        as ``version`` and evicts versions older than ``version + 1 - max_versions``."""
+        as ``version`` and evicts versions older than ``version + 1 - max_versions``.
+
+        Args:
+            same_since: versions ``same_since .. version - 1`` hold these same weights (no
+                optimizer step since ``same_since`` was published, e.g. ``trainer.critic_warmup``
+                steps); they are served from this copy.
+        """
+        self._aliases.pop(version, None)
+        for v in range(version if same_since is None else same_since, version):
+            self._aliases[v] = version
         live = local_tensors(params)
         bufs = self._snapshots.pop(version, None) or self._buffers_like(live)
         for b, t in zip(bufs, live, strict=True):
@@ -89,26 +100,35 @@ class SnapshotStore:
         gone = [v for v in self._snapshots if v < min_version]
         for v in gone:
             self._free.append(self._snapshots.pop(v))
-        return gone
+        aliases = [v for v in self._aliases if v < min_version]
+        for v in aliases:
+            del self._aliases[v]
+        return sorted([*gone, *aliases])
 
     def get(self, version: int) -> list[torch.Tensor]:
         """The stored tensors of ``version`` (host memory). Raises ``SnapshotMissingError``."""
-        if version not in self._snapshots:
+        stored = self._aliases.get(version, version)
+        if stored not in self._snapshots:
             raise SnapshotMissingError(version, self.versions)
-        return self._snapshots[version]
+        return self._snapshots[stored]
 
     def swap_in(
-        self, version: int, params: Sequence[torch.Tensor], backup_device: str | torch.device | None = None
+        self,
+        version: int,
+        params: Sequence[torch.Tensor],
+        backup_device: str | torch.device | None = None,
+        reshard: Resharder | None = None,
     ) -> WeightSwap:
         """Loads snapshot ``version`` into the live parameters; restore with the returned
-        ``WeightSwap`` (context manager or ``swap_out()``), bit-exactly."""
+        ``WeightSwap`` (context manager or ``swap_out()``), bit-exactly. ``reshard`` frees
+        gathered parameter copies around the swap (``swap.fsdp_resharder``)."""
         snap = self.get(version)
 
         def write(targets: list[torch.Tensor]) -> None:
             for t, s in zip(targets, snap, strict=True):
                 t.copy_(s, non_blocking=True)
 
-        return WeightSwap(params, write, backup_device)
+        return WeightSwap(params, write, backup_device, reshard)
 
 
 def scatter_by_version(

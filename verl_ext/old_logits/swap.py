@@ -8,6 +8,14 @@ dtype, so the restore is bit-exact whatever the source dtype was.
 Works on local shards: a ``torch.distributed.tensor.DTensor`` is reduced to its local tensor and
 nothing here communicates, so every rank swaps its own shard (FSDP2, Megatron distributed
 optimizer shards, or plain unsharded tensors).
+
+FSDP2 keeps a module's gathered (unsharded) parameters after a forward when it does not reshard
+after forward (``reshard_after_forward=False``, and always for a root wrapped with the default),
+and the next forward reuses them instead of gathering the shards again. A write into the shards
+alone would then be ignored by the swapped forward, and the restore by the forward after it. So a
+swap reshards every FSDP2 module of the model (``fsdp_resharder``) before writing the new values
+and again after restoring the live ones: each forward then gathers the values the shards hold.
+Resharding only frees the gathered copies on this rank; it does not communicate.
 """
 
 from __future__ import annotations
@@ -15,6 +23,38 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import torch
+
+Resharder = Callable[[], None]
+
+
+def fsdp_resharder(modules: Sequence[torch.nn.Module]) -> Resharder | None:
+    """A function that reshards every FSDP2 module (``fully_shard``) inside ``modules``, or None
+    when there is none (plain modules, Megatron chunks).
+
+    Raises:
+        NotImplementedError: a module is wrapped by FSDP1 (``FullyShardedDataParallel``), whose
+            gathered parameters can outlive a forward (root module, ``SHARD_GRAD_OP``) with no
+            public way to free them: a swap there could silently score with the wrong weights.
+    """
+    if not modules:
+        return None
+    from torch.distributed.fsdp import FSDPModule, FullyShardedDataParallel
+
+    found = [m for module in modules for m in module.modules()]
+    if any(isinstance(m, FullyShardedDataParallel) for m in found):
+        raise NotImplementedError(
+            "algorithm.old_logits.provider=ewma/snapshot swaps weights into the actor's parameter shards, which "
+            "verl-ext supports for FSDP2 and Megatron, not FSDP1; set actor_rollout_ref.actor.strategy=fsdp2"
+        )
+    fsdp = [m for m in found if isinstance(m, FSDPModule)]
+    if not fsdp:
+        return None
+
+    def reshard() -> None:
+        for m in fsdp:
+            m.reshard()  # not recursive; a no-op where the parameters are already sharded
+
+    return reshard
 
 
 def local_tensors(params: Sequence[torch.Tensor]) -> list[torch.Tensor]:
@@ -51,6 +91,8 @@ class WeightSwap:
         write: writes the replacement values into the given local tensors, in place.
         backup_device: where the backup of the live values lives; ``None`` = same device
             (fastest; costs one parameter copy of accelerator memory), ``"cpu"`` = host memory.
+        reshard: frees gathered copies of the parameters (``fsdp_resharder``); called before the
+            new values are written and after the live ones are restored.
     """
 
     def __init__(
@@ -58,7 +100,11 @@ class WeightSwap:
         params: Sequence[torch.Tensor],
         write: Callable[[list[torch.Tensor]], None],
         backup_device: str | torch.device | None = None,
+        reshard: Resharder | None = None,
     ) -> None:
+        self._reshard = reshard
+        if reshard is not None:
+            reshard()  # gathered copies of the live values must not serve the swapped forward
         self._live = local_tensors(params)
         with torch.no_grad():
             if backup_device is None:
@@ -81,6 +127,8 @@ class WeightSwap:
         with torch.no_grad():
             for t, b in zip(self._live, self._backup, strict=True):
                 t.copy_(b, non_blocking=True)
+        if self._reshard is not None:
+            self._reshard()  # nor may gathered copies of the swapped values serve the next forward
         self._backup = []
         self._active = False
 

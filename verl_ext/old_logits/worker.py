@@ -3,7 +3,8 @@
 Pure torch: the lead's worker subclass owns one ``OldLogitWorkerState`` built from the trainer's
 parameters (local shards) and calls the four hooks below; nothing here knows about Ray or verl.
 
-    before_optimizer_step(version)  # snapshot θ_version before the first step that replaces it
+    before_optimizer_step(version)  # count the step; snapshot θ_version before the first step
+                                    # that replaces it; recalibrate the EWMA decay
     after_optimizer_step()          # EWMA update (update_every=optimizer_step)
     on_version_published(version)   # EWMA update (update_every=version)
     with state.weights(spec): ...   # forward under "current" | "ewma" | "snapshot:<v>"
@@ -21,6 +22,7 @@ import torch
 from verl_ext.old_logits.config import OldLogitsConfig
 from verl_ext.old_logits.ewma import EWMAShadow
 from verl_ext.old_logits.snapshot import SnapshotMissingError, SnapshotStore
+from verl_ext.old_logits.swap import fsdp_resharder
 
 logger = logging.getLogger("verl_ext.old_logits")
 
@@ -48,9 +50,15 @@ class OldLogitWorkerState:
 
     Args:
         config: resolved ``algorithm.old_logits`` config.
-        params: the actor's parameters on this rank (plain tensors or DTensors).
-        updates_per_version: optimizer steps per training step (for the EWMA's centre of mass).
+        params: the actor's parameters on this rank (plain tensors or DTensors), sharded.
+        updates_per_version: the trainer's estimate of optimizer steps per version; it sets the
+            EWMA's decay (``ewma.com`` is in versions) only until the first version has been
+            trained, after which the optimizer steps actually counted in the last completed
+            version set it (``calibrate``).
         backup_device: where live weights wait during a swap (None: accelerator; "cpu": host).
+        modules: the model the parameters belong to; its FSDP2 modules are resharded around every
+            swap (``swap.fsdp_resharder``) so no gathered copy outlives the swapped values.
+        first_version: the version the parameters hold now (verl v1: ``global_steps - 1``).
     """
 
     def __init__(
@@ -59,10 +67,13 @@ class OldLogitWorkerState:
         params: Sequence[torch.Tensor],
         updates_per_version: int = 1,
         backup_device: str | None = None,
+        modules: Sequence[torch.nn.Module] = (),
+        first_version: int = 0,
     ) -> None:
         self.config = config
         self.params = list(params)
         self.backup_device = backup_device
+        self.reshard = fsdp_resharder(modules)
         self.ewma = (
             EWMAShadow(self.params, config.ewma_beta(updates_per_version), config.ewma.bias_correction)
             if config.provider == "ewma"
@@ -73,26 +84,48 @@ class OldLogitWorkerState:
             if config.provider == "snapshot"
             else None
         )
-        self.missing_snapshot_forwards = 0
-        self._last_saved: int | None = None
+        # The version during which the last optimizer step ran: the live weights are those of every
+        # version after it. Before the first step: every version since first_version holds them
+        # (e.g. the trainer.critic_warmup steps); None: unknown (resumed from a checkpoint).
+        self._step_version: int | None = first_version - 1
+        self._steps_in_version = 0
+        self.steps_per_version: int | None = None  # counted in the last completed version
+        self._published: int | None = None
         # Set by the trainer glue: the version the live weights hold now, and the weight swap
         # in progress (entered and exited by two separate calls into the worker).
         self.version = 0
         self.active: AbstractContextManager[Any] | None = None
 
     def before_optimizer_step(self, version: int) -> None:
-        """Snapshot the weights of ``version`` once, right before they are first changed."""
-        if self.snapshots is not None and self._last_saved != version:
-            self.snapshots.save(version, self.params)
-            self._last_saved = version
+        """Counts the step; at the first step of ``version``, snapshots the weights of ``version``
+        (and of the versions before it that hold the same weights) and recalibrates the EWMA from
+        the steps counted in the previous version."""
+        if version != self._step_version:
+            if self._step_version is not None and self._steps_in_version:
+                self.calibrate(self._steps_in_version)
+            if self.snapshots is not None:
+                same_since = None if self._step_version is None else self._step_version + 1
+                self.snapshots.save(version, self.params, same_since=same_since)
+            self._step_version, self._steps_in_version = version, 0
+        self._steps_in_version += 1
 
     def after_optimizer_step(self) -> None:
         if self.ewma is not None and self.config.ewma.update_every == "optimizer_step":
             self.ewma.update()
 
     def on_version_published(self, version: int) -> None:
-        if self.ewma is not None and self.config.ewma.update_every == "version":
+        # verl publishes once per local update (trainer.v1.<mode>.parameter_sync_step of them per
+        # version): update once per version
+        if self.ewma is not None and self.config.ewma.update_every == "version" and version != self._published:
             self.ewma.update()
+        self._published = version
+
+    def calibrate(self, steps_per_version: int) -> None:
+        """Sets the EWMA decay from the optimizer steps one version took (``ewma.com`` versions
+        = ``com * steps_per_version`` updates); a no-op for a fixed ``ewma.beta``."""
+        self.steps_per_version = steps_per_version
+        if self.ewma is not None and self.config.ewma.beta is None:
+            self.ewma.set_beta(self.config.ewma_beta(steps_per_version))
 
     def weights(self, spec: str) -> AbstractContextManager[Any]:
         """Context under which the live parameters hold the weights named by ``spec``."""
@@ -104,22 +137,31 @@ class OldLogitWorkerState:
                 raise RuntimeError(
                     f"weights {spec!r} requested but algorithm.old_logits.provider={self.config.provider}"
                 )
-            return self.ewma.swap_in(self.backup_device)
+            return self.ewma.swap_in(self.backup_device, self.reshard)
         if self.snapshots is None:
             raise RuntimeError(f"weights {spec!r} requested but algorithm.old_logits.provider={self.config.provider}")
+        if self._step_version is not None and version > self._step_version:
+            return nullcontext()  # no optimizer step since this version: the live weights are its weights
         try:
-            return self.snapshots.swap_in(version, self.params, self.backup_device)
+            return self.snapshots.swap_in(version, self.params, self.backup_device, self.reshard)
         except SnapshotMissingError:
             if self.config.snapshot.on_missing != "current":
                 raise
-            self.missing_snapshot_forwards += 1
             logger.warning("verl-ext: no snapshot of version %s; scoring its tokens with the current weights", version)
             return nullcontext()
 
     def state_dict(self) -> dict[str, Any]:
-        """Checkpoint state (the EWMA; snapshots are not checkpointed, see SnapshotConfig.on_missing)."""
-        return {"ewma": None if self.ewma is None else self.ewma.state_dict()}
+        """Checkpoint state: the EWMA and its calibration (snapshots are not checkpointed, see
+        SnapshotConfig.on_missing)."""
+        return {
+            "ewma": None if self.ewma is None else self.ewma.state_dict(),
+            "steps_per_version": self.steps_per_version,
+        }
 
     def load_state_dict(self, state: dict[str, Any] | None) -> None:
+        state = state or {}
+        self._step_version = None  # the versions before the checkpoint are gone
+        if state.get("steps_per_version"):
+            self.calibrate(state["steps_per_version"])  # the decay the saved EWMA was built with
         if self.ewma is not None:
-            self.ewma.resume((state or {}).get("ewma"), self.config.ewma.on_missing_state)
+            self.ewma.resume(state.get("ewma"), self.config.ewma.on_missing_state)

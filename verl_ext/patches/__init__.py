@@ -3,7 +3,10 @@
 Each patch is version-guarded (verl 0.9.1 exactly), idempotent, applied by a post-import hook on
 the module it changes, and described in ``patches/<name>.md`` with the verl line it targets and
 the upstream change that would remove it. ``APPLIED`` lists what this process patched;
-``tests/backends/test_patches_on_cpu.py`` fails when a targeted verl line no longer exists.
+``tests/backends/test_patches_on_cpu.py`` fails when a targeted verl line no longer exists or a
+patch stops taking effect in verl's own code path. The replacements that apply on every backend
+(the advantage hook and the replay-buffer ``sample`` wrapper in ``verl_ext/trainer.py``, the
+optimizer-step wrapper in ``verl_ext/old_logits/host.py``) are listed in ``patches/README.md`` too.
 """
 
 from __future__ import annotations

@@ -35,14 +35,18 @@ def reward_components(extras: dict[str, Any], valid: bool, max_steps: int = DEFA
     """The per-sample components of one episode, as floats (verl stores them as reward extras).
 
     Keys: ``success`` (R_acc), ``format_ok`` (R_fmt), ``tool_ok`` (R_tool), ``len_gain``,
-    ``num_steps`` (s), ``num_tool_calls`` (c), ``used_tool``, ``tool_beneficial`` (t_b, +1/-1),
-    ``valid``.
+    ``num_steps`` (s), ``num_tool_calls`` (c), ``used_tool``, ``tool_beneficial`` (1 when tools
+    help, else 0: verl averages every extra into ``val-aux/<source>/<key>/mean@N``, so this reads
+    as the share of tool-beneficial tasks; ToolCUA's ``t_b`` is ``+1``/``-1`` for the same label),
+    ``valid``, ``valid_call_rate`` (share of the model's turns that held exactly one parseable
+    function call; 0 for an episode without turns).
     """
     success = bool(extras.get("success")) and valid
+    turns = len(extras.get("actions") or [])
     calls = int(extras.get("num_tool_calls") or 0)
     steps = int(extras.get("num_steps") or 0)
-    benefit = 1 if extras.get("tool_beneficial") else -1
-    tool_ok = success and ((benefit > 0 and calls > 0) or (benefit < 0 and calls == 0))
+    beneficial = bool(extras.get("tool_beneficial"))
+    tool_ok = success and (calls > 0) == beneficial  # R_tool: tools used exactly where they help
     return {
         "success": float(success),
         "format_ok": float(bool(extras.get("format_ok")) and valid),
@@ -51,8 +55,9 @@ def reward_components(extras: dict[str, Any], valid: bool, max_steps: int = DEFA
         "num_steps": float(steps),
         "num_tool_calls": float(calls),
         "used_tool": float(calls > 0),
-        "tool_beneficial": float(benefit),
+        "tool_beneficial": float(beneficial),
         "valid": float(valid),
+        "valid_call_rate": float(extras.get("valid_calls") or 0) / turns if turns else 0.0,
     }
 
 
@@ -104,7 +109,7 @@ def group_path_reward(
     if keep.any():
         out[keep] = tool_efficient_reward(
             uid[keep], column["num_steps"][keep], column["success"][keep] > 0, column["format_ok"][keep],
-            column["num_tool_calls"][keep], column["tool_beneficial"][keep],
+            column["num_tool_calls"][keep], np.where(column["tool_beneficial"][keep] > 0, 1, -1),  # t_b
             tool_weight=tool_weight, length_weight=length_weight, max_steps=max_steps,
         )
     return out
@@ -129,6 +134,9 @@ def episode_metrics(records: list[dict[str, float]]) -> dict[str, float]:
         "tir": sum(r["tool_ok"] for r in valid) / n,
         "acs": float(np.mean([r["num_steps"] for r in successes])) if successes else 0.0,
         "tool_use_rate": sum(r["used_tool"] for r in valid) / n,
+        # the function-call format: episodes whose every turn held a call, and the share of such turns
+        "format_ok": sum(r["format_ok"] for r in valid) / n,
+        "valid_call_rate": float(np.mean([r["valid_call_rate"] for r in valid])),
     }
 
 

@@ -78,6 +78,11 @@ def _noop(*args: Any, **kwargs: Any) -> None:
     return None
 
 
+def _no_memory_history(*args: Any, **kwargs: Any) -> None:
+    raise RuntimeError("verl's memory-history profiling (torch.cuda.memory) needs an accelerator; "
+                       "the verl-ext cpu backend has none: switch that profiler tool off")
+
+
 def _zero(*args: Any, **kwargs: Any) -> int:
     return 0
 
@@ -99,6 +104,9 @@ class CPUDeviceModule(types.ModuleType):
         self.empty_cache = _noop
         self.ipc_collect = _noop
         self.reset_peak_memory_stats = _noop
+        self.reset_accumulated_memory_stats = _noop
+        self.get_device_properties = lambda device=None: types.SimpleNamespace(name="cpu", total_memory=_mem_get_info()[1])
+        self.memory = types.SimpleNamespace(_record_memory_history=_no_memory_history, _snapshot=_no_memory_history)
         self.set_per_process_memory_fraction = _noop
         self.get_device_name = lambda device=None: "cpu"
         self.get_rng_state = lambda device=None: torch.get_rng_state()

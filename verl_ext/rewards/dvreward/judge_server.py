@@ -41,7 +41,7 @@ import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from fastapi import FastAPI, Request
@@ -83,7 +83,8 @@ class ChatRequest:
 
 @dataclass
 class Completion:
-    """One generated answer: per token ``(text, logprob, [(candidate, logprob), ...])``.
+    """One generated answer: per token ``(text, logprob, [(candidate, logprob), ...])``, and the
+    prompt's length in tokens (``usage.prompt_tokens``).
 
     A request the backend refuses has ``http_status`` != 200 and an ``error``; ``delay_s``
     (answer after a delay) is set by the fake backend only, to emulate a slow server.
@@ -92,6 +93,7 @@ class Completion:
     content: str
     tokens: list[tuple[str, float, list[tuple[str, float]]]] = field(default_factory=list)
     finish_reason: str = "stop"
+    prompt_tokens: int = 0
     delay_s: float = 0.0
     http_status: int = 200
     error: str | None = None
@@ -150,7 +152,11 @@ class FakeBackend:
         return Completion(answer, [(answer, dict(top)[answer], top)], delay_s=rule.delay_s)
 
     def complete(self, batch: Sequence[ChatRequest]) -> list[Completion]:
-        return [self._answer(self._rule(req.user_text())) for req in batch]
+        # No tokenizer here: the prompt's length is counted in words of the user message.
+        return [
+            replace(self._answer(self._rule(text)), prompt_tokens=len(text.split()))
+            for text in (req.user_text() for req in batch)
+        ]
 
 
 class HFBackend:
@@ -213,7 +219,11 @@ class HFBackend:
         # (batch, steps, vocab) log-probs of the raw logits, as OpenAI servers report them.
         logprobs = torch.log_softmax(torch.stack(out.logits, dim=1).float(), dim=-1)
         new_ids = out.sequences[:, enc["input_ids"].shape[1] :]
-        return [self._completion(req, new_ids[b], logprobs[b]) for b, req in enumerate(batch)]
+        prompt_tokens = enc["attention_mask"].sum(dim=1).tolist()  # without the left padding
+        return [
+            replace(self._completion(req, new_ids[b], logprobs[b]), prompt_tokens=int(prompt_tokens[b]))
+            for b, req in enumerate(batch)
+        ]
 
     def _completion(self, req: ChatRequest, ids, logprobs) -> Completion:
         """``ids``: (steps,) generated ids; ``logprobs``: (steps, vocab)."""
@@ -309,9 +319,8 @@ def completion_body(request: ChatRequest, completion: Completion, model: str) ->
         choice["logprobs"] = {
             "content": [
                 {
-                    "token": text,
-                    "logprob": logprob,
-                    "top_logprobs": [{"token": c, "logprob": lp} for c, lp in top[: request.top_logprobs]],
+                    **_token_logprob(text, logprob),
+                    "top_logprobs": [_token_logprob(c, lp) for c, lp in top[: request.top_logprobs]],
                 }
                 for text, logprob, top in completion.tokens
             ]
@@ -322,8 +331,18 @@ def completion_body(request: ChatRequest, completion: Completion, model: str) ->
         "created": int(time.time()),
         "model": model,
         "choices": [choice],
-        "usage": {"completion_tokens": len(completion.tokens)},
+        "usage": {
+            "prompt_tokens": completion.prompt_tokens,
+            "completion_tokens": len(completion.tokens),
+            "total_tokens": completion.prompt_tokens + len(completion.tokens),
+        },
     }
+
+
+def _token_logprob(text: str, logprob: float) -> dict[str, Any]:
+    """One ``logprobs.content`` (or ``top_logprobs``) entry. ``bytes`` is required (nullable) by the
+    OpenAI schema; like vLLM we send the UTF-8 bytes of the token's text."""
+    return {"token": text, "bytes": list(text.encode("utf-8", errors="replace")), "logprob": logprob}
 
 
 def build_app(backend: Backend, model_name: str, max_batch: int = 32, api_key_env: str | None = None):

@@ -43,10 +43,25 @@ class Question:
 
 @dataclass(frozen=True)
 class QuestionSet:
-    """The questions of one dataset row, semantic and quality, with DSG parent links."""
+    """The questions of one dataset row, semantic and quality, with DSG parent links.
+
+    Raises:
+        ValueError: a parent index that does not name an earlier question of the set: a
+            negative index would wrap to the last question in Python, and a forward reference
+            would gate on a value not yet gated (``scoring.gate_by_parents`` is one forward pass).
+    """
 
     questions: tuple[Question, ...]
     meta: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for i, q in enumerate(self.questions):
+            bad = [p for p in q.parents if not 0 <= p < i]
+            if bad:
+                raise ValueError(
+                    f"question {i} ({q.text!r}) has parent index {bad[0]}; parents must index earlier "
+                    f"questions of the same set (0..{i - 1})"
+                )
 
     @property
     def texts(self) -> list[str]:
@@ -105,8 +120,9 @@ def clean_questions(
 
     Returns:
         The cleaned set (semantic questions first, then quality) and one line per question
-        dropped, saying why. A parent link to a dropped or later question is removed; the child
-        stays because a valid question is self-contained.
+        dropped, saying why. A parent link to a dropped or later question (also one that the
+        semantic-first order puts later) is removed; the child stays because a valid question is
+        self-contained.
     """
     raw = [(" ".join(str(t).split()), k, tuple(p)) for t, k, p in raw]
     kept: dict[int, Question] = {}  # raw index -> question (parents still raw indices)
@@ -130,9 +146,10 @@ def clean_questions(
         kept[i] = Question(text, kind, tuple(p for p in parents if isinstance(p, int) and 0 <= p < i))
     order = [i for i in kept if kept[i].kind == SEMANTIC] + [i for i in kept if kept[i].kind == QUALITY]
     new_index = {raw_i: j for j, raw_i in enumerate(order)}
+    # semantic-first reordering can put a (quality) parent after its child: such a link goes too
     questions = tuple(
-        Question(kept[i].text, kept[i].kind, tuple(new_index[p] for p in kept[i].parents if p in new_index))
-        for i in order
+        Question(kept[i].text, kept[i].kind, tuple(new_index[p] for p in kept[i].parents if new_index.get(p, j) < j))
+        for j, i in enumerate(order)
     )
     return QuestionSet(questions), dropped
 
@@ -162,7 +179,14 @@ def from_extra_info(extra_info: Mapping[str, Any] | None, key: str = "dv_questio
             for q in _as_list(record["questions"])
         )
         meta = {k: str(v) for k, v in record.items() if k != "questions" and v is not None}
-        return QuestionSet(questions, meta) if questions else None
+        try:
+            return QuestionSet(questions, meta) if questions else None
+        except ValueError as err:
+            row = ", ".join(f"{k}={extra_info[k]!r}" for k in ("split", "index") if k in extra_info) or "unknown"
+            raise ValueError(
+                f"extra_info[{key!r}] of dataset row ({row}): {err}. Rebuild the row's questions "
+                "(verl-ext dv-questions) or fix its parents lists"
+            ) from err
     questions = tuple(
         Question(str(item["question"] if isinstance(item, Mapping) else item), kind)
         for kind in (SEMANTIC, QUALITY)

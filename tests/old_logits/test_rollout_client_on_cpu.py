@@ -9,7 +9,7 @@ import pytest
 from verl.workers.rollout.llm_server import LLMServerClient
 from verl.workers.rollout.replica import TokenOutput
 
-from verl_ext.rollout_client import (
+from verl_ext.old_logits.rollout_client import (
     NO_VERSION,
     VersionedFullyAsyncLLMServerClient,
     VersionedLLMServerClient,
@@ -68,7 +68,7 @@ def test_turn_tokens_align_every_per_token_field_of_a_multi_turn_row():
     from verl.workers.rollout.replica import TokenOutput
 
     from verl_ext.old_logits.precomputed import SEGMENTS_KEY, TOKEN_OLD_LOG_PROBS_KEY
-    from verl_ext.rollout_client import TOKEN_VERSIONS_KEY, TurnTokens
+    from verl_ext.old_logits.rollout_client import TOKEN_VERSIONS_KEY, TurnTokens
 
     row = TurnTokens()
     # turn 1: a server without scorer values; turn 2: scored by the dedicated scorer, logged as a segment

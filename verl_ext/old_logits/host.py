@@ -7,7 +7,7 @@ fetch, forward under some weights, store). This module implements them for verl'
   ``_compute_old_log_prob`` does;
 - a forward under other weights ("ewma", "snapshot:<v>") swaps those weights into the actor's
   local parameter shards on every worker, runs verl's own ``compute_log_prob``, and swaps back;
-- per-token versions come from ``extra_fields["token_global_steps"]`` (``verl_ext.rollout_client``);
+- per-token versions come from ``extra_fields["token_global_steps"]`` (``verl_ext.old_logits.rollout_client``);
 - the rollout side of the exact providers ``dedicated`` and ``interrupt``
   (``verl_ext.old_logits.precomputed``): ``DedicatedScorer`` starts the forward-only scorer the
   LLM client hands each segment to; ``InterruptScoring`` scores, at each weight sync and before
@@ -45,7 +45,7 @@ from verl_ext.old_logits.providers import (
     TOKEN_VERSIONS,
 )
 from verl_ext.old_logits.worker import CURRENT
-from verl_ext.rollout_client import TOKEN_VERSIONS_KEY
+from verl_ext.old_logits.rollout_client import TOKEN_VERSIONS_KEY
 
 STATE_ATTR = "_verl_ext_old_logits"
 CHECKPOINT_DIR = "verl_ext_old_logits"
@@ -81,15 +81,24 @@ def local_parameters(module: Any) -> list[Any]:
     return [p for chunk in chunks for p in chunk.parameters()]
 
 
-def install_worker_state(ray_self: Any, config: OldLogitsConfig, updates_per_version: int) -> None:
-    """Create the worker's EWMA/snapshot state over its local parameter shards (idempotent)."""
+def install_worker_state(ray_self: Any, config: OldLogitsConfig, updates_per_version: int, version: int = 0) -> None:
+    """Create the worker's EWMA/snapshot state over its local parameter shards (idempotent).
+    ``version``: the version the actor's weights hold now."""
+    from verl_ext.old_logits.swap import fsdp_resharder
     from verl_ext.old_logits.worker import OldLogitWorkerState
 
     worker = _actor_worker(ray_self)
     if getattr(worker, STATE_ATTR, None) is not None:
         return
     engine = worker.actor.engine
-    state = OldLogitWorkerState(config, local_parameters(engine.module), updates_per_version, backup_device="cpu")
+    modules = engine.module if isinstance(engine.module, (list, tuple)) else [engine.module]
+    reshard = fsdp_resharder(modules)
+    if reshard is not None:
+        reshard()  # the parameter list must hold the sharded parameters, not gathered copies
+    state = OldLogitWorkerState(
+        config, local_parameters(engine.module), updates_per_version, backup_device="cpu", modules=modules,
+        first_version=version,
+    )
     original_step = engine.optimizer_step
 
     def optimizer_step():
@@ -150,6 +159,17 @@ class VerlOldLogitHost:
     def __init__(self, trainer: Any) -> None:
         self.trainer = trainer
         self.rollout_side: DedicatedScorer | InterruptScoring | None = None
+
+    def start_worker_state(self, config: OldLogitsConfig) -> None:
+        """Creates the EWMA/snapshot state on every actor worker. The EWMA's decay starts from
+        verl's optimizer steps per version for one row per trajectory, ``train_batch_size //
+        ppo_mini_batch_size * ppo_epochs`` (each of the ``parameter_sync_step`` local updates of a
+        version takes its share of the batch), until the workers have counted the steps of a
+        version (``OldLogitWorkerState.calibrate``)."""
+        cfg = self.trainer.config
+        actor = cfg.actor_rollout_ref.actor
+        estimate = max(1, cfg.data.train_batch_size // actor.ppo_mini_batch_size) * actor.ppo_epochs
+        self.on_workers(install_worker_state, config, estimate, self.old_logits_version())
 
     def start_rollout_side(self, config: OldLogitsConfig) -> None:
         """Starts the rollout side of ``dedicated`` / ``interrupt``. Call once the rollout servers
@@ -235,7 +255,7 @@ def token_versions(extra_fields: list[dict], response_mask: torch.Tensor, keys: 
     """``(bs, L)`` long tensor of the weight version of each response token (-1: none).
 
     Raises ``ValueError`` naming the rows whose rollout recorded no versions: a provider that
-    needs versions must not guess them (``verl_ext.rollout_client`` records them; agent loops
+    needs versions must not guess them (``verl_ext.old_logits.rollout_client`` records them; agent loops
     must copy ``extra_fields["token_global_steps"]`` into their output).
     """
     bs, length = response_mask.shape

@@ -8,8 +8,10 @@ metadata agent loops write (``verl_ext.steps``):
 - ``algorithm.path_length_reward`` (ToolCUA's ``R_length``, the group half of the Tool-Efficient
   Path Reward; the per-sample half is ``verl_ext.rewards.env_rewards.compute_score``): a
   successful trajectory shorter than its group's mean step count gains up to ``weight * 2``, a
-  longer one less; failures gain nothing. Faulted (invalid) trajectories are left out of the group
-  mean and gain nothing.
+  longer one less; failures gain nothing. Faulted trajectories (an env fault: step metadata
+  ``valid=False``; a reward the reward manager flags, e.g. DVReward's ``dv_valid=0`` when the
+  judge could not score it) are left out of the group mean and gain nothing, as every other group
+  statistic leaves them out (``verl_ext.advantages.validity``).
 
 The math lives in pure functions (``verl_ext.advantages.toolcua``); this module only maps verl's
 batch rows to trajectories and writes the bonus onto each trajectory's last response token.
@@ -45,7 +47,7 @@ def path_length_settings(algo_config: Any) -> tuple[float, float]:
 
 
 def path_length_bonus(
-    uids: list[str], extra_fields: list[dict], *, weight: float, max_steps: float
+    uids: list[str], extra_fields: list[dict], *, weight: float, max_steps: float, flag_key: str | None = None
 ) -> tuple[np.ndarray, dict[str, float]]:
     """Per-row bonus ``weight * R_length`` and its metrics.
 
@@ -54,21 +56,25 @@ def path_length_bonus(
         extra_fields: bs dicts holding each row's ``StepMetadata`` (``extras`` must carry
             ``num_steps`` and ``success``, as ``hybrid_gui_tool`` writes them).
         weight: beta of ToolCUA (0.2). max_steps: ``S_max``.
+        flag_key: the ``reward_extra_info`` key the reward manager sets to 0 on a reward it could
+            not compute (``validity.flag_key``; DVReward: ``dv_valid``), or None.
 
     Returns:
         ``(bonus, metrics)``: bonus shape (bs,), non-zero only on the row that holds a
-        trajectory's last step (every row in the one-row-per-trajectory layout).
+        trajectory's last step (every row in the one-row-per-trajectory layout). A trajectory
+        with any faulted row (env fault or flagged reward) gets 0 and is not in its group's mean.
     """
     from verl_ext.advantages.toolcua import path_length_reward
+    from verl_ext.advantages.validity import invalid_rows
 
     bonus = np.zeros(len(uids))
     rows, groups, steps, success = [], [], [], []
+    faulted = invalid_rows(uids, extra_fields, flag_key)
+    metas = [None if str(uid).startswith("pad") else step_metadata(fields) for uid, fields in zip(uids, extra_fields)]
+    left_out = {meta.traj_uid for meta, bad in zip(metas, faulted) if bad}
     last_row: dict[str, tuple[int, int, dict]] = {}  # traj_uid -> (last step index, row, extras)
-    for i, (uid, fields) in enumerate(zip(uids, extra_fields)):
-        if str(uid).startswith("pad"):
-            continue
-        meta = step_metadata(fields)
-        if not meta.valid:
+    for i, meta in enumerate(metas):
+        if meta is None or meta.traj_uid in left_out:
             continue
         last_step = max(meta.step_idx) if meta.step_idx else -1
         if meta.traj_uid not in last_row or last_step > last_row[meta.traj_uid][0]:
@@ -94,14 +100,16 @@ def path_length_bonus(
     return bonus, metrics
 
 
-def apply(data: Any, extra_fields: list[dict], algo_config: Any) -> dict[str, float]:
+def apply(data: Any, extra_fields: list[dict], algo_config: Any, flag_key: str | None = None) -> dict[str, float]:
     """Apply the enabled post-processors to ``data.batch["token_level_rewards"]`` (a verl
-    ``DataProto`` with ``response_mask`` and ``uid``); returns their metrics."""
+    ``DataProto`` with ``response_mask`` and ``uid``); returns their metrics. ``flag_key``: the
+    reward manager's validity key (``validity.flag_key(config.reward)``), so rows whose reward it
+    flagged are left out as faulted."""
     metrics: dict[str, float] = {}
     if PATH_LENGTH_KEY in enabled(algo_config):
         weight, max_steps = path_length_settings(algo_config)
         uids = [str(u) for u in data.non_tensor_batch["uid"]]
-        bonus, metrics = path_length_bonus(uids, extra_fields, weight=weight, max_steps=max_steps)
+        bonus, metrics = path_length_bonus(uids, extra_fields, weight=weight, max_steps=max_steps, flag_key=flag_key)
         rewards = data.batch["token_level_rewards"].clone()  # it may alias token_level_scores
         mask = data.batch["response_mask"]
         last = (mask.shape[1] - 1 - torch.flip(mask, dims=[1]).to(torch.int64).argmax(dim=1)).clamp(min=0)

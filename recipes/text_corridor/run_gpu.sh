@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# text_corridor on GPUs: FSDP2 training + vLLM rollout (or the `hf` rollout), one node.
+# The GPU tests (tests/gpu) and the GPU benchmark (scripts/bench/gpu_step_breakdown.py) run this
+# script unchanged; the README's "Run on GPUs" commands are calls of it.
+#   bash recipes/text_corridor/run_gpu.sh [hydra overrides...]
+# Env (defaults in brackets):
+#   MODEL     model path [random weights of Qwen2.5-0.5B's architecture, built into $OUT/model]
+#   N_GPUS    GPUs of this node [1]; the batch scales with it (BATCH_PER_GPU prompts per GPU)
+#   ADV       grpo | gigpo | hgpo [hgpo]
+#   LOSS      vanilla | ppo_ewma [ppo_ewma]
+#   PROVIDER  old-logit provider: none | current | rollout | snapshot | ewma | loglinear |
+#             dedicated | interrupt [ewma]; none = verl's own old log-probs (no verl-ext hook)
+#   MODE      sync | colocate_async [sync]
+#   ROLLOUT   vllm | hf [vllm]; dedicated/interrupt need hf
+#   GPU_MEM   vLLM's gpu_memory_utilization [0.3]
+#   OUT, STEPS [4], SEED [0], BATCH_PER_GPU [8]
+set -euo pipefail
+
+OUT=${OUT:-$PWD/runs/text_corridor_gpu}
+N_GPUS=${N_GPUS:-1}
+ADV=${ADV:-hgpo}
+LOSS=${LOSS:-ppo_ewma}
+PROVIDER=${PROVIDER:-ewma}
+MODE=${MODE:-sync}
+ROLLOUT=${ROLLOUT:-vllm}
+GPU_MEM=${GPU_MEM:-0.3}
+STEPS=${STEPS:-4}
+SEED=${SEED:-0}
+BATCH_PER_GPU=${BATCH_PER_GPU:-8}
+export RAY_DEDUP_LOGS=0
+export VERL_FILE_LOGGER_PATH="$OUT/metrics.jsonl"
+
+if [ -z "${MODEL:-}" ]; then
+    MODEL="$OUT/model"
+    [ -f "$MODEL/config.json" ] || verl-ext make-tiny-model "$MODEL" --arch qwen2.5-0.5b --dtype bfloat16 --seed "$SEED"
+fi
+[ -f "$OUT/data/train.parquet" ] || verl-ext prepare-data text_corridor "$OUT/data" --train-size 1024 --val-size 64 --seed "$SEED"
+
+# Plugins: verl's own trainer when nothing of verl-ext is asked for, else the verl-ext trainer.
+plugins=()
+trainer_mode=$MODE
+case "$ADV" in grpo) ;; *) plugins+=("+plugins/advantage=$ADV") ;; esac
+[ "$LOSS" = vanilla ] || plugins+=("+plugins/loss=$LOSS")
+[ "$PROVIDER" = none ] || plugins+=("+plugins/old_logits=$PROVIDER")
+if [ ${#plugins[@]} -gt 0 ]; then trainer_mode="verl_ext_$MODE"; fi
+if [ "$MODE" = colocate_async ]; then
+    # two batches queued ahead of the trainer: tokens 1-2 versions old reach every provider
+    plugins+=(trainer.v1.colocate_async.num_warmup_batches=2 trainer.v1.sampler.max_off_policy_threshold=4)
+fi
+
+# Batch: BATCH_PER_GPU prompts x 4 rollouts per GPU, so every rank gets the same number of rows
+# and the fixed micro-batches below divide them (verl's rule; the verl-ext trainers check it).
+BATCH=$((BATCH_PER_GPU * N_GPUS))
+# Turns are at most 6 tokens (text_env's max_action_tokens); 6 turns + 5 observations fit in 144.
+# No flash-attn wheel: padded sdpa (use_remove_padding=false). enforce_eager: no CUDA-graph capture
+# (faster start; the model is small).
+python -m verl.trainer.main_ppo "${plugins[@]}" \
+    algorithm.adv_estimator="$ADV" \
+    ++algorithm.gigpo.gamma=0.95 \
+    ++algorithm.hgpo.gamma=0.95 \
+    data.train_files="$OUT/data/train.parquet" \
+    data.val_files="$OUT/data/val.parquet" \
+    data.train_batch_size="$BATCH" \
+    data.max_prompt_length=96 \
+    data.max_response_length=144 \
+    data.seed="$SEED" \
+    actor_rollout_ref.model.path="$MODEL" \
+    actor_rollout_ref.model.use_remove_padding=false \
+    +actor_rollout_ref.model.override_config.attn_implementation=sdpa \
+    actor_rollout_ref.actor.strategy=fsdp2 \
+    actor_rollout_ref.actor.optim.lr=1e-5 \
+    actor_rollout_ref.actor.ppo_mini_batch_size=$((BATCH / 2)) \
+    actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8 \
+    actor_rollout_ref.actor.use_kl_loss=false \
+    actor_rollout_ref.rollout.name="$ROLLOUT" \
+    actor_rollout_ref.rollout.mode=async \
+    actor_rollout_ref.rollout.n=4 \
+    actor_rollout_ref.rollout.tensor_model_parallel_size=1 \
+    actor_rollout_ref.rollout.gpu_memory_utilization="$GPU_MEM" \
+    actor_rollout_ref.rollout.enforce_eager=true \
+    actor_rollout_ref.rollout.max_model_len=1024 \
+    actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=16 \
+    actor_rollout_ref.rollout.agent.num_workers=2 \
+    reward.custom_reward_function.path=pkg://verl_ext.rewards.text_env \
+    reward.custom_reward_function.name=compute_score \
+    +ray_kwargs.ray_init.include_dashboard=false \
+    trainer.v1.trainer_mode="$trainer_mode" \
+    trainer.logger='[console,file]' \
+    trainer.project_name=verl_ext_text_corridor_gpu \
+    trainer.experiment_name="${ADV}_${LOSS}_${PROVIDER}_${MODE}_${ROLLOUT}_${N_GPUS}gpu" \
+    trainer.n_gpus_per_node="$N_GPUS" \
+    trainer.nnodes=1 \
+    trainer.default_local_dir="$OUT/checkpoints" \
+    trainer.total_training_steps="$STEPS" \
+    trainer.save_freq="$STEPS" \
+    trainer.test_freq=-1 \
+    trainer.val_before_train=false \
+    trainer.resume_mode=disable \
+    "$@"
+
+echo
+echo "verl-ext text_corridor (GPU, $ADV/$LOSS/$PROVIDER/$MODE/$ROLLOUT, $N_GPUS GPU) finished."
+echo "  per-step metrics: $VERL_FILE_LOGGER_PATH"
+echo "  checkpoints:      $OUT/checkpoints"

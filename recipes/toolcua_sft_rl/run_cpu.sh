@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# ToolCUA's pipeline, SFT then RL, on the cpu backend (no browser, no GPU):
+#   1. demonstrations: TextHybrid tasks played by the scripted oracle, written as the
+#      hybrid_gui_tool loop's function-call transcripts (`verl-ext prepare-data text_hybrid_sft`);
+#   2. SFT of the tiny model with verl's own trainer (`torchrun -m verl.trainer.sft_trainer`);
+#   3. RL from that checkpoint with `python -m verl.trainer.main_ppo`: hybrid_gui_tool in the
+#      function-call format (hermes <tool_call>), env rewards, GRPO, verl-ext's sync trainer.
+#   bash recipes/toolcua_sft_rl/run_cpu.sh [main_ppo overrides...]
+#   SEED=0 SFT_STEPS=40 STEPS=4 TEMPLATES=settings_panel OUT=runs/... bash recipes/toolcua_sft_rl/run_cpu.sh
+set -euo pipefail
+
+SEED=${SEED:-0}
+SFT_STEPS=${SFT_STEPS:-40}           # SFT optimizer steps (batch SFT_BATCH transcripts)
+SFT_BATCH=${SFT_BATCH:-4}
+SFT_LR=${SFT_LR:-1e-2}
+STEPS=${STEPS:-4}                    # RL training steps
+OUT=${OUT:-$PWD/runs/toolcua_sft_rl/seed$SEED}
+# The settings app has the shortest pages (~4k tokens a transcript with the 512-token vocabulary);
+# any TextHybrid apps work: settings_panel,contacts_book,file_manager,inventory_sheet.
+TEMPLATES=${TEMPLATES:-settings_panel}
+MAX_TURNS=${MAX_TURNS:-10}           # model turns (= env steps) per RL episode
+export VERL_PLATFORM=cpu             # the cpu platform is picked per process, before config is read
+export RAY_DEDUP_LOGS=0
+export RAY_health_check_failure_threshold=${RAY_health_check_failure_threshold:-60}  # loaded 2-core machines
+
+[ -f "$OUT/model/config.json" ] || verl-ext make-tiny-model "$OUT/model" --seed "$SEED"
+verl-ext prepare-data text_hybrid_sft "$OUT/sft_data" --train-size $((SFT_STEPS * SFT_BATCH < 64 ? SFT_STEPS * SFT_BATCH : 64)) \
+    --val-size 4 --seed "$SEED" --templates "$TEMPLATES"
+verl-ext prepare-data text_hybrid "$OUT/rl_data" --train-size 64 --val-size 8 --seed "$SEED" --templates "$TEMPLATES"
+
+# --- 1. SFT: verl's multi-turn SFT trainer; the rows' messages/tools are JSON text, decoded by
+# verl_ext.envs.demos.JsonMultiTurnSFTDataset (parquet would add null keys to the tool schemas).
+VERL_FILE_LOGGER_PATH="$OUT/sft_metrics.jsonl" torchrun --standalone --nproc_per_node=1 -m verl.trainer.sft_trainer \
+    data.train_files="$OUT/sft_data/train.parquet" \
+    data.val_files="$OUT/sft_data/val.parquet" \
+    data.custom_cls.path=pkg://verl_ext.envs.demos \
+    data.custom_cls.name=JsonMultiTurnSFTDataset \
+    data.train_batch_size="$SFT_BATCH" \
+    data.micro_batch_size_per_gpu=1 \
+    data.max_length=8192 \
+    data.max_token_len_per_gpu=16384 \
+    data.num_workers=0 \
+    model.path="$OUT/model" \
+    model.use_remove_padding=false \
+    +model.override_config.attn_implementation=sdpa \
+    model.enable_gradient_checkpointing=false \
+    engine.strategy=fsdp2 \
+    engine.use_torch_compile=false \
+    engine.dtype=float32 \
+    optim.lr="$SFT_LR" \
+    'checkpoint.save_contents=[model,optimizer,extra,hf_model]' \
+    trainer.device=cpu \
+    trainer.seed="$SEED" \
+    'trainer.logger=[console,file]' \
+    trainer.project_name=toolcua_sft_rl \
+    trainer.experiment_name="sft_seed$SEED" \
+    trainer.total_training_steps="$SFT_STEPS" \
+    trainer.save_freq="$SFT_STEPS" \
+    trainer.test_freq="$SFT_STEPS" \
+    trainer.default_local_dir="$OUT/sft" \
+    trainer.resume_mode=disable
+SFT_MODEL="$OUT/sft/global_step_$SFT_STEPS/huggingface"   # weights + tokenizer in HF format (hf_model)
+
+# --- 2. RL from the SFT checkpoint. Validation before training is greedy: it measures the SFT
+# model itself on held-out tasks (val-aux/verl_ext/text_hybrid/{valid_call_rate,format_ok,success}).
+VERL_FILE_LOGGER_PATH="$OUT/metrics.jsonl" python -m verl.trainer.main_ppo \
+    +plugins/backend=cpu +plugins/env=minidesk \
+    algorithm.adv_estimator=grpo \
+    data.train_files="$OUT/rl_data/train.parquet" \
+    data.val_files="$OUT/rl_data/val.parquet" \
+    data.train_batch_size=4 \
+    data.max_prompt_length=4096 \
+    data.max_response_length=3072 \
+    data.seed="$SEED" \
+    actor_rollout_ref.model.path="$SFT_MODEL" \
+    actor_rollout_ref.actor.optim.lr=1e-4 \
+    actor_rollout_ref.actor.ppo_mini_batch_size=4 \
+    actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4 \
+    actor_rollout_ref.rollout.n=4 \
+    actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4 \
+    actor_rollout_ref.rollout.multi_turn.max_assistant_turns="$MAX_TURNS" \
+    trainer.logger='[console,file]' \
+    trainer.project_name=toolcua_sft_rl \
+    trainer.experiment_name="rl_seed$SEED" \
+    trainer.default_local_dir="$OUT/checkpoints" \
+    trainer.total_training_steps="$STEPS" \
+    trainer.save_freq=-1 \
+    trainer.test_freq=-1 \
+    trainer.val_before_train=true \
+    trainer.resume_mode=disable \
+    "$@"
+
+echo
+echo "verl-ext toolcua_sft_rl finished."
+echo "  SFT checkpoint:   $SFT_MODEL (metrics: $OUT/sft_metrics.jsonl)"
+echo "  RL metrics:       $OUT/metrics.jsonl (step 0: val-aux/... of the SFT model; then verl_ext/episode/*)"

@@ -1,0 +1,92 @@
+"""Per-phase time of one verl training step on the cpu backend, from verl's own ``timing_s/*``
+metrics of a quickstart run (``recipes/quickstart/run_cpu.sh``: GRPO, tiny Qwen2, 8 prompts x 4
+samples, 16 response tokens). Prints the ``## cpu backend: verl's trainer on 2 CPU cores`` section
+of docs/benchmarks.md and, with --write, replaces it there.
+
+    python scripts/bench/cpu_backend_timing.py --write                 # runs the quickstart (about 3 min)
+    python scripts/bench/cpu_backend_timing.py --metrics runs/quickstart/metrics.jsonl   # an earlier run
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from learning_runs import load_steps, write_section  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+HEADING = "## cpu backend: verl's trainer on 2 CPU cores"
+PHASES = {  # verl metric -> what it times
+    "timing_s/gen": "gen (hf rollout, 32 sequences)",
+    "timing_s/old_log_prob": "old_log_prob",
+    "timing_s/adv": "adv",
+    "timing_s/update_actor": "update_actor",
+    "timing_s/update_weights": "update_weights (trainer -> hf server)",
+    "timing_s/step": "step total",
+}
+
+
+def run_quickstart(out: Path, steps: int) -> float:
+    """Runs the quickstart into ``out``; returns its wall seconds (Ray start-up, validations and
+    checkpoint included)."""
+    env = {**os.environ, "OUT": str(out), "STEPS": str(steps), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    start = time.perf_counter()
+    subprocess.run(["bash", str(ROOT / "recipes/quickstart/run_cpu.sh")], cwd=ROOT, env=env, check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
+def section(steps: dict[int, dict], wall_s: float | None, load: float) -> str:
+    """Medians over every training step after the first (warm-up) one."""
+    trained = sorted(s for s in steps if s >= 1 and "timing_s/step" in steps[s])
+    steady = trained[1:] or trained
+    diffs = [steps[s]["training/rollout_probs_diff_max"] for s in trained if "training/rollout_probs_diff_max" in steps[s]]
+    lines = [
+        HEADING, "",
+        f"Measured {time.strftime('%Y-%m-%d', time.gmtime())} with `python scripts/bench/cpu_backend_timing.py` on a "
+        f"{os.cpu_count()}-core CPU ({platform.processor() or platform.machine()}, no GPU) shared with other jobs (load "
+        f"average {load:.1f} at the end): the quickstart recipe (GRPO, tiny Qwen2, 8 prompts x 4 samples, 16 response "
+        f"tokens), verl's own per-step `timing_s/*` metrics, median over steps {steady[0]}-{steady[-1]} (step 1 is "
+        "the warm-up).", "",
+        "| phase | seconds per step (median) | min-max |", "|---|---|---|",
+    ]
+    for key, label in PHASES.items():
+        values = [steps[s][key] for s in steady if key in steps[s]]
+        if values:
+            lines.append(f"| {label} | {statistics.median(values):.2f} | {min(values):.2f}-{max(values):.2f} |")
+    if diffs:
+        lines += ["", f"`training/rollout_probs_diff_max` (rollout vs trainer log-probs, fp32 on both sides): "
+                      f"{min(diffs):.1e} to {max(diffs):.1e} over steps {trained[0]}-{trained[-1]}."]
+    if wall_s is not None:
+        lines += ["", f"The whole run ({len(trained)} steps, Ray start-up, validations and checkpoint included) "
+                      f"took {wall_s / 60:.1f} minutes of wall time."]
+    return "\n".join(lines) + "\n\n"  # a blank line before the next section
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--metrics", type=Path, help="metrics.jsonl of an earlier quickstart run (no new run)")
+    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
+    args = parser.parse_args()
+    wall_s = None
+    if args.metrics is None:
+        out = Path(tempfile.mkdtemp(prefix="cpu_backend_timing_"))
+        wall_s = run_quickstart(out, args.steps)
+        args.metrics = out / "metrics.jsonl"
+    text = section(load_steps(args.metrics), wall_s, os.getloadavg()[0])
+    print(text)
+    if args.write:
+        write_section(ROOT / "docs" / "benchmarks.md", HEADING, text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,152 @@
+"""Per-step time and memory on one GPU: plain verl GRPO vs verl-ext (hgpo + ppo_ewma + ewma) vs
+the same with ``snapshot``, same model, batch and steps, through ``recipes/text_corridor/run_gpu.sh``.
+
+    python scripts/bench/gpu_step_breakdown.py --steps 8 --out /tmp/bench     # on the GPU machine
+    python scripts/bench/gpu_step_breakdown.py --results /tmp/bench            # rewrite the docs table
+
+The arms run one after another on the same GPU in one call. Each phase is verl's own
+``timing_s/*`` (median over the steps after the first); verl-ext's overhead is what its hooks add
+to the phases they run in, measured against the plain arm: the advantage phase (step-aware glue),
+the old-log-prob phase (provider forwards and swaps), the actor update (EWMA update after every
+optimizer step) and the weight sync (snapshot save). Memory comes from verl's ``perf/*`` metrics.
+The table goes into ``docs/benchmarks.md`` ("GPU: per-step breakdown"); nothing in it is typed by
+hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from learning_runs import write_section  # noqa: E402
+
+HEADING = "## GPU: per-step breakdown"
+ARMS = {  # name -> run_gpu.sh environment
+    "verl GRPO": dict(ADV="grpo", LOSS="vanilla", PROVIDER="none"),
+    "verl-ext hgpo + ppo_ewma + ewma": dict(ADV="hgpo", LOSS="ppo_ewma", PROVIDER="ewma"),
+    "verl-ext hgpo + ppo_ewma + snapshot": dict(ADV="hgpo", LOSS="ppo_ewma", PROVIDER="snapshot"),
+}
+# verl's phase timers that verl-ext's hooks run inside
+HOOKED_PHASES = ("adv", "old_log_prob", "update_actor", "update_weights")
+
+
+def run_arms(out: Path, steps: int, context: str) -> None:
+    import torch
+
+    info = {"card": torch.cuda.get_device_name(0), "torch": torch.__version__, "context": context}
+    for module in ("vllm", "verl", "transformers"):
+        info[module] = __import__(module).__version__
+    out.mkdir(parents=True, exist_ok=True)
+    for name, env in ARMS.items():
+        folder = out / _slug(name)
+        print(f"[bench] {name}: {steps} steps in {folder}", flush=True)
+        proc = subprocess.run(["bash", str(REPO / "recipes/text_corridor/run_gpu.sh")], cwd=REPO,
+                              env={**os.environ, **env, "OUT": str(folder), "STEPS": str(steps)},
+                              capture_output=True, text=True)
+        (folder / "run.log").write_text(proc.stdout + proc.stderr)
+        if proc.returncode != 0:
+            raise SystemExit(f"{name} failed ({proc.returncode}):\n{(proc.stdout + proc.stderr)[-4000:]}")
+    model_info = out / _slug(next(iter(ARMS))) / "model" / "verl_ext_tiny_model.json"
+    info["parameters"] = json.loads(model_info.read_text())["parameters"]
+    (out / "machine.json").write_text(json.dumps(info))
+
+
+def _slug(name: str) -> str:
+    return name.replace(" + ", "_").replace(" ", "_")
+
+
+def _metrics(path: Path) -> dict[int, dict]:
+    steps: dict[int, dict] = {}
+    for line in path.read_text().splitlines():
+        record = json.loads(line)
+        steps.setdefault(record["step"], {}).update(record["data"])
+    return steps
+
+
+def _median(steps: dict[int, dict], key: str) -> float:
+    values = [m[key] for s, m in steps.items() if s > 1 and key in m]
+    return statistics.median(values) if values else float("nan")
+
+
+def table(results: Path) -> str:
+    info = json.loads((results / "machine.json").read_text())
+    runs = {name: _metrics(results / _slug(name) / "metrics.jsonl") for name in ARMS}
+    phases = sorted({k.removeprefix("timing_s/") for m in runs.values() for s in m.values() for k in s
+                     if k.startswith("timing_s/")})
+    steps = sorted(next(iter(runs.values())))
+    lines = [
+        HEADING, "",
+        f"`python scripts/bench/gpu_step_breakdown.py --steps {len(steps)}` on **{info['card']}** (torch "
+        f"{info['torch']}, vLLM {info['vllm']}, verl {info['verl']}, transformers {info['transformers']}): "
+        f"`recipes/text_corridor/run_gpu.sh`, random weights of Qwen2.5-0.5B's shapes "
+        f"({info['parameters'] / 1e6:.0f} M parameters with the local tokenizer's vocabulary), bf16, FSDP2 + vLLM "
+        "on one GPU, 8 prompts x 4 rollouts per step, the arms one after another in one call. Seconds are "
+        f"medians over steps 2-{steps[-1]}." + (f" Run context: {info['context']}" if info.get("context") else ""), "",
+        "| phase (verl's `timing_s/*`) | " + " | ".join(ARMS) + " |",
+        "|---|" + "---|" * len(ARMS),
+    ]
+    for phase in phases:
+        lines.append(f"| {phase} | " + " | ".join(f"{_median(runs[n], 'timing_s/' + phase):.3f}" for n in ARMS) + " |")
+    base = runs[next(iter(ARMS))]
+    step_base = _median(base, "timing_s/step")
+    params = info["parameters"]
+    lines += ["", "| verl-ext arm | time added in the hooked phases | share of the plain step | GPU memory added "
+              "| host memory added |", "|---|---|---|---|---|"]
+    for name in list(ARMS)[1:]:
+        added = sum(_median(runs[name], f"timing_s/{p}") - _median(base, f"timing_s/{p}") for p in HOOKED_PHASES)
+        gpu, host = state_bytes(name, params, runs[name])
+        lines.append(f"| {name} | {added:+.3f} s | {added / step_base:+.1%} | {_bytes(gpu, params)} | {_bytes(host, params)} |")
+    lines += ["", "Time added: the difference of the medians of the phases verl-ext hooks "
+              f"({', '.join(HOOKED_PHASES)}) against the plain arm; it includes run-to-run noise of those phases "
+              "and the estimator difference (grpo vs hgpo) in `adv`. Memory: verl 0.9.1 logs no memory metric on "
+              "this path, so it is computed from the parameter count and the state layout: FSDP2 keeps fp32 "
+              "parameter shards; the EWMA is one fp32 copy beside them on the GPU plus a host backup of the live "
+              "shards while it is swapped in; `snapshot` keeps one host copy per version held "
+              "(`old_logits/snapshot/versions`, the largest value seen). Multiples are of the fp32 parameter bytes.", ""]
+    return "\n".join(lines)
+
+
+def state_bytes(arm: str, params: int, steps: dict[int, dict]) -> tuple[int, int]:
+    """(GPU bytes, host bytes) of verl-ext's old-logit state for ``arm``, over all ranks."""
+    fp32 = 4 * params
+    if arm.endswith("ewma"):
+        return fp32, fp32  # fp32 shadow on the GPU; live shards backed up on the host during a swap
+    if arm.endswith("snapshot"):
+        versions = max(m.get("old_logits/snapshot/versions", 0) for m in steps.values())
+        return 0, int(versions) * fp32
+    return 0, 0
+
+
+def _bytes(n: int, params: int) -> str:
+    return f"{n / 2**30:.2f} GiB ({n / (4 * params):.1f}x)" if n else "0"
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--out", type=Path, help="run the arms, writing each run under this folder")
+    parser.add_argument("--results", type=Path, help="a folder written by --out: (re)write the docs table")
+    parser.add_argument("--doc", type=Path, default=REPO / "docs" / "benchmarks.md")
+    parser.add_argument("--context", default="", help="how the run was made (other load on the host, ...), "
+                        "kept with the results and printed under the table")
+    args = parser.parse_args(argv)
+    if args.out:
+        run_arms(args.out, args.steps, args.context)
+    results = args.results or args.out
+    if results is None:
+        parser.error("give --out (run) or --results (tabulate)")
+    section = table(results)
+    print(section)
+    write_section(args.doc, HEADING, section)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

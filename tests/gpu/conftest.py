@@ -1,0 +1,108 @@
+"""GPU tests: verl's real ``main_ppo`` on CUDA with vLLM (or the ``hf`` rollout) and FSDP2.
+
+Collected only on a machine with CUDA (or with ``VERL_EXT_GPU_TESTS=1``): see ``tests/conftest.py``.
+On such a machine nothing is skipped for a missing dependency: a missing vLLM, Ray or verl is a
+failure naming the package. Tests that need more GPUs than the machine has are skipped with the
+count in the reason (run them on a 2- or 4-GPU machine).
+
+Each test runs a recipe script (``recipes/text_corridor/run_gpu.sh``, ...) as a user would, with a
+random-weight model of Qwen2.5-0.5B's architecture built locally (no hub download). Runs are
+independent processes with their own Ray cluster, so ``pytest -n <k>`` (pytest-xdist) runs them
+side by side; each worker then gets GPUs of its own where there are enough
+(``CUDA_VISIBLE_DEVICES``), else they share the card (vLLM takes ``GPU_MEM`` of it).
+Set ``VERL_EXT_GPU_LOG_DIR`` to collect every run's log and metrics there.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+REQUIRED = {"torch": "torch==2.11.0 (CUDA build)", "vllm": "verl-ext[vllm]", "ray": "verl", "verl": "verl==0.9.1",
+            "transfer_queue": "verl[verl-core]"}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        item.add_marker(pytest.mark.gpu)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def gpu_machine():
+    """Fail (never skip) when this CUDA machine lacks what the GPU tests need."""
+    missing = [f"{module} (pip install {extra})" for module, extra in REQUIRED.items()
+               if importlib.util.find_spec(module) is None]
+    if missing:
+        pytest.fail("GPU tests need: " + ", ".join(missing))
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.fail("GPU tests need CUDA: torch.cuda.is_available() is False")
+    return torch.cuda.device_count()
+
+
+def gpus_for_worker(needed: int) -> str | None:
+    """CUDA_VISIBLE_DEVICES for this xdist worker: its own cards where the machine has enough."""
+    import torch
+
+    total = torch.cuda.device_count()
+    if total < needed:
+        pytest.skip(f"needs {needed} GPUs, this machine has {total}")
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    index = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
+    slots = total // needed
+    if workers <= 1 or slots < 1:
+        return None
+    first = (index % slots) * needed
+    # indices relative to what this process sees; CUDA_VISIBLE_DEVICES takes physical ones
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if os.environ.get("CUDA_VISIBLE_DEVICES") else None
+    return ",".join(visible[i] if visible else str(i) for i in range(first, first + needed))
+
+
+def run_script(script: str, out: Path, *overrides: str, timeout: int = 900, gpus: int = 1,
+               **env: str) -> subprocess.CompletedProcess:
+    """Run ``recipes/<script>`` with OUT set and ``env`` on top; fails the test with the log tail."""
+    full_env = {**os.environ, "OUT": str(out), "N_GPUS": str(gpus), "PYTHONUNBUFFERED": "1",
+                "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", **env}
+    visible = gpus_for_worker(gpus)
+    if visible is not None:
+        full_env["CUDA_VISIBLE_DEVICES"] = visible
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        proc = subprocess.run(["bash", str(REPO / "recipes" / script), *overrides], cwd=REPO, env=full_env,
+                              capture_output=True, text=True, timeout=timeout)
+        log, code = proc.stdout + "\n--- stderr ---\n" + proc.stderr, proc.returncode
+    except subprocess.TimeoutExpired as exc:
+        log, code, proc = f"{exc.stdout or ''}\n--- stderr ---\n{exc.stderr or ''}\nTIMEOUT after {timeout} s", -1, None
+        log = log if isinstance(log, str) else log.decode(errors="replace")
+    (out / "run.log").write_text(log)
+    _collect(out)
+    if code != 0:
+        pytest.fail(f"{script} exited with {code}; log in {out / 'run.log'}\n{log[-8000:]}")
+    return proc
+
+
+def assert_clean_end(out: Path) -> None:
+    """A good run prints no traceback (checked last, after the test's own assertions)."""
+    log = (out / "run.log").read_text()
+    start = log.find("Traceback")
+    assert start < 0, f"the run exited 0 but printed a traceback:\n{log[start:start + 3000]}"
+
+
+def _collect(out: Path) -> None:
+    """Copy the run's log and metrics to VERL_EXT_GPU_LOG_DIR (one flat name per run)."""
+    target = os.environ.get("VERL_EXT_GPU_LOG_DIR")
+    if not target:
+        return
+    name = "_".join(out.parts[-2:]).replace("[", "-").replace("]", "").replace("/", "-")
+    for source, suffix in ((out / "run.log", "log"), (out / "metrics.jsonl", "jsonl")):
+        if source.exists():
+            Path(target).mkdir(parents=True, exist_ok=True)
+            shutil.copy(source, Path(target) / f"{name}.{suffix}")

@@ -1,0 +1,121 @@
+"""OldLogitWorkerState driven as verl's trainer drives it: EWMA decay from the optimizer steps
+actually taken, and snapshots of versions trained without an actor update (critic warm-up)."""
+
+import copy
+
+import pytest
+import torch
+from old_logits_tiny_policy import perturb
+
+from verl_ext.old_logits import OldLogitsConfig, OldLogitWorkerState, build_provider
+from verl_ext.old_logits.ewma import beta_from_com
+from verl_ext.old_logits.local_host import LocalPolicyHost
+
+
+def _train_version(state, policy, version, steps, seed, local_updates=1):
+    """One version as verl's v1 trainer runs it: ``local_updates`` (parameter_sync_step) calls of
+    update_actor, each taking its optimizer steps through the wrapped ``optimizer_step``, each
+    followed by a publish of the same version number."""
+    for _ in range(local_updates):
+        for k in range(steps // local_updates):
+            state.before_optimizer_step(version)
+            perturb(policy, seed + k)
+            state.after_optimizer_step()
+        state.on_version_published(version + 1)
+
+
+def test_ewma_decay_follows_the_optimizer_steps_counted_per_version(policy):
+    com = 2.0
+    config = OldLogitsConfig.from_config({"provider": "ewma", "ewma": {"com": com}}, max_off_policy_threshold=4)
+    # The trainer's estimate, 8 steps per version, is wrong: the versions below take 4, 6 and 2
+    # steps (one row per turn: the row count, hence the mini-batch count, varies per step).
+    state = OldLogitWorkerState(config, list(policy.parameters()), updates_per_version=8)
+    expected_avg = [p.detach().clone().double() for p in policy.parameters()]
+    weight = 1.0
+    betas = []
+    for version, (steps, local_updates) in enumerate([(4, 2), (6, 2), (2, 1)]):
+        beta = beta_from_com(com * 8) if version == 0 else beta_from_com(com * [4, 6][version - 1])
+        betas.append(beta)
+        for k in range(steps):
+            state.before_optimizer_step(version)
+            perturb(policy, 100 * version + k)
+            state.after_optimizer_step()
+            # independent bias-corrected EWMA with the decay of this version
+            new_weight = beta * weight + 1.0
+            expected_avg = [(beta * weight * a + p.detach().double()) / new_weight
+                            for a, p in zip(expected_avg, policy.parameters())]
+            weight = new_weight
+            if k == steps // local_updates - 1 and local_updates == 2:
+                state.on_version_published(version + 1)  # the first of two local updates
+        state.on_version_published(version + 1)
+    assert state.ewma.beta == pytest.approx(betas[-1])
+    assert state.steps_per_version == 6
+    for got, want in zip(state.ewma.average(), expected_avg):
+        torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-6)
+
+
+def test_fixed_beta_is_never_recalibrated(policy):
+    config = OldLogitsConfig.from_config({"provider": "ewma", "ewma": {"beta": 0.5}}, max_off_policy_threshold=4)
+    state = OldLogitWorkerState(config, list(policy.parameters()), updates_per_version=8)
+    for version in range(3):
+        _train_version(state, policy, version, steps=3, seed=version)
+    assert state.ewma.beta == 0.5
+
+
+def test_version_updates_happen_once_per_version_with_several_local_updates(policy):
+    config = OldLogitsConfig.from_config(
+        {"provider": "ewma", "ewma": {"com": 1.0, "update_every": "version"}}, max_off_policy_threshold=4
+    )
+    state = OldLogitWorkerState(config, list(policy.parameters()))
+    for version in range(3):  # parameter_sync_step = 2: two publishes of each version number
+        _train_version(state, policy, version, steps=4, seed=version, local_updates=2)
+    assert state.ewma.num_updates == 3
+
+
+def test_checkpoint_keeps_the_calibrated_decay(policy):
+    config = OldLogitsConfig.from_config({"provider": "ewma", "ewma": {"com": 2.0}}, max_off_policy_threshold=4)
+    state = OldLogitWorkerState(config, list(policy.parameters()), updates_per_version=8)
+    for version in range(2):
+        _train_version(state, policy, version, steps=3, seed=version)
+    state.before_optimizer_step(2)  # the count of version 1 is in
+    saved = copy.deepcopy(state.state_dict())
+    resumed = OldLogitWorkerState(config, list(policy.parameters()), updates_per_version=8)
+    resumed.load_state_dict(saved)  # the decay the average was built with, not the estimate's
+    assert resumed.ewma.beta == state.ewma.beta == pytest.approx(beta_from_com(2.0 * 3))
+
+
+def test_snapshot_serves_versions_trained_without_actor_updates(policy, batch):
+    """trainer.critic_warmup=3: steps 1..2 update only the critic, so versions 0, 1 and 2 all hold
+    the initial weights; the actor's first optimizer step runs in step 3 (version 2)."""
+    config = OldLogitsConfig.from_config({"provider": "snapshot"}, max_off_policy_threshold=4)
+    state = OldLogitWorkerState(config, list(policy.parameters()), first_version=0)
+    initial = copy.deepcopy(policy.state_dict())
+    versions = batch["token_versions"] - 2  # the fixture's versions 2..5 -> 0..3
+    versions[batch["token_versions"] < 0] = -1
+    all_rows = torch.arange(versions.shape[0])
+
+    def old_log_probs(current_version):
+        host = LocalPolicyHost(policy.response_log_probs, state, version=current_version)
+        return build_provider(config).compute(host, {**batch, "token_versions": versions}, {})["old_log_probs"]
+
+    def forward(state_dict):
+        live = copy.deepcopy(policy.state_dict())
+        policy.load_state_dict(state_dict)
+        with torch.no_grad():
+            out = policy.response_log_probs(batch, all_rows)
+        policy.load_state_dict(live)
+        return out
+
+    mask = batch["response_mask"].bool()
+    # During the warm-up (step 3 computes its old log-probs at version 2), before any actor update.
+    warm = versions.clamp(max=2)
+    host = LocalPolicyHost(policy.response_log_probs, state, version=2)
+    out = build_provider(config).compute(host, {**batch, "token_versions": warm}, {})["old_log_probs"]
+    torch.testing.assert_close(out[mask], forward(initial)[mask], rtol=0, atol=1e-6)
+    # Step 3 updates the actor (version 2 -> 3); step 4 scores tokens of versions 0..3.
+    _train_version(state, policy, version=2, steps=2, seed=7)
+    trained = copy.deepcopy(policy.state_dict())
+    out = old_log_probs(current_version=3)
+    expected = torch.where(versions == 3, forward(trained), forward(initial))
+    torch.testing.assert_close(out[mask], expected[mask], rtol=0, atol=1e-6)
+    assert state.snapshots.nbytes == sum(p.numel() * p.element_size() for p in policy.parameters())  # one copy

@@ -1,0 +1,54 @@
+"""The start-up check knows what each selected plugin imports once it runs: with a module of an
+extra missing (simulated in a subprocess by ``sys.modules[name] = None``, which makes every import
+of it fail), ``verl-ext doctor`` and the verl-ext trainer's constructor refuse the config and name
+the pip extra, before any worker starts."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from verl_ext import doctor, plugin
+
+BLOCK = "import sys\nfor name in {blocked!r}: sys.modules[name] = None\n"
+GUI = ["+plugins/env=minidesk"]
+
+
+def _python(code: str, blocked: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", BLOCK.format(blocked=blocked) + code],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_doctor_refuses_the_gui_env_without_selenium_naming_the_extra():
+    proc = _python(f"from verl_ext.cli import main; sys.exit(main(['doctor', *{GUI!r}]))", ["selenium"])
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert ("actor_rollout_ref.rollout.agent.default_agent_loop=hybrid_gui_tool needs 'selenium', not installed "
+            "here: pip install 'verl-ext[gui]'") in proc.stdout
+
+
+def test_the_trainer_refuses_to_start_naming_every_missing_module():
+    code = (
+        "from verl_ext.doctor import _compose\n"
+        "from verl_ext.trainer import VerlExtTrainerSync\n"
+        f"config = _compose({GUI!r})\n"
+        "try:\n    VerlExtTrainerSync(config)\nexcept RuntimeError as e:\n    print(e); sys.exit(3)\n"
+    )
+    proc = _python(code, ["selenium", "miniwob"])
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "needs 'selenium', 'miniwob', not installed here: pip install 'verl-ext[gui]'" in proc.stdout
+
+
+def test_with_everything_installed_the_gui_config_passes():
+    assert doctor.dependency_problems(doctor._compose(GUI)) == []
+
+
+def test_every_required_module_belongs_to_the_named_extra():
+    # the extra named in the message really installs the module (pyproject, via the package metadata)
+    import importlib.metadata
+
+    providers = importlib.metadata.packages_distributions()
+    extras = {extra: {r.name.lower() for r in reqs} for extra, reqs in doctor.extras().items()}
+    for spec in plugin.PLUGINS:
+        for module in spec.requires:
+            dists = {d.lower() for d in providers.get(module, [])}
+            assert dists & extras[spec.extra], f"{spec.name} requires {module} ({dists}), not in [{spec.extra}]"

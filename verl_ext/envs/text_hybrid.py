@@ -1,0 +1,325 @@
+"""TextHybrid: a hybrid GUI + tool environment in pure Python (no browser), for machines without
+Chromium and for tasks where the tool-vs-GUI choice matters at every step.
+
+The env is a :class:`~verl_ext.envs.base.BrowserEnv` whose "browser" is :class:`TextScreen`, an
+in-process screen over one of the apps of ``text_hybrid_apps`` (settings panel, contacts book,
+file manager, inventory sheet). So the step loop, counters, ``computer_use`` + app tools, action
+errors, faults, the env pool and the ``hybrid_gui_tool`` agent loop are exactly MiniDesk's; only
+the page is Python. A step costs well under a millisecond.
+
+A task is 4 to 6 subgoals (decisions) done in any order; each can be done through the GUI or,
+where a tool exists, through tool calls, and which is shorter depends on the instruction and the
+current view (see ``text_hybrid_apps``). ``reset`` info carries three reference plans in the
+instruction's order (``plans``): ``gui`` (GUI only), ``tool`` (a tool wherever one exists) and
+``oracle`` (the shortest mix, by dynamic programming over subgoal x view, ties to the GUI), their
+lengths (``ref_steps``), the per-subgoal costs along the oracle's path (``decisions``),
+``tool_beneficial`` (the oracle calls a tool at all) and the DVReward questions (``dv_questions``).
+
+Task ids: ``<app>`` with a seed. The seed also picks the task's *variant*: ``mixed`` (the oracle
+is strictly shorter than both pure plans; 2 seeds in 3) or ``gui`` (no tool call shortens the
+path); generation redraws until the variant holds.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from verl_ext.envs.base import BrowserEnv
+from verl_ext.envs.core import ActionError, EnvFault, TaskSpec
+from verl_ext.envs.text_hybrid_apps import APPS, App, Step, Subgoal
+from verl_ext.envs.tools import ToolDef
+
+DV_QUESTIONS_VERSION = "text-hybrid-v1"  # bump when an app's questions change
+MIXED_SHARE = 2 / 3  # share of seeds whose task is drawn so that the oracle beats both pure plans
+_MAX_DRAWS = 400
+
+
+# --- reference plans --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Plans:
+    """The three reference plans of a task and the oracle's per-subgoal decisions."""
+
+    gui: list[Step]
+    tool: list[Step]
+    oracle: list[Step]
+    decisions: list[dict[str, Any]]
+
+
+def plan_task(subgoals: list[Subgoal], start_view: int) -> Plans:
+    """GUI-only, tool-preferring and shortest (oracle) plans over ``subgoals`` in order.
+
+    GUI steps may change the view (tab/page); tool steps never do. The oracle minimises the total
+    number of steps by dynamic programming over (subgoal, view); on a tie it takes the GUI.
+    ``decisions[i]``: the GUI and tool cost of subgoal ``i`` from the view the oracle reaches it
+    in, which is shorter there (``gui``/``tool``/``tie``), and the oracle's choice (it may differ
+    from the locally shorter option when the GUI's view change pays off later).
+    """
+    gui: list[Step] = []
+    tool: list[Step] = []
+    view = start_view
+    for goal in subgoals:
+        steps, view = goal.gui(view)
+        gui += steps
+    view = start_view
+    for goal in subgoals:
+        steps = goal.tool(view)
+        if steps is None:
+            steps, view = goal.gui(view)
+        tool += steps
+
+    @functools.lru_cache(maxsize=None)
+    def best(i: int, v: int) -> tuple[int, str]:
+        if i == len(subgoals):
+            return 0, ""
+        steps, after = subgoals[i].gui(v)
+        options = [(len(steps) + best(i + 1, after)[0], "gui")]
+        tool_steps = subgoals[i].tool(v)
+        if tool_steps is not None:
+            options.append((len(tool_steps) + best(i + 1, v)[0], "tool"))
+        return min(options, key=lambda o: (o[0], o[1] != "gui"))
+
+    oracle: list[Step] = []
+    decisions: list[dict[str, Any]] = []
+    view = start_view
+    for i, goal in enumerate(subgoals):
+        gui_steps, after = goal.gui(view)
+        tool_steps = goal.tool(view)
+        choice = best(i, view)[1]
+        n_gui, n_tool = len(gui_steps), None if tool_steps is None else len(tool_steps)
+        shorter = "gui" if n_tool is None or n_gui < n_tool else "tool" if n_tool < n_gui else "tie"
+        decisions.append({"subgoal": i, "gui_steps": n_gui, "tool_steps": n_tool, "shorter": shorter,
+                          "oracle": choice})
+        if choice == "gui":
+            oracle += gui_steps
+            view = after
+        else:
+            oracle += tool_steps
+    return Plans(gui, tool, oracle, decisions)
+
+
+def summary(plans: Plans) -> dict[str, Any]:
+    """``tool_beneficial`` (the oracle calls a tool) and ``ref_steps`` (each plan's length)."""
+    return {"tool_beneficial": any(d["oracle"] == "tool" for d in plans.decisions),
+            "ref_steps": {"gui": len(plans.gui), "tool": len(plans.tool), "oracle": len(plans.oracle)}}
+
+
+def variant_of(template: str, seed: int) -> str:
+    """``mixed`` or ``gui``: what the task of this seed is drawn to be (see the module doc)."""
+    return "mixed" if random.Random(f"text_hybrid/{template}/{seed}/variant").random() < MIXED_SHARE else "gui"
+
+
+def _satisfies(plans: Plans, variant: str) -> bool:
+    oracle = len(plans.oracle)
+    if variant == "mixed":
+        return oracle < len(plans.gui) and oracle < len(plans.tool)
+    return all(d["oracle"] == "gui" for d in plans.decisions)
+
+
+def make_task(template: str, seed: int) -> tuple[App, Plans, str]:
+    """The app of task (``template``, ``seed``) in its initial state, its plans and its variant.
+
+    Deterministic; raises ``ValueError`` for an unknown template and ``RuntimeError`` when no draw
+    satisfies the variant (a generator bug)."""
+    if template not in APPS:
+        raise ValueError(f"unknown text_hybrid task {template!r}; known: {', '.join(APPS)}")
+    variant = variant_of(template, seed)
+    for draw in range(_MAX_DRAWS):
+        app = APPS[template](random.Random(f"text_hybrid/{template}/{seed}/{draw}"), variant)
+        plans = plan_task(app.subgoals, app.view)
+        if _satisfies(plans, variant):
+            return app, plans, variant
+    raise RuntimeError(f"text_hybrid {template!r} seed {seed}: no {variant} task in {_MAX_DRAWS} draws")
+
+
+def questions_of(app: App) -> list[tuple[str, str, list[int], Any]]:
+    """(text, kind, global parent indices, predicate) of every question: subgoals in order, then
+    the app's quality questions (semantic before quality, as the DVReward record orders them)."""
+    out: list[tuple[str, str, list[int], Any]] = []
+    for goal in app.subgoals:
+        base = len(out)
+        out += [(q.text, q.kind, [base + p for p in q.parents], q.holds) for q in goal.questions]
+    out += [(q.text, q.kind, [], q.holds) for q in app.quality()]
+    return out
+
+
+def dv_questions(template: str, app: App) -> dict[str, Any] | None:
+    """The task's DVReward question record (``verl_ext.rewards.dvreward.question_set`` schema)."""
+    from verl_ext.envs.minidesk.env import dv_questions_record
+
+    raw = [{"text": t, "kind": k, "parents": p} for t, k, p, _ in questions_of(app)]
+    record = dv_questions_record(template, app.instruction(), raw)
+    return None if record is None else {**record, "version": DV_QUESTIONS_VERSION}
+
+
+def check(app: App) -> bool:
+    """The verifier: every question about the final state answers yes."""
+    return all(holds(app) for _, _, _, holds in questions_of(app))
+
+
+# --- the screen -------------------------------------------------------------------------------
+class TextScreen:
+    """Stands in for :class:`~verl_ext.envs.browser.Browser`: the same lifecycle (``start``,
+    ``alive``, ``close``, ``driver``) and GUI primitives, over an in-process :class:`App`.
+
+    ``crash_after``: the observation count after which the screen dies (fault injection: the next
+    observation raises a ``browser_crash`` :class:`EnvFault`, as a dead Chromium would).
+    """
+
+    def __init__(self) -> None:
+        self.driver: Any = None
+        self.app: App | None = None
+        self.crash_after: int | None = None
+        self._observations = 0
+        self._keys: dict[int, str] = {}
+
+    def start(self) -> TextScreen:
+        self.driver = self
+        return self
+
+    def alive(self) -> bool:
+        return self.driver is not None
+
+    def close(self) -> None:
+        self.driver = None
+
+    def load(self, app: App, crash_after: int | None) -> None:
+        self.app, self.crash_after, self._observations = app, crash_after, 0
+
+    def observe(self, root_selector: str = "body", status_js: str = "") -> dict[str, Any]:
+        if self.driver is None or self.app is None:
+            raise EnvFault("browser_crash", "the text screen is not running")
+        self._observations += 1
+        if self.crash_after is not None and self._observations > self.crash_after:
+            self.close()
+            raise EnvFault("browser_crash", "injected fault (text_hybrid fault_rate)")
+        elements = [{**w, "id": i} for i, w in enumerate(self.app.widgets(), 1)]
+        self._keys = {e["id"]: e["key"] for e in elements}
+        return {"title": self.app.title(), "elements": elements, "status": {"ok": check(self.app)}}
+
+    def _key(self, element: int | None) -> str:
+        if element not in self._keys:
+            raise ActionError(f"no element [{element}] on the page; use an id from the latest observation")
+        return self._keys[element]
+
+    def click(self, element: int) -> None:
+        self.app.click(self._key(element))
+
+    def type(self, element: int, text: str) -> None:
+        self.app.type(self._key(element), text)
+
+    def select(self, element: int, option: str) -> None:
+        self.app.select(self._key(element), option)
+
+    def scroll(self, direction: str, element: int | None = None) -> None:
+        self.app.scroll(direction)
+
+    def key(self, name: str) -> None:
+        """No element keeps focus on a text screen: keys do nothing."""
+
+    def click_at(self, x: int, y: int) -> None:
+        raise ActionError("click_at needs pixels; this text screen has none: click an element id")
+
+    def screenshot(self) -> bytes:
+        raise ActionError("text_hybrid renders text only; there is no screenshot")
+
+
+# --- the env ----------------------------------------------------------------------------------
+class TextHybridEnv(BrowserEnv):
+    """Hybrid GUI + tool env over the TextHybrid apps; no browser.
+
+    Args:
+        n_distractors: distractor tools (MiniDesk's) added to each episode's tool list (seeded per task).
+        fault_rate: probability that an episode's screen crashes at a random step (fault injection,
+            for testing the fault path; 0 in training).
+        max_steps: actions per episode before ``truncated``. ``screenshots`` must stay False.
+    """
+
+    name = "text_hybrid"
+
+    def __init__(self, n_distractors: int = 2, fault_rate: float = 0.0, max_steps: int = 30,
+                 screenshots: bool = False, **kwargs: Any):
+        if screenshots:
+            raise ValueError("text_hybrid has no screenshots: set the agent loop's screenshots=false "
+                             "(or use the minidesk backend for a VL model)")
+        super().__init__(max_steps=max_steps, **kwargs)
+        self.browser = TextScreen()
+        self.n_distractors = n_distractors
+        self.fault_rate = fault_rate
+        self.app: App | None = None
+
+    def _load(self, task: TaskSpec) -> dict[str, Any]:
+        app, plans, variant = make_task(task.template, task.seed)
+        rng = random.Random(f"text_hybrid/{task.template}/{task.seed}/fault")
+        crash = rng.randint(1, max(1, len(plans.oracle))) if rng.random() < self.fault_rate else None
+        self.app = app
+        self.browser.load(app, crash)
+        self.instruction = app.instruction()
+        return {
+            **summary(plans),
+            "plans": {"gui": plans.gui, "tool": plans.tool, "oracle": plans.oracle},
+            "decisions": plans.decisions,
+            "variant": variant,
+            "apps": [app.name],
+            "dv_questions": dv_questions(task.template, app),
+        }
+
+    def _episode_tools(self, task: TaskSpec) -> list[ToolDef]:
+        from verl_ext.envs.minidesk.catalog import DISTRACTORS
+
+        rng = random.Random(f"{task.template}#{task.seed}")
+        return [*self.app.tools, *rng.sample(DISTRACTORS, min(self.n_distractors, len(DISTRACTORS)))]
+
+    def _run_tool(self, tool: ToolDef, arguments: dict[str, Any]) -> dict[str, Any]:
+        if tool.group == "distractor":
+            from verl_ext.envs.minidesk.catalog import distractor_result
+
+            return distractor_result(tool, arguments)
+        return self.app.call(tool.name, arguments)
+
+    def _answer(self, text: str) -> None:
+        raise ActionError("this task asks no question: make the changes, they end the task when all are done")
+
+    def _verdict(self, status: dict[str, Any]) -> tuple[bool, float, dict[str, Any]]:
+        success = bool(status["ok"])
+        return success, float(success), {"success": success}
+
+    def state_dump(self) -> dict[str, Any]:
+        return {"template": self.app.name, "seed": self.task.seed, **self.app.dump()}
+
+
+def template_catalog() -> dict[str, dict[str, Any]]:
+    """``{template: {"apps": [...]}}`` (whether tools help depends on the seed: see ``make_task``)."""
+    return {name: {"apps": [name]} for name in APPS}
+
+
+def text_hybrid_rows(n: int, seed: int, split: str, templates: list[str] | None = None) -> list[dict[str, Any]]:
+    """``n`` dataset rows for ``hybrid_gui_tool`` (the layout of ``verl_ext.envs.dataset.minidesk_rows``),
+    with the task's ``tool_beneficial``, ``variant``, ``ref_steps`` and DVReward questions
+    (``dv_questions``, read by DVReward's default ``questions_key``) in ``extra_info``."""
+    from verl_ext.envs.dataset import AGENT_NAME, spread_tasks
+    from verl_ext.envs.policies import SYSTEM_PROMPT
+
+    chosen = templates or list(APPS)
+    unknown = sorted(set(chosen) - set(APPS))
+    if unknown:
+        raise ValueError(f"unknown text_hybrid templates {unknown}; known: {', '.join(APPS)}")
+    rows = []
+    for index, (template, task_seed) in enumerate(spread_tasks("text_hybrid", chosen, n, seed, split)):
+        app, plans, variant = make_task(template, task_seed)
+        rows.append({
+            "data_source": "verl_ext/text_hybrid",
+            "agent_name": AGENT_NAME,
+            "prompt": [{"role": "system", "content": SYSTEM_PROMPT},
+                       {"role": "user", "content": "Complete the task in the app below."}],
+            "ability": "computer_use",
+            "reward_model": {"style": "env", "ground_truth": ""},
+            "extra_info": {
+                "split": split, "index": index, **summary(plans), "variant": variant,
+                "dv_questions": dv_questions(template, app),
+                "env": {"backend": "text_hybrid", "task": template, "seed": task_seed},
+            },
+        })
+    return rows
