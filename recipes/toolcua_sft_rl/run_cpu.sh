@@ -6,11 +6,11 @@
 #   3. RL from that checkpoint with `python -m verl.trainer.main_ppo`: hybrid_gui_tool in the
 #      function-call format (hermes <tool_call>), env rewards, GRPO, verl-ext's sync trainer.
 #   bash recipes/toolcua_sft_rl/run_cpu.sh [main_ppo overrides...]
-#   SEED=0 SFT_STEPS=40 STEPS=4 TEMPLATES=settings_panel OUT=runs/... bash recipes/toolcua_sft_rl/run_cpu.sh
+#   SEED=0 SFT_STEPS=60 STEPS=4 TEMPLATES=settings_panel OUT=runs/... bash recipes/toolcua_sft_rl/run_cpu.sh
 set -euo pipefail
 
 SEED=${SEED:-0}
-SFT_STEPS=${SFT_STEPS:-40}           # SFT optimizer steps (batch SFT_BATCH transcripts)
+SFT_STEPS=${SFT_STEPS:-60}           # SFT optimizer steps (batch SFT_BATCH transcripts)
 SFT_BATCH=${SFT_BATCH:-4}
 SFT_LR=${SFT_LR:-1e-2}
 STEPS=${STEPS:-4}                    # RL training steps
@@ -70,7 +70,7 @@ VERL_FILE_LOGGER_PATH="$OUT/metrics.jsonl" python -m verl.trainer.main_ppo \
     data.val_files="$OUT/rl_data/val.parquet" \
     data.train_batch_size=4 \
     data.max_prompt_length=4096 \
-    data.max_response_length=3072 \
+    data.max_response_length=2048 \
     data.seed="$SEED" \
     actor_rollout_ref.model.path="$SFT_MODEL" \
     actor_rollout_ref.actor.optim.lr=1e-4 \

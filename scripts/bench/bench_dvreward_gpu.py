@@ -222,12 +222,9 @@ def render(results: dict) -> str:
                       for r in alone]
     lines += [
         "",
-        "Unbatched, both sizes run at about the same rate: one request is bound by per-step launch and "
-        "Python overhead (28 layers each), not by the GPU. The backend alone gains far more from batching "
-        "than the server end to end: at concurrency 64 the server forms batches of about 25-30 and the "
-        "HTTP + client path caps the rate. transformers' `generate` pads each batch statically (no "
-        "continuous batching, no paged KV cache); for real training point `judge_url` at a vLLM/SGLang "
-        "server (`--max-logprobs 5`) or use verl's GenRM path; `judge-server` is for small judges and tests.",
+        "`judge-server`'s transformers backend pads each batch statically (no continuous batching, no paged KV "
+        "cache); for training, point `judge_url` at a vLLM/SGLang server (`--max-logprobs 5`) or use verl's GenRM "
+        "path (`tests/gpu/test_hybrid_dvreward_gpu.py` runs DVReward against vLLM's OpenAI server).",
         "",
     ]
     return "\n".join(lines)

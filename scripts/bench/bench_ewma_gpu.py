@@ -10,8 +10,8 @@ Times, per model:
   * EWMA swap_in + swap_out (device backup);
   * snapshot save (D2H to pinned host) and load (H2D) through ``SnapshotStore``.
 
-Usage: ``PYTHONPATH=. python scripts/bench/bench_ewma_gpu.py [--out results.json]``.
-Prints a markdown table; medians of CUDA-event timings after warm-up.
+Usage: ``PYTHONPATH=. python scripts/bench/bench_ewma_gpu.py [--out results.json] [--doc docs/benchmarks.md]``.
+Prints the markdown section (and writes it with ``--doc``); medians of CUDA-event timings after warm-up.
 """
 
 from __future__ import annotations
@@ -19,12 +19,17 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 
 from verl_ext.old_logits.ewma import EWMAShadow
 from verl_ext.old_logits.snapshot import SnapshotStore
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from learning_runs import write_section  # noqa: E402
 
 # Qwen2 configs (config.json of Qwen/Qwen2-1.5B and Qwen/Qwen2-7B).
 QWEN2 = {
@@ -169,10 +174,39 @@ def bench_model(name: str, bandwidth: float) -> dict[str, float]:
     return res
 
 
+HEADING = "### GPU: EWMA update and snapshots"
+
+
+def render(results: dict) -> str:
+    """The docs section: the run's card and bandwidth, one row per model, the fused-path check."""
+    lines = [
+        HEADING, "",
+        f"`PYTHONPATH=. python scripts/bench/bench_ewma_gpu.py` on **{results['card']}** (torch {results['torch']}); "
+        "random bf16 weights with the shapes of " + " / ".join(f"Qwen2-{m}" for m in results["models"]) + ", fp32 "
+        f"shadow, medians of CUDA-event timings. Device copy in the same run: **{results['copy_TBps']:.2f} TB/s** "
+        "(bytes read + written). Floor = 10 bytes per parameter (read bf16 θ, read and write fp32 shadow) / copy "
+        "bandwidth.", "",
+        "| Qwen2 | params | floor | naive `mul_`/`add_` | `_foreach_lerp_` (fp32 cast per layer) | `EWMAShadow` torch "
+        "path | `EWMAShadow` fused (default on CUDA) | fused / floor | swap in + out | snapshot save (D2H, pinned) | "
+        "snapshot load (H2D) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for m, r in results["models"].items():
+        lines.append(
+            f"| {m} | {r['params_B']:.2f} B | {r['floor_ms']:.2f} ms | {r['naive_ms']:.2f} ms | {r['foreach_lerp_ms']:.2f} ms "
+            f"| {r['ours_torch_ms']:.2f} ms | {r['ours_ms']:.2f} ms | {r['ours_vs_floor']:.2f}x | {r['swap_in_out_ms']:.2f} ms "
+            f"| {r['snapshot_save_GBps']:.1f} GB/s | {r['snapshot_load_GBps']:.1f} GB/s |"
+        )
+    diffs = ", ".join(f"{m} {r['fused_max_abs_diff']:.3g}" for m, r in results["models"].items())
+    lines += ["", f"Fused vs torch path, max |diff| of the average after one update: {diffs}.", ""]
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default=None)
     parser.add_argument("--models", nargs="+", default=list(QWEN2))
+    parser.add_argument("--doc", default=None, help="write the section into this markdown file (docs/benchmarks.md)")
     args = parser.parse_args()
     bw = copy_bandwidth()
     torch.cuda.empty_cache()
@@ -181,19 +215,10 @@ def main() -> None:
     for m in args.models:
         results["models"][m] = bench_model(m, bw)
         torch.cuda.empty_cache()
-    print(f"card: {card}, torch {torch.__version__}, device copy {bw / 1e12:.2f} TB/s (read+write)")
-    print(
-        "| model | params | floor (10 B/param) | naive mul_/add_ | _foreach_lerp_ | EWMAShadow torch path | EWMAShadow fused | vs floor | swap in+out | snapshot save D2H | snapshot load H2D |"
-    )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for m, r in results["models"].items():
-        print(
-            f"| Qwen2-{m} | {r['params_B']:.2f} B | {r['floor_ms']:.2f} ms | {r['naive_ms']:.2f} ms | {r['foreach_lerp_ms']:.2f} ms "
-            f"| {r['ours_torch_ms']:.2f} ms | {r['ours_ms']:.2f} ms | {r['ours_vs_floor']:.2f}x | {r['swap_in_out_ms']:.2f} ms "
-            f"| {r['snapshot_save_GBps']:.1f} GB/s | {r['snapshot_load_GBps']:.1f} GB/s |"
-        )
-    for m, r in results["models"].items():
-        print(f"Qwen2-{m}: fused vs torch path max |diff| after one update: {r['fused_max_abs_diff']:.3g}")
+    section = render(results)
+    print(section)
+    if args.doc:
+        write_section(Path(args.doc), HEADING, section)
     if args.out:
         with open(args.out, "w") as f:
             json.dump(results, f, indent=2)
