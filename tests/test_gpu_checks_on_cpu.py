@@ -62,10 +62,12 @@ def test_too_new_transformers_names_verls_range():
 
 
 def test_flash_attention_missing_gives_the_sdpa_advice():
-    config = _config(**{"actor_rollout_ref.model.use_remove_padding": True})
+    config = _config(**{"actor_rollout_ref.model.override_config.attn_implementation": "flash_attention_2"})
     (problem,) = _machine(config)
-    assert "flash-attn" in problem and "use_remove_padding=false" in problem and "attn_implementation=sdpa" in problem
+    assert "flash-attn is not installed" in problem and "attn_implementation=sdpa" in problem
     assert _machine(config, flash_attn=True) == []
+    # packed sequences have a pure-torch fallback in verl: sdpa + use_remove_padding needs no flash-attn
+    assert _machine(_config(**{"actor_rollout_ref.model.use_remove_padding": True})) == []
 
 
 def test_the_cpu_backend_is_not_asked_for_cuda_or_vllm():

@@ -106,14 +106,14 @@ def machine_problems(config: Any, cuda_available: Callable[[], bool] | None = No
         model = _get(config, f"{role}.model")
         if model is None or (role == "critic" and not _critic_used(config)):
             continue
+        # verl's default attention; use_remove_padding alone has a pure-torch fallback in verl
         attention = str(_get(model, "override_config.attn_implementation", "flash_attention_2"))
-        if device == "cuda" and (attention == "flash_attention_2" or _get(model, "use_remove_padding", False)) \
-                and not module_present("flash_attn"):
+        if device == "cuda" and attention == "flash_attention_2" and not module_present("flash_attn"):
             problems.append(
-                f"{role}.model: flash-attn is not installed but the config needs it (attn_implementation="
-                f"{attention}, use_remove_padding={_get(model, 'use_remove_padding', False)}); pip install "
-                f"'verl[flash-attn-cu130torch211]==0.9.1', or set {role}.model.use_remove_padding=false and "
-                f"+{role}.model.override_config.attn_implementation=sdpa"
+                f"{role}.model: attn_implementation=flash_attention_2 (verl's default) but flash-attn is not "
+                f"installed; pip install 'verl[flash-attn-cu130torch211]==0.9.1', or set "
+                f"+{role}.model.override_config.attn_implementation=sdpa (with {role}.model.use_remove_padding=false "
+                "where packed sequences are slow)"
             )
     return problems
 
