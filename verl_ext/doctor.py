@@ -18,7 +18,7 @@ from typing import Any
 from packaging.requirements import Requirement
 
 from verl_ext import gpu_checks, plugin
-from verl_ext.gpu_checks import installed_version
+from verl_ext.gpu_checks import installed_version, select
 
 DISTRIBUTION = "verl-ext"
 
@@ -86,15 +86,6 @@ def registered_names(kind: str) -> set[str]:
     raise ValueError(f"unknown plugin kind {kind!r}")
 
 
-def _select(config: Any, path: str) -> Any:
-    node = config
-    for part in path.split("."):
-        if node is None:
-            return None
-        node = node.get(part) if hasattr(node, "get") else getattr(node, part, None)
-    return node
-
-
 # (kind, config key) pairs whose values name a registered plugin.
 CONFIG_KEYS: tuple[tuple[str, str], ...] = (
     ("rollout", "actor_rollout_ref.rollout.name"),
@@ -109,12 +100,12 @@ CONFIG_KEYS: tuple[tuple[str, str], ...] = (
 def named_plugins(config: Any) -> Iterator[tuple[str, str, str]]:
     """Yield ``(kind, name, config_key)`` for every plugin the config selects."""
     for kind, key in CONFIG_KEYS:
-        value = _select(config, key)
+        value = select(config, key)
         if value:
             yield kind, str(value), key
-    reward_manager = _select(config, "reward.reward_manager")
-    if reward_manager is not None and _select(reward_manager, "source") in (None, "register"):
-        if _select(reward_manager, "name"):
+    reward_manager = select(config, "reward.reward_manager")
+    if reward_manager is not None and select(reward_manager, "source") in (None, "register"):
+        if select(reward_manager, "name"):
             yield "reward_manager", str(reward_manager.name), "reward.reward_manager.name"
     platform = os.environ.get("VERL_PLATFORM", "").strip().lower()
     if platform:

@@ -30,7 +30,8 @@ ROLLOUT_ENGINES: dict[str, tuple[str, str]] = {
 }
 
 
-def _get(config: Any, path: str, default: Any = None) -> Any:
+def select(config: Any, path: str, default: Any = None) -> Any:
+    """``config.a.b.c`` for ``path="a.b.c"`` (DictConfig, dict or attributes); ``default`` where missing or None."""
     node = config
     for part in path.split("."):
         if node is None:
@@ -78,7 +79,7 @@ def machine_problems(config: Any, cuda_available: Callable[[], bool] | None = No
     if module_present is None:
         def module_present(name: str) -> bool:
             return importlib.util.find_spec(name) is not None
-    device = str(_get(config, "trainer.device", "cuda"))
+    device = str(select(config, "trainer.device", "cuda"))
     problems = []
     if device == "cuda":
         if cuda_available is None:
@@ -91,7 +92,7 @@ def machine_problems(config: Any, cuda_available: Callable[[], bool] | None = No
                 f"{version_of('torch') or 'not installed'}); run on a GPU machine with a CUDA build of torch==2.11.0 "
                 "(verl 0.9.1's pin), or use the cpu backend: +plugins/backend=cpu with VERL_PLATFORM=cpu"
             )
-    engine = str(_get(config, "actor_rollout_ref.rollout.name", ""))
+    engine = str(select(config, "actor_rollout_ref.rollout.name", ""))
     if engine in ROLLOUT_ENGINES:
         distribution, fix = ROLLOUT_ENGINES[engine]
         wanted = verl_requirement(distribution, extra=engine)
@@ -103,11 +104,11 @@ def machine_problems(config: Any, cuda_available: Callable[[], bool] | None = No
     if problem:
         problems.append(problem)
     for role in ("actor_rollout_ref", "critic"):
-        model = _get(config, f"{role}.model")
+        model = select(config, f"{role}.model")
         if model is None or (role == "critic" and not _critic_used(config)):
             continue
         # verl's default attention; use_remove_padding alone has a pure-torch fallback in verl
-        attention = str(_get(model, "override_config.attn_implementation", "flash_attention_2"))
+        attention = str(select(model, "override_config.attn_implementation", "flash_attention_2"))
         if device == "cuda" and attention == "flash_attention_2" and not module_present("flash_attn"):
             problems.append(
                 f"{role}.model: attn_implementation=flash_attention_2 (verl's default) but flash-attn is not "
@@ -119,19 +120,19 @@ def machine_problems(config: Any, cuda_available: Callable[[], bool] | None = No
 
 
 def _critic_used(config: Any) -> bool:
-    return bool(_get(config, "critic.enable", False)) or str(_get(config, "algorithm.adv_estimator", "")) == "gae"
+    return bool(select(config, "critic.enable", False)) or str(select(config, "algorithm.adv_estimator", "")) == "gae"
 
 
 def data_parallel_size(config: Any) -> int:
     """FSDP: GPUs / Ulysses sequence parallel; Megatron: GPUs / (TP x PP x CP)."""
-    gpus = int(_get(config, "trainer.n_gpus_per_node", 1)) * int(_get(config, "trainer.nnodes", 1))
-    actor = _get(config, "actor_rollout_ref.actor")
-    if str(_get(actor, "strategy", "fsdp")) == "megatron":
+    gpus = int(select(config, "trainer.n_gpus_per_node", 1)) * int(select(config, "trainer.nnodes", 1))
+    actor = select(config, "actor_rollout_ref.actor")
+    if str(select(actor, "strategy", "fsdp")) == "megatron":
         model_parallel = 1
         for key in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size"):
-            model_parallel *= int(_get(actor, f"megatron.{key}", 1))
+            model_parallel *= int(select(actor, f"megatron.{key}", 1))
         return max(1, gpus // model_parallel)
-    return max(1, gpus // int(_get(actor, "ulysses_sequence_parallel_size", 1) or 1))
+    return max(1, gpus // int(select(actor, "ulysses_sequence_parallel_size", 1) or 1))
 
 
 def batch_problems(config: Any) -> list[str]:
@@ -142,24 +143,24 @@ def batch_problems(config: Any) -> list[str]:
     ``actor.ppo_mini_batch_size * rollout.n / dp`` for each update mini-batch, where ``dp`` is
     :func:`data_parallel_size`. Dynamic batch sizes (``use_dynamic_bsz=true``) have no such rule.
     """
-    n = int(_get(config, "actor_rollout_ref.rollout.n", 1))
+    n = int(select(config, "actor_rollout_ref.rollout.n", 1))
     dp = data_parallel_size(config)
-    train_rows = int(_get(config, "data.train_batch_size", 0)) * n
-    mini_rows = int(_get(config, "actor_rollout_ref.actor.ppo_mini_batch_size", 0)) * n
-    dynamic = bool(_get(config, "actor_rollout_ref.actor.use_dynamic_bsz", False))
+    train_rows = int(select(config, "data.train_batch_size", 0)) * n
+    mini_rows = int(select(config, "actor_rollout_ref.actor.ppo_mini_batch_size", 0)) * n
+    dynamic = bool(select(config, "actor_rollout_ref.actor.use_dynamic_bsz", False))
     stages = [
         ("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz",
          train_rows, "data.train_batch_size * rollout.n"),
         ("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", "actor_rollout_ref.actor.use_dynamic_bsz",
          mini_rows, "actor.ppo_mini_batch_size * rollout.n"),
     ]
-    if _get(config, "actor_rollout_ref.actor.use_kl_loss", False) or _get(config, "algorithm.use_kl_in_reward", False):
+    if select(config, "actor_rollout_ref.actor.use_kl_loss", False) or select(config, "algorithm.use_kl_in_reward", False):
         stages.append(("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
                        "actor_rollout_ref.ref.log_prob_use_dynamic_bsz", train_rows, "data.train_batch_size * rollout.n"))
     problems = []
     for micro_key, dynamic_key, rows, rows_formula in stages:
-        micro = _get(config, micro_key)
-        if micro is None or bool(_get(config, dynamic_key, dynamic)):
+        micro = select(config, micro_key)
+        if micro is None or bool(select(config, dynamic_key, dynamic)):
             continue
         micro = int(micro)
         if rows % dp or (rows // dp) % micro:

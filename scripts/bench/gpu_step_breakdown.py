@@ -25,7 +25,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from learning_runs import write_section  # noqa: E402
+from learning_runs import load_steps, write_section  # noqa: E402
 
 HEADING = "## GPU: per-step breakdown"
 ARMS = {  # name -> run_gpu.sh environment
@@ -62,14 +62,6 @@ def _slug(name: str) -> str:
     return name.replace(" + ", "_").replace(" ", "_")
 
 
-def _metrics(path: Path) -> dict[int, dict]:
-    steps: dict[int, dict] = {}
-    for line in path.read_text().splitlines():
-        record = json.loads(line)
-        steps.setdefault(record["step"], {}).update(record["data"])
-    return steps
-
-
 def _median(steps: dict[int, dict], key: str) -> float:
     values = [m[key] for s, m in steps.items() if s > 1 and key in m]
     return statistics.median(values) if values else float("nan")
@@ -77,7 +69,7 @@ def _median(steps: dict[int, dict], key: str) -> float:
 
 def table(results: Path) -> str:
     info = json.loads((results / "machine.json").read_text())
-    runs = {name: _metrics(results / _slug(name) / "metrics.jsonl") for name in ARMS}
+    runs = {name: load_steps(results / _slug(name) / "metrics.jsonl") for name in ARMS}
     phases = sorted({k.removeprefix("timing_s/") for m in runs.values() for s in m.values() for k in s
                      if k.startswith("timing_s/")})
     steps = sorted(next(iter(runs.values())))
