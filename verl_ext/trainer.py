@@ -65,7 +65,8 @@ class VerlExtTrainerMixin:
             config.trainer.v1.trainer_mode = self.base_mode
         self.verl_ext_config = config.trainer.v1.get("verl_ext", {}) or {}
         self.old_logits_config = OldLogitsConfig.from_config(
-            config.algorithm.get("old_logits", None), config.trainer.v1.sampler.get("max_off_policy_threshold")
+            config.algorithm.get("old_logits", None), config.trainer.v1.sampler.get("max_off_policy_threshold"),
+            self.base_mode,
         )
         self.old_logit_provider = build_provider(self.old_logits_config)
         self._old_logit_host = None  # built on first use, once the worker groups exist

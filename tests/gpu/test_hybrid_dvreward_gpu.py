@@ -73,7 +73,8 @@ def test_toolcua_hybrid_dvreward_gpu_script_on_one_gpu(tmp_path, vllm_judge):
     run_script(
         "toolcua_hybrid/run_fsdp_qwen25_1p5b.sh", tmp_path / "run",
         "recipe=toolcua_hybrid_dvreward",
-        "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+        # 4 tasks x 4 rollouts: ~100k tokens a step at the script's n=8 made this the longest GPU test
+        "data.train_batch_size=4", "actor_rollout_ref.rollout.n=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
         "data.max_prompt_length=6144", "data.max_response_length=4096",
         "actor_rollout_ref.model.use_remove_padding=false",
         "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",

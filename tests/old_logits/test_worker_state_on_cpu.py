@@ -119,3 +119,25 @@ def test_snapshot_serves_versions_trained_without_actor_updates(policy, batch):
     expected = torch.where(versions == 3, forward(trained), forward(initial))
     torch.testing.assert_close(out[mask], expected[mask], rtol=0, atol=1e-6)
     assert state.snapshots.nbytes == sum(p.numel() * p.element_size() for p in policy.parameters())  # one copy
+
+
+def test_snapshot_under_the_sync_trainer_keeps_no_copies_and_scores_exactly(policy, batch):
+    """verl's sync trainer samples every token with the live weights: the snapshot provider then
+    saves nothing (a per-step host copy nobody reads was the cost in the GPU step breakdown) and
+    scores every step's tokens with the current weights, which are the sampling weights."""
+    config = OldLogitsConfig.from_config({"provider": "snapshot"}, max_off_policy_threshold=4, trainer_mode="sync")
+    assert not config.stale_tokens
+    state = OldLogitWorkerState(config, list(policy.parameters()), first_version=0)
+    assert state.snapshots is None
+    mask = batch["response_mask"].bool()
+    all_rows = torch.arange(mask.shape[0])
+    for version in range(3):  # each step: score the fresh tokens of `version`, then train on them
+        on_policy = torch.where(mask, torch.full_like(batch["token_versions"], version), -1)
+        host = LocalPolicyHost(policy.response_log_probs, state, version=version)
+        out = build_provider(config).compute(host, {**batch, "token_versions": on_policy}, {})["old_log_probs"]
+        with torch.no_grad():
+            live = policy.response_log_probs(batch, all_rows)
+        torch.testing.assert_close(out[mask], live[mask], rtol=0, atol=0)
+        _train_version(state, policy, version=version, steps=2, seed=11 + version)
+    with pytest.raises(RuntimeError, match="sync trainer keeps no snapshots"):
+        state.weights("snapshot:0")  # a stale token would be a bug of the trainer: say so

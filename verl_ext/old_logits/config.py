@@ -140,11 +140,15 @@ class OldLogitsConfig:
     Attributes:
         provider: registered provider name (``verl_ext.old_logits.registered_providers()``).
         staleness_bound: filled from ``trainer.v1.sampler.max_off_policy_threshold`` by ``from_config``.
+        stale_tokens: whether the trainer can hand tokens of older versions to the provider; False
+            under verl's ``sync`` trainer (every token is sampled by the live weights), where
+            ``snapshot`` then keeps no copies: they would never be read.
         ewma, snapshot, dedicated, interrupt, loglinear: per-provider settings.
     """
 
     provider: str = "current"
     staleness_bound: int | None = None
+    stale_tokens: bool = True
     ewma: EWMAConfig = field(default_factory=EWMAConfig)
     snapshot: SnapshotConfig = field(default_factory=SnapshotConfig)
     dedicated: DedicatedConfig = field(default_factory=DedicatedConfig)
@@ -152,11 +156,12 @@ class OldLogitsConfig:
     loglinear: LogLinearConfig = field(default_factory=LogLinearConfig)
 
     @classmethod
-    def from_config(cls, old_logits: Mapping[str, Any] | None, max_off_policy_threshold: int | None) -> OldLogitsConfig:
+    def from_config(cls, old_logits: Mapping[str, Any] | None, max_off_policy_threshold: int | None,
+                    trainer_mode: str = "colocate_async") -> OldLogitsConfig:
         """Builds the config from ``algorithm.old_logits`` (a DictConfig or dict, or None for the
-        defaults) and the trainer's staleness bound."""
+        defaults), the trainer's staleness bound and verl's trainer mode (``sync``: no stale tokens)."""
         raw = dict(old_logits or {})
-        _reject_unknown(KEY, raw, {f.name for f in dataclasses.fields(cls)} - {"staleness_bound"})
+        _reject_unknown(KEY, raw, {f.name for f in dataclasses.fields(cls)} - {"staleness_bound", "stale_tokens"})
         sub = {}
         sections = (
             ("ewma", EWMAConfig),
@@ -170,7 +175,7 @@ class OldLogitsConfig:
             _reject_unknown(f"{KEY}.{name}", values, {f.name for f in dataclasses.fields(sub_cls)})
             sub[name] = sub_cls(**values)
         bound = None if max_off_policy_threshold is None else int(max_off_policy_threshold)
-        return cls(staleness_bound=bound, **raw, **sub)
+        return cls(staleness_bound=bound, stale_tokens=trainer_mode != "sync", **raw, **sub)
 
     def ewma_beta(self, updates_per_version: int = 1) -> float:
         """The decay to build ``EWMAShadow`` with.

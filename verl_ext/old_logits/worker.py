@@ -81,7 +81,7 @@ class OldLogitWorkerState:
         )
         self.snapshots = (
             SnapshotStore(config.snapshot_max_versions(), config.snapshot.pin_memory)
-            if config.provider == "snapshot"
+            if config.provider == "snapshot" and config.stale_tokens
             else None
         )
         # The version during which the last optimizer step ran: the live weights are those of every
@@ -138,10 +138,13 @@ class OldLogitWorkerState:
                     f"weights {spec!r} requested but algorithm.old_logits.provider={self.config.provider}"
                 )
             return self.ewma.swap_in(self.backup_device, self.reshard)
-        if self.snapshots is None:
-            raise RuntimeError(f"weights {spec!r} requested but algorithm.old_logits.provider={self.config.provider}")
         if self._step_version is not None and version > self._step_version:
             return nullcontext()  # no optimizer step since this version: the live weights are its weights
+        if self.snapshots is None:
+            why = "" if self.config.stale_tokens else " (the sync trainer keeps no snapshots: its tokens are never stale)"
+            raise RuntimeError(
+                f"weights {spec!r} requested but algorithm.old_logits.provider={self.config.provider}{why}"
+            )
         try:
             return self.snapshots.swap_in(version, self.params, self.backup_device, self.reshard)
         except SnapshotMissingError:
