@@ -28,6 +28,36 @@ def run_recipe(script: str, out: Path, *overrides: str, steps: int, timeout: int
     return proc
 
 
+def run_hybrid_env_job(kind: str, out: Path, model: Path, train_size: int, batch: int, response_length: int) -> str:
+    """``verl-ext prepare-data <kind>`` then verl's ``main_ppo`` (module entry, cpu backend) with the
+    ``hybrid_gui_tool`` loop (``plugins/env=minidesk`` sets only what any hybrid env needs: hermes
+    calls, the agent loop, env rewards) and HGPO for 2 steps of ``batch`` prompts x 2 samples.
+    Metrics go to ``out/metrics.jsonl``; fails with the log tail on a non-zero exit; returns the log."""
+    bin_dir = Path(sys.executable).parent
+    data = out / "data"
+    subprocess.run([str(bin_dir / "verl-ext"), "prepare-data", kind, str(data), "--train-size", str(train_size),
+                    "--val-size", "2"], check=True, capture_output=True)
+    env = {**os.environ, "VERL_PLATFORM": "cpu", "VERL_FILE_LOGGER_PATH": str(out / "metrics.jsonl")}
+    micro = 2 * batch  # one micro-batch holds every row of a step
+    overrides = [
+        "+plugins/backend=cpu", "+plugins/env=minidesk", "+plugins/advantage=hgpo",
+        f"data.train_files={data}/train.parquet", f"data.val_files={data}/val.parquet",
+        f"data.train_batch_size={batch}", "data.max_prompt_length=4096", f"data.max_response_length={response_length}",
+        f"actor_rollout_ref.model.path={model}",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={batch}", f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro}",
+        "actor_rollout_ref.rollout.n=2", f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={micro}",
+        "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=4",
+        "trainer.logger=[console,file]", "trainer.total_training_steps=2", "trainer.save_freq=-1",
+        "trainer.test_freq=-1", "trainer.val_before_train=false", f"trainer.default_local_dir={out}/ckpt",
+    ]
+    proc = subprocess.run([sys.executable, "-m", "verl.trainer.main_ppo", *overrides], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=900)
+    log = proc.stdout + proc.stderr
+    (out / "run.log").write_text(log)
+    assert proc.returncode == 0, log[-6000:]
+    return log
+
+
 def read_metrics(path: Path) -> dict[int, dict]:
     """verl's file logger: one ``{"step": s, "data": {...}}`` per line -> {step: metrics}."""
     steps: dict[int, dict] = {}
