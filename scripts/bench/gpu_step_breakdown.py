@@ -37,12 +37,18 @@ ARMS = {  # name -> run_gpu.sh environment
 HOOKED_PHASES = ("adv", "old_log_prob", "update_actor", "update_weights")
 
 
-def run_arms(out: Path, steps: int, context: str) -> None:
+def machine_info(context: str) -> dict:
+    """The card and the versions a GPU benchmark's table names (``machine.json``)."""
     import torch
 
     info = {"card": torch.cuda.get_device_name(0), "torch": torch.__version__, "context": context}
     for module in ("vllm", "verl", "transformers"):
         info[module] = __import__(module).__version__
+    return info
+
+
+def run_arms(out: Path, steps: int, context: str) -> None:
+    info = machine_info(context)
     out.mkdir(parents=True, exist_ok=True)
     for name, env in ARMS.items():
         folder = out / _slug(name)
@@ -62,7 +68,8 @@ def _slug(name: str) -> str:
     return name.replace(" + ", "_").replace(" ", "_")
 
 
-def _median(steps: dict[int, dict], key: str) -> float:
+def median_after_first(steps: dict[int, dict], key: str) -> float:
+    """Median of ``key`` over the steps after the first (warm-up: CUDA graphs, caches); NaN if never logged."""
     values = [m[key] for s, m in steps.items() if s > 1 and key in m]
     return statistics.median(values) if values else float("nan")
 
@@ -85,14 +92,16 @@ def table(results: Path) -> str:
         "|---|" + "---|" * len(ARMS),
     ]
     for phase in phases:
-        lines.append(f"| {phase} | " + " | ".join(f"{_median(runs[n], 'timing_s/' + phase):.3f}" for n in ARMS) + " |")
+        cells = [f"{median_after_first(runs[n], 'timing_s/' + phase):.3f}" for n in ARMS]
+        lines.append(f"| {phase} | " + " | ".join(cells) + " |")
     base = runs[next(iter(ARMS))]
-    step_base = _median(base, "timing_s/step")
+    step_base = median_after_first(base, "timing_s/step")
     params = info["parameters"]
     lines += ["", "| verl-ext arm | time added in the hooked phases | share of the plain step | GPU memory added "
               "| host memory added |", "|---|---|---|---|---|"]
     for name in list(ARMS)[1:]:
-        added = sum(_median(runs[name], f"timing_s/{p}") - _median(base, f"timing_s/{p}") for p in HOOKED_PHASES)
+        added = sum(median_after_first(runs[name], f"timing_s/{p}") - median_after_first(base, f"timing_s/{p}")
+                    for p in HOOKED_PHASES)
         gpu, host = state_bytes(name, params, runs[name])
         lines.append(f"| {name} | {added:+.3f} s | {added / step_base:+.1%} | {_bytes(gpu, params)} | {_bytes(host, params)} |")
     lines += ["", "Time added: the difference of the medians of the phases verl-ext hooks "
