@@ -6,13 +6,19 @@
 #   3. RL from that checkpoint with `python -m verl.trainer.main_ppo`: hybrid_gui_tool in the
 #      function-call format (hermes <tool_call>), env rewards, GRPO, verl-ext's sync trainer.
 #   bash recipes/toolcua_sft_rl/run_cpu.sh [main_ppo overrides...]
-#   SEED=0 SFT_STEPS=60 STEPS=4 TEMPLATES=settings_panel OUT=runs/... bash recipes/toolcua_sft_rl/run_cpu.sh
+#   SEED=0 SFT_STEPS=150 STEPS=4 TEMPLATES=settings_panel OUT=runs/... bash recipes/toolcua_sft_rl/run_cpu.sh
 set -euo pipefail
 
 SEED=${SEED:-0}
-SFT_STEPS=${SFT_STEPS:-60}           # SFT optimizer steps (batch SFT_BATCH transcripts)
-SFT_BATCH=${SFT_BATCH:-4}
-SFT_LR=${SFT_LR:-1e-2}
+MODEL_WIDTH=${MODEL_WIDTH:-128}      # hidden size of the tiny model (the SFT settings below were measured at 128)
+# SFT: many one-transcript steps, cosine to 0. The format (a parseable <tool_call>) appears late and
+# at once: at lr 3e-3 150 steps still loop on JSON keys (0 of 22 held-out turns parse) and 250 parse
+# on all 22; at lr 6e-3 150 steps parse on all 22 (recipes/toolcua_sft_rl/README.md, "Measured").
+SFT_STEPS=${SFT_STEPS:-150}          # SFT optimizer steps (batch SFT_BATCH transcripts)
+SFT_BATCH=${SFT_BATCH:-1}
+SFT_LR=${SFT_LR:-6e-3}
+SFT_WARMUP=${SFT_WARMUP:-10}         # linear warmup steps, then cosine decay to 0 at SFT_STEPS
+SFT_EVAL_ROWS=${SFT_EVAL_ROWS:-4}    # held-out transcripts for `verl-ext eval-sft` (0: skip)
 STEPS=${STEPS:-4}                    # RL training steps
 OUT=${OUT:-$PWD/runs/toolcua_sft_rl/seed$SEED}
 # The settings app has the shortest pages (~4k tokens a transcript with the 512-token vocabulary);
@@ -23,13 +29,15 @@ export VERL_PLATFORM=cpu             # the cpu platform is picked per process, b
 export RAY_DEDUP_LOGS=0
 export RAY_health_check_failure_threshold=${RAY_health_check_failure_threshold:-60}  # loaded 2-core machines
 
-[ -f "$OUT/model/config.json" ] || verl-ext make-tiny-model "$OUT/model" --seed "$SEED"
+[ -f "$OUT/model/config.json" ] || verl-ext make-tiny-model "$OUT/model" --seed "$SEED" --hidden-size "$MODEL_WIDTH"
 verl-ext prepare-data text_hybrid_sft "$OUT/sft_data" --train-size $((SFT_STEPS * SFT_BATCH < 64 ? SFT_STEPS * SFT_BATCH : 64)) \
     --val-size 4 --seed "$SEED" --templates "$TEMPLATES"
 verl-ext prepare-data text_hybrid "$OUT/rl_data" --train-size 64 --val-size 8 --seed "$SEED" --templates "$TEMPLATES"
 
 # --- 1. SFT: verl's multi-turn SFT trainer; the rows' messages/tools are JSON text, decoded by
 # verl_ext.envs.demos.JsonMultiTurnSFTDataset (parquet would add null keys to the tool schemas).
+# fp32 compute as the cpu backend's RL (and faster than bf16 here); total_epochs is only a bound, the
+# run stops at SFT_STEPS.
 VERL_FILE_LOGGER_PATH="$OUT/sft_metrics.jsonl" torchrun --standalone --nproc_per_node=1 -m verl.trainer.sft_trainer \
     data.train_files="$OUT/sft_data/train.parquet" \
     data.val_files="$OUT/sft_data/val.parquet" \
@@ -47,7 +55,11 @@ VERL_FILE_LOGGER_PATH="$OUT/sft_metrics.jsonl" torchrun --standalone --nproc_per
     engine.strategy=fsdp2 \
     engine.use_torch_compile=false \
     engine.dtype=float32 \
+    '++engine.mixed_precision={param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}' \
     optim.lr="$SFT_LR" \
+    optim.lr_warmup_steps="$SFT_WARMUP" \
+    optim.lr_scheduler_type=cosine \
+    'optim.betas=[0.9,0.95]' \
     'checkpoint.save_contents=[model,optimizer,extra,hf_model]' \
     trainer.device=cpu \
     trainer.seed="$SEED" \
@@ -55,11 +67,17 @@ VERL_FILE_LOGGER_PATH="$OUT/sft_metrics.jsonl" torchrun --standalone --nproc_per
     trainer.project_name=toolcua_sft_rl \
     trainer.experiment_name="sft_seed$SEED" \
     trainer.total_training_steps="$SFT_STEPS" \
+    trainer.total_epochs=1000 \
     trainer.save_freq="$SFT_STEPS" \
     trainer.test_freq="$SFT_STEPS" \
     trainer.default_local_dir="$OUT/sft" \
     trainer.resume_mode=disable
 SFT_MODEL="$OUT/sft/global_step_$SFT_STEPS/huggingface"   # weights + tokenizer in HF format (hf_model)
+# What SFT taught: greedy replies at every turn of held-out transcripts (the oracle's earlier turns as
+# context), parsed with verl's hermes parser as the agent loop parses them.
+if [ "$SFT_EVAL_ROWS" -gt 0 ]; then
+    verl-ext eval-sft "$SFT_MODEL" "$OUT/sft_data/val.parquet" --max-rows "$SFT_EVAL_ROWS" --out "$OUT/sft_eval.json"
+fi
 
 # --- 2. RL from the SFT checkpoint. Validation before training is greedy: it measures the SFT
 # model itself on held-out tasks (val-aux/verl_ext/text_hybrid/{valid_call_rate,format_ok,success}).
@@ -93,4 +111,5 @@ VERL_FILE_LOGGER_PATH="$OUT/metrics.jsonl" python -m verl.trainer.main_ppo \
 echo
 echo "verl-ext toolcua_sft_rl finished."
 echo "  SFT checkpoint:   $SFT_MODEL (metrics: $OUT/sft_metrics.jsonl)"
+echo "  SFT held-out calls: $OUT/sft_eval.json (valid_call_rate: parseable; exact_call_rate: the oracle's call)"
 echo "  RL metrics:       $OUT/metrics.jsonl (step 0: val-aux/... of the SFT model; then verl_ext/episode/*)"

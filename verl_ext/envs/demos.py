@@ -8,11 +8,17 @@ Rows follow verl's ``MultiTurnSFTDataset`` layout, ``messages`` and ``tools``, s
 parquet would merge the differently shaped tool schemas and call arguments into one struct type and
 hand every missing key back as ``null``, which the chat template then renders into the prompt.
 :class:`JsonMultiTurnSFTDataset` (``data.custom_cls``) decodes them before verl's dataset tokenises.
+
+:func:`held_out_call_rates` (``verl-ext eval-sft``) measures what SFT taught: greedy replies of a model at
+every assistant turn of held-out transcripts, parsed with verl's hermes parser as the loop parses them.
 """
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import json
+from collections.abc import Callable
 from typing import Any
 
 from verl.utils.dataset.multiturn_sft_dataset import MultiTurnSFTDataset
@@ -109,3 +115,81 @@ class JsonMultiTurnSFTDataset(MultiTurnSFTDataset):
 
 def _decoded(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str) else value
+
+
+# --- what SFT taught: greedy function calls on held-out transcripts ---------------------------------
+def turns_of(messages: list[dict[str, Any]]) -> list[tuple[list[dict[str, Any]], dict[str, Any]]]:
+    """Each assistant turn of a transcript: (the messages before it, the call the oracle made there)."""
+    return [(messages[:i], m["tool_calls"][0]["function"]) for i, m in enumerate(messages) if m["role"] == "assistant"]
+
+
+def score_reply(parser: Any, reply_ids: list[int], expected: dict[str, Any]) -> tuple[bool, bool]:
+    """(valid, exact) for one model reply: it holds exactly one call that ``parser`` (verl's
+    ``ToolParser``) parses -- the loop's ``valid_call_rate`` rule -- and that call is ``expected``."""
+    _, calls = asyncio.run(parser.extract_tool_calls(reply_ids))
+    if len(calls) != 1:
+        return False, False
+    return True, calls[0].name == expected["name"] and json.loads(calls[0].arguments) == expected["arguments"]
+
+
+def call_rates(tokenizer: Any, rows: list[dict[str, Any]], generate: Callable[[list[int]], list[int]],
+               parser_format: str = "hermes") -> dict[str, float]:
+    """Share of the assistant turns of ``rows`` (``text_hybrid_sft_rows``) where ``generate`` (prompt
+    ids -> reply ids) writes one parseable call (``valid_call_rate``) and the oracle's call
+    (``exact_call_rate``). The prompt of a turn is the chat template over the oracle's earlier turns
+    with the generation prompt: the tokens the ``hybrid_gui_tool`` loop feeds the model there."""
+    from verl.experimental.agent_loop.tool_parser import ToolParser
+
+    parser = ToolParser.get_tool_parser(parser_format, tokenizer)
+    valid = exact = turns = 0
+    for row in rows:
+        tools = _decoded(row["tools"])
+        for before, call in turns_of(_decoded(row["messages"])):
+            prompt = tokenizer.apply_chat_template(before, tools=tools, add_generation_prompt=True,
+                                                   tokenize=True, return_dict=False)
+            ok, same = score_reply(parser, generate(list(prompt)), call)
+            valid, exact, turns = valid + ok, exact + same, turns + 1
+    return {"turns": turns, "valid_call_rate": valid / max(turns, 1), "exact_call_rate": exact / max(turns, 1)}
+
+
+def held_out_call_rates(model_path: str, data_file: str, max_new_tokens: int = 128,
+                        max_rows: int | None = None) -> dict[str, float]:
+    """:func:`call_rates` of the HF model at ``model_path`` decoding greedily on the rows of ``data_file``.
+
+    The model is loaded in fp32 whatever its config says: verl's SFT checkpoint declares bf16, but the
+    cpu backend trains and rolls out in fp32 (plugins/backend/cpu.yaml), so this is the model RL starts from.
+    """
+    import pandas as pd
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
+    rows = pd.read_parquet(data_file).to_dict("records")[:max_rows]
+
+    def generate(prompt: list[int]) -> list[int]:
+        with torch.no_grad():
+            out = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                                 max_new_tokens=max_new_tokens, do_sample=False,
+                                 eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+        return out[0, len(prompt):].tolist()
+
+    return call_rates(tokenizer, rows, generate)
+
+
+def main(argv: list[str]) -> int:
+    """``verl-ext eval-sft MODEL DATA.parquet``: print (and with ``--out`` write) the held-out call rates."""
+    parser = argparse.ArgumentParser(prog="verl-ext eval-sft", description=held_out_call_rates.__doc__)
+    parser.add_argument("model", help="HF model dir (e.g. sft/global_step_N/huggingface)")
+    parser.add_argument("data", help="SFT parquet of held-out transcripts (prepare-data text_hybrid_sft .../val.parquet)")
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--max-rows", type=int, default=None)
+    parser.add_argument("--out", default=None, help="also write the rates to this JSON file")
+    args = parser.parse_args(argv)
+    rates = held_out_call_rates(args.model, args.data, args.max_new_tokens, args.max_rows)
+    text = json.dumps(rates)
+    print(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text + "\n")
+    return 0
