@@ -42,3 +42,41 @@ def test_cpu_backend_section_is_computed_from_the_run_metrics():
     assert "| gen (hf rollout, 32 sequences) | 0.80 | 0.70-0.90 |" in text  # step 1 (warm-up) left out
     assert "median over steps 2-4" in text and "1.0e-09 to 4.0e-09 over steps 1-4" in text
     assert "took 2.0 minutes" in text
+
+
+def test_text_hybrid_study_statistics_and_rates_are_computed_from_the_metrics():
+    study = _script("text_hybrid_study")
+    mean, se, n = study.mean_se(np.array([1.0, 2.0, 3.0, np.nan]))
+    assert (mean, n) == (2.0, 3) and se == np.std([1, 2, 3], ddof=1) / np.sqrt(3)
+    assert np.isnan(study.mean_se(np.array([0.5]))[1])
+    # two arms 0.3 apart with SEs 0.05 each: 2 SE of the difference = 0.141 -> exceeds; a third
+    # arm 0.1 from the second does not; a one-seed arm has no SE, so nothing is claimed for it
+    spread = np.array([-1.0, 0.0, 1.0]) * 0.05 * np.sqrt(3)  # sample std 0.05 * sqrt(3): SE 0.05
+    arms = {"a": 0.9 + spread, "b": 0.6 + spread, "c": 0.7 + spread, "d": np.array([0.1])}
+    by_pair = {(c.a, c.b): c for c in study.compare(arms)}
+    assert abs(by_pair["a", "b"].diff - 0.3) < 1e-12
+    assert abs(by_pair["a", "b"].se - np.hypot(0.05, 0.05)) < 1e-12 and by_pair["a", "b"].exceeds
+    assert not by_pair["b", "c"].exceeds and not by_pair["a", "d"].exceeds
+    lines = study.comparison_lines("success", arms)
+    assert "- success, a - b: +0.30 (2 SE = 0.14): **exceeds** 2 SE" in lines
+    assert "- success, b - c: -0.10 (2 SE = 0.14): within 2 SE" in lines
+    assert any(line.startswith("- success, a - d:") and "fewer than 2 seeds" in line for line in lines)
+    # success rates of 64 episodes a seed: two seeds that agree by chance do not make a one-episode
+    # difference significant (binomial floor on each arm's SE)
+    close = {"x": np.array([0.97, 0.97]), "y": np.array([0.99, 0.99])}
+    assert study.compare(close)[0].exceeds and not study.compare(close, episodes=64)[0].exceeds
+    floor = np.sqrt(0.97 * 0.03 / 128)
+    assert abs(study.arm_se(close["x"], episodes=64)[1] - floor) < 1e-12
+    # conditional rates from verl's unconditional validation means (ratios), per seed and step
+    val = study.VAL.format
+    run = {5: {val("success"): 0.5, val("len_gain"): 0.25, val("used_tool"): 0.6, val("tool_beneficial"): 0.5,
+               val("used_tool_beneficial"): 0.4, val("decisions_tool"): 2.0, val("decisions_tool_tool"): 1.5,
+               val("decisions_gui"): 0.0, val("decisions_gui_tool"): 0.0}}
+    rates = study.derived({0: run}, [5])
+    assert rates["steps_per_success"][0, 0] == study.MAX_STEPS * 0.5  # len_gain/success = 1 - s/S_max
+    assert abs(rates["tool_when_beneficial"][0, 0] - 0.8) < 1e-12 and abs(rates["tool_when_not"][0, 0] - 0.4) < 1e-12
+    assert rates["decision_tool_when_shorter"][0, 0] == 0.75
+    assert np.isnan(rates["decision_tool_when_gui_shorter"][0, 0])  # no such decision: undefined, not 0
+    assert list(study.final(np.array([[0.1, 0.2, np.nan], [np.nan, np.nan, np.nan]]))[:1]) == [0.2]
+    assert study.goal_met(np.array([0.9, 0.85]), np.array([0.1, 0.2])) == "yes"
+    assert study.goal_met(np.array([0.9, 0.85]), np.array([0.3, 0.2])) == "no"

@@ -13,6 +13,7 @@ if [ "${LOSS:-ppo_ewma}" != ppo_ewma ]; then
     echo "async_agentic compares old-logit providers under the ppo_ewma loss; unset LOSS (got '$LOSS')" >&2
     exit 2
 fi
+export LOSS=ppo_ewma                 # toolcua_hybrid/run_cpu.sh defaults to vanilla (synchronous)
 export OUT=${OUT:-$PWD/runs/async_agentic/cpu-$PROVIDER}
 
 # trainer_mode again on the command line: toolcua_hybrid/run_cpu.sh adds +plugins/backend=cpu,

@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # toolcua_hybrid on the cpu backend: the recipe's config (MiniDesk in headless Chromium, HGPO,
-# PPO-EWMA + EWMA old logits, Tool-Efficient Path Reward) with the tiny random model playing the
-# T/G action menu, trained by verl's own `python -m verl.trainer.main_ppo`. Minutes on 2 cores.
+# Tool-Efficient Path Reward) with the tiny random model playing the T/G action menu, trained by
+# verl's own `python -m verl.trainer.main_ppo`. Minutes on 2 cores.
+# This run is synchronous, so it uses verl's PPO loss: PPO-EWMA (+ EWMA old logits, the recipe's
+# GPU default) learned slower here (docs/benchmarks.md, "toolcua_hybrid learning") and, in the
+# text_hybrid study, under real staleness too ("text_hybrid study"). LOSS=ppo_ewma switches it
+# back on; recipes/async_agentic/run_cpu.sh runs it under staleness.
 #   bash recipes/toolcua_hybrid/run_cpu.sh [hydra overrides...]
-#   ADV=grpo|gigpo|hgpo LOSS=ppo_ewma|vanilla SEED=0 STEPS=30 OUT=runs/... bash recipes/toolcua_hybrid/run_cpu.sh
+#   ADV=grpo|gigpo|hgpo LOSS=vanilla|ppo_ewma SEED=0 STEPS=30 OUT=runs/... bash recipes/toolcua_hybrid/run_cpu.sh
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
 ADV=${ADV:-hgpo}
-LOSS=${LOSS:-ppo_ewma}
+LOSS=${LOSS:-vanilla}
 SEED=${SEED:-0}
 STEPS=${STEPS:-30}
 OUT=${OUT:-$PWD/runs/toolcua_hybrid/$ADV-$LOSS-seed$SEED}

@@ -20,8 +20,9 @@ Two action formats (constructor ``action_format``):
 - ``tool_call`` (default): the model writes function calls (verl's tool parser, ``multi_turn.format``);
   GUI primitives go through ``computer_use``, app tools are called directly.
 - ``menu``: for models too small to write calls (the cpu recipes' tiny model): each turn the
-  model answers ``T`` or ``G``, the next step of the task's tool-preferring or GUI-only
-  reference plan (``verl_ext.envs.menu``; MiniDesk only, ``trajectory`` layout only). The
+  model answers ``T`` or ``G``: on MiniDesk the next step of the task's tool-preferring or
+  GUI-only reference plan, on text_hybrid the next decision (subgoal) done by tools or by the GUI
+  (``verl_ext.envs.menu``; ``trajectory`` layout only). The
   dataset's system prompt is replaced by the menu's; observations are the menu, not the page.
   An answer that names no available option ends the episode, as a reply without a function
   call does in ``tool_call`` mode.
@@ -81,6 +82,7 @@ class _Episode:
     artifact: dict[str, Any] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
     server_fields: dict[str, Any] = field(default_factory=dict)  # the first reply's extra_fields
+    decisions: list[dict[str, str]] = field(default_factory=list)  # menu answers per decision (text_hybrid)
 
 
 @dataclass
@@ -238,7 +240,7 @@ class HybridGuiToolAgentLoop(AgentLoopBase):
         return rows
 
     async def _play_menu(self, env: Any, sampling_params: dict[str, Any], episode: _Episode) -> list[_Row]:
-        plans = menu.PlanMenu(episode.reset_info.get("plans") or {})
+        plans = menu.make_menu(episode.reset_info)
         messages = [{"role": "system", "content": menu.SYSTEM_PROMPT},
                     {"role": "user", "content": plans.first_message(episode.obs)}]
         row = _Row(await self.ct_build_initial_tokens(messages), [], [], TurnTokens())
@@ -260,17 +262,10 @@ class HybridGuiToolAgentLoop(AgentLoopBase):
             if action is None:  # as in tool_call mode (ToolCUA's format rule): no valid choice ends it
                 episode.stop_reason = "no_valid_choice"
                 break
-            plans.advance(mode)
-            with simple_timer("tool_calls", episode.metrics):
-                obs, reward, terminated, truncated, info = await asyncio.to_thread(env.step, action)
-            episode.rewards[-1] = float(reward)
-            if info.get("fault"):
-                episode.fault, episode.stop_reason = info["fault"], "fault"
-                break
-            episode.obs, episode.success = obs, bool(info.get("success", False))
-            if terminated or truncated:
-                episode.truncated = truncated
-                episode.stop_reason = "terminated" if terminated else "max_steps"
+            decision = plans.advance(mode)
+            if decision is not None:
+                episode.decisions.append(decision)
+            if await self._menu_steps(env, plans, action, episode):
                 break
             messages.append({"role": "assistant", "content": text})
             previous = list(messages)
@@ -281,6 +276,24 @@ class HybridGuiToolAgentLoop(AgentLoopBase):
         else:
             episode.stop_reason, episode.truncated = "max_turns", True
         return [row]
+
+    async def _menu_steps(self, env: Any, plans: menu.Menu, action: Any, episode: _Episode) -> bool:
+        """Take ``action`` and the rest of the answer's steps (``plans.follow_up``) on the env,
+        adding their rewards to the turn's; True when the episode is over."""
+        while action is not None:
+            with simple_timer("tool_calls", episode.metrics):
+                obs, reward, terminated, truncated, info = await asyncio.to_thread(env.step, action)
+            episode.rewards[-1] += float(reward)
+            if info.get("fault"):
+                episode.fault, episode.stop_reason = info["fault"], "fault"
+                return True
+            episode.obs, episode.success = obs, bool(info.get("success", False))
+            if terminated or truncated:
+                episode.truncated = truncated
+                episode.stop_reason = "terminated" if terminated else "max_steps"
+                return True
+            action = plans.follow_up(episode.obs)
+        return False
 
     # --- tokens of one row: a model turn, an observation ----------------------------------------
     async def _model_turn(self, row: _Row, request_id: str, sampling_params: dict[str, Any], images: list[Any],
@@ -421,6 +434,7 @@ def write_step_metadata(episode: _Episode, traj_uid: str, step: int | None = Non
             "env_fault": episode.fault,
             "artifact": episode.artifact,
             "dv_questions": episode.reset_info.get("dv_questions"),  # DVReward questions (MiniDesk)
+            "decisions": episode.decisions,  # action_format=menu on text_hybrid: {choice, better} per decision
         },
     )
 

@@ -1,5 +1,15 @@
-"""A two-option action menu over MiniDesk's reference plans, for models too small to write
-function calls (the cpu recipes' tiny random model).
+"""A two-option action menu over an env's reference plans, for models too small to write
+function calls (the cpu recipes' tiny random model). Two menus, picked by what the env's reset
+info holds (``make_menu``):
+
+- :class:`PlanMenu` (MiniDesk): each answer is one *step* of a whole-task plan (below).
+- :class:`DecisionMenu` (text_hybrid): each answer is one *decision*: the next subgoal of the
+  task done by tool calls (``T``) or through the GUI (``G``), from the view the earlier choices
+  left. The oracle's mixed path is a sequence of answers, and which answer is shorter changes
+  from decision to decision with the instruction and the view: the when-to-switch choice is
+  made per step, and a wrong one costs path length or a wasted call (Tool-Efficient Path Reward).
+
+PlanMenu:
 
 Each turn the policy answers one letter: ``T`` takes the next step of the task's tool-preferring
 plan, ``G`` the next step of its GUI-only plan (``info["plans"]``, the same plans the scripted
@@ -54,7 +64,7 @@ def describe(action: Action | None) -> str:
 
 
 class PlanMenu:
-    """The T/G menu of one episode: a cursor into each reference plan.
+    """The T/G menu of one MiniDesk episode: a cursor into each reference plan.
 
     Args:
         plans: ``{"tool": [...], "gui": [...]}`` from the env's reset info (MiniDesk).
@@ -64,7 +74,7 @@ class PlanMenu:
         missing = [mode for mode in CHOICES.values() if mode not in plans]
         if missing:
             raise ValueError(f"the T/G menu needs reference plans {missing} in the env's reset info; "
-                             "only MiniDesk provides them (agent loop action_format=menu)")
+                             "MiniDesk provides them (text_hybrid a decision_table instead; agent loop action_format=menu)")
         self._plans = {mode: list(plans[mode]) for mode in CHOICES.values()}
         self._cursor = dict.fromkeys(self._plans, 0)
 
@@ -74,8 +84,14 @@ class PlanMenu:
         plan, cursor = self._plans[mode], self._cursor[mode]
         return plan_step_action(plan[cursor], obs) if cursor < len(plan) else GuiAction("done")
 
-    def advance(self, mode: str) -> None:
+    def advance(self, mode: str) -> dict[str, str] | None:
+        """Commit the answer ``mode``; returns the decision record (None: plans have no decisions)."""
         self._cursor[mode] += 1
+        return None
+
+    def follow_up(self, obs: Observation) -> Action | None:
+        """One answer is one step here: nothing follows it."""
+        return None
 
     def render(self, obs: Observation) -> str:
         """``T) <next tool-path step> | G) <next GUI-path step>``."""
@@ -86,8 +102,94 @@ class PlanMenu:
 
     def feedback(self, obs: Observation) -> str:
         """The observation after a step: how the last action went, then the new options."""
-        if obs.last_result and not obs.last_result.get("success", True):
-            outcome = "error: " + str(obs.last_result.get("error_message", ""))[:MAX_DESCRIPTION_CHARS]
-        else:
-            outcome = "ok"
-        return f"Step {obs.step}: {outcome}\nOptions: {self.render(obs)}"
+        return f"Step {obs.step}: {_outcome(obs)}\nOptions: {self.render(obs)}"
+
+
+def _outcome(obs: Observation) -> str:
+    """How the last action went: ``ok`` or the env's error message, cut short."""
+    if obs.last_result and not obs.last_result.get("success", True):
+        return "error: " + str(obs.last_result.get("error_message", ""))[:MAX_DESCRIPTION_CHARS]
+    return "ok"
+
+
+class DecisionMenu:
+    """The T/G menu of one text_hybrid episode: one answer per decision (subgoal), in the
+    instruction's order.
+
+    ``T`` does the decision with the tool steps from the current view, or through the GUI where
+    no tool does it (as the tool-preferring plan does, so all-T replays ``plans["tool"]``); ``G``
+    does it through the GUI (all-G replays ``plans["gui"]``). The menu tracks the view itself:
+    GUI steps may change it, tool steps never do (``text_hybrid.decision_table``).
+
+    Args:
+        table: ``decision_table`` from the env's reset info. start_view: the app's view at reset.
+    """
+
+    def __init__(self, table: list[dict[int, dict[str, Any]]], start_view: int):
+        self._table = table
+        self._view = start_view
+        self._decision = 0
+        self._queue: list[dict[str, Any]] = []  # steps of the committed answer not yet taken
+
+    def _option(self) -> dict[str, Any] | None:
+        return self._table[self._decision][self._view] if self._decision < len(self._table) else None
+
+    def steps(self, mode: str) -> list[dict[str, Any]] | None:
+        """The plan steps answer ``mode`` stands for now; None once every decision is made."""
+        option = self._option()
+        if option is None:
+            return None
+        return option["tool"] if mode == "tool" and option["tool"] is not None else option["gui"]
+
+    def action(self, mode: str, obs: Observation) -> Action | None:
+        """The first action of answer ``mode`` on ``obs`` (``done`` once every decision is made)."""
+        steps = self.steps(mode)
+        return GuiAction("done") if steps is None else plan_step_action(steps[0], obs)
+
+    def advance(self, mode: str) -> dict[str, str] | None:
+        """Commit ``mode`` for the current decision (its first step is being taken); returns
+        ``{"choice": the mode done, "better": the shorter one from here}``."""
+        option = self._option()
+        if option is None:
+            return None
+        done = "tool" if mode == "tool" and option["tool"] is not None else "gui"
+        self._queue = list(self.steps(mode)[1:])
+        if done == "gui":
+            self._view = option["after"]
+        self._decision += 1
+        return {"choice": done, "better": option["better"]}
+
+    def follow_up(self, obs: Observation) -> Action | None:
+        """The next action of the committed answer on ``obs``, None when it is complete (or its
+        element is not on the page: the answer stops there)."""
+        return plan_step_action(self._queue.pop(0), obs) if self._queue else None
+
+    def render(self, obs: Observation) -> str:
+        """``T) 2 calls | G) 3 GUI steps`` for the next decision (``T) 3 GUI steps, no tool``)."""
+        option = self._option()
+        if option is None:
+            return "T) done | G) done"
+        n_gui = len(option["gui"])
+        tool = f"{len(option['tool'])} calls" if option["tool"] is not None else f"{n_gui} GUI steps, no tool"
+        return f"T) {tool} | G) {n_gui} GUI steps"
+
+    def first_message(self, obs: Observation) -> str:
+        return f"Task: {obs.instruction}\n{self._header()}Options: {self.render(obs)}"
+
+    def feedback(self, obs: Observation) -> str:
+        return f"Step {obs.step}: {_outcome(obs)}\n{self._header()}Options: {self.render(obs)}"
+
+    def _header(self) -> str:
+        return f"Decision {self._decision + 1}/{len(self._table)}\n" if self._decision < len(self._table) else ""
+
+
+Menu = PlanMenu | DecisionMenu
+
+
+def make_menu(reset_info: dict[str, Any]) -> Menu:
+    """The env's menu: per decision where the env hands out a ``decision_table`` (text_hybrid),
+    per plan step otherwise (MiniDesk's ``plans``)."""
+    if "decision_table" in reset_info:
+        table = reset_info["decision_table"]
+        return DecisionMenu(table, next(iter(table[0])) if table else 0)  # row 0 holds the start view only
+    return PlanMenu(reset_info.get("plans") or {})

@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import random
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 from verl_ext.envs.base import BrowserEnv
@@ -70,17 +71,7 @@ def plan_task(subgoals: list[Subgoal], start_view: int) -> Plans:
             steps, view = goal.gui(view)
         tool += steps
 
-    @functools.lru_cache(maxsize=None)
-    def best(i: int, v: int) -> tuple[int, str]:
-        if i == len(subgoals):
-            return 0, ""
-        steps, after = subgoals[i].gui(v)
-        options = [(len(steps) + best(i + 1, after)[0], "gui")]
-        tool_steps = subgoals[i].tool(v)
-        if tool_steps is not None:
-            options.append((len(tool_steps) + best(i + 1, v)[0], "tool"))
-        return min(options, key=lambda o: (o[0], o[1] != "gui"))
-
+    best = _cost_to_go(subgoals)
     oracle: list[Step] = []
     decisions: list[dict[str, Any]] = []
     view = start_view
@@ -98,6 +89,53 @@ def plan_task(subgoals: list[Subgoal], start_view: int) -> Plans:
         else:
             oracle += tool_steps
     return Plans(gui, tool, oracle, decisions)
+
+
+def _cost_to_go(subgoals: list[Subgoal]) -> Callable[[int, int], tuple[int, str]]:
+    """``best(i, view)`` -> (fewest steps to finish subgoals ``i..`` from ``view``, the first
+    choice on such a path: ``gui`` on a tie)."""
+
+    @functools.lru_cache(maxsize=None)
+    def best(i: int, v: int) -> tuple[int, str]:
+        if i == len(subgoals):
+            return 0, ""
+        steps, after = subgoals[i].gui(v)
+        options = [(len(steps) + best(i + 1, after)[0], "gui")]
+        tool_steps = subgoals[i].tool(v)
+        if tool_steps is not None:
+            options.append((len(tool_steps) + best(i + 1, v)[0], "tool"))
+        return min(options, key=lambda o: (o[0], o[1] != "gui"))
+
+    return best
+
+
+def decision_table(subgoals: list[Subgoal], start_view: int) -> list[dict[int, dict[str, Any]]]:
+    """What each decision offers from every view a sequence of choices can reach it in (the T/G
+    menu's per-step options, ``verl_ext.envs.menu.DecisionMenu``).
+
+    ``table[i][view]`` = ``{"gui": steps, "after": view after them, "tool": steps or None (no
+    tool does this subgoal), "better": label}``; ``better`` compares the fewest total steps to the
+    end of the task after each choice: ``tool``/``gui`` when one is strictly shorter, ``tie``,
+    or ``none`` when there is no tool.
+    """
+    best = _cost_to_go(subgoals)
+    table: list[dict[int, dict[str, Any]]] = []
+    views = {start_view}
+    for i, goal in enumerate(subgoals):
+        row: dict[int, dict[str, Any]] = {}
+        for view in sorted(views):
+            gui_steps, after = goal.gui(view)
+            tool_steps = goal.tool(view)
+            if tool_steps is None:
+                better = "none"
+            else:
+                by_gui = len(gui_steps) + best(i + 1, after)[0]
+                by_tool = len(tool_steps) + best(i + 1, view)[0]
+                better = "tool" if by_tool < by_gui else "gui" if by_gui < by_tool else "tie"
+            row[view] = {"gui": gui_steps, "after": after, "tool": tool_steps, "better": better}
+        table.append(row)
+        views = {option["after"] for option in row.values()} | set(row)  # after GUI, or unchanged by a tool
+    return table
 
 
 def summary(plans: Plans) -> dict[str, Any]:
@@ -261,6 +299,7 @@ class TextHybridEnv(BrowserEnv):
             **summary(plans),
             "plans": {"gui": plans.gui, "tool": plans.tool, "oracle": plans.oracle},
             "decisions": plans.decisions,
+            "decision_table": decision_table(app.subgoals, app.view),  # the T/G menu's per-step options
             "variant": variant,
             "apps": [app.name],
             "dv_questions": dv_questions(task.template, app),

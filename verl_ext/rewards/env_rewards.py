@@ -39,7 +39,12 @@ def reward_components(extras: dict[str, Any], valid: bool, max_steps: int = DEFA
     help, else 0: verl averages every extra into ``val-aux/<source>/<key>/mean@N``, so this reads
     as the share of tool-beneficial tasks; ToolCUA's ``t_b`` is ``+1``/``-1`` for the same label),
     ``valid``, ``valid_call_rate`` (share of the model's turns that held exactly one parseable
-    function call; 0 for an episode without turns).
+    function call; 0 for an episode without turns), ``used_tool_beneficial`` (``used_tool`` on a
+    tool-beneficial task, else 0: mean(this) / mean(``tool_beneficial``) is the tool-use rate
+    where tools help) and, per decision of a text_hybrid menu episode (``extras["decisions"]``),
+    counts ``decisions_<better>`` and ``decisions_<better>_tool`` for ``better`` = ``tool``/``gui``
+    (which answer was strictly shorter from that state; their ratio of means is the per-decision
+    tool-use rate).
     """
     success = bool(extras.get("success")) and valid
     turns = len(extras.get("actions") or [])
@@ -58,7 +63,19 @@ def reward_components(extras: dict[str, Any], valid: bool, max_steps: int = DEFA
         "tool_beneficial": float(beneficial),
         "valid": float(valid),
         "valid_call_rate": float(extras.get("valid_calls") or 0) / turns if turns else 0.0,
+        "used_tool_beneficial": float(calls > 0 and beneficial),
+        **decision_counts(extras.get("decisions") or []),
     }
+
+
+def decision_counts(decisions: list[dict[str, str]]) -> dict[str, float]:
+    """Decisions where tools / the GUI were strictly shorter, and how many of each were done by tool."""
+    out = {}
+    for better in ("tool", "gui"):
+        chosen = [d["choice"] for d in decisions if d["better"] == better]
+        out[f"decisions_{better}"] = float(len(chosen))
+        out[f"decisions_{better}_tool"] = float(chosen.count("tool"))
+    return out
 
 
 def compute_score(

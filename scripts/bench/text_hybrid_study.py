@@ -1,0 +1,427 @@
+"""Does each plugin earn its place? The text_hybrid study (issue 14): the tiny model on the
+browserless hybrid GUI + tool apps, one T/G decision per subgoal, through verl's real trainer
+(``recipes/text_hybrid/run_cpu.sh``), same seeds and budget for every arm.
+
+- ``estimators`` (synchronous, verl's PPO loss): grpo vs gigpo vs hgpo: held-out success, steps per
+  successful episode, and *when to switch*: the tool-use rate where tools are strictly shorter vs
+  where the GUI is, per task (any tool call on a tool-beneficial task) and per decision.
+- ``old_logits`` (verl's colocate_async, batches queued 2 ahead, hgpo): ``current`` (verl's default
+  recomputation, vanilla loss), ``snapshot`` (exact old logits, vanilla loss), ``ewma`` + ``ppo_ewma``:
+  final success, PPO clip and rejection-masked fractions, staleness, time per step.
+
+Mean and standard error over seeds per arm; every pairwise difference of an arm's final value is
+tested against two standard errors of the difference (``compare``), and the section says which
+exceed it. Runs are sequential and seed-major (a partial sweep still compares every arm); a
+finished run is reused; ``--report-only`` runs nothing and reports exactly the runs found.
+Writes the section ``## text_hybrid study: ...`` of ``docs/benchmarks.md`` and PNGs in docs/img/.
+
+    python scripts/bench/text_hybrid_study.py --steps 25 --seeds 0 1 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+from dataclasses import dataclass
+from itertools import combinations
+from pathlib import Path
+
+import numpy as np
+from learning_runs import REPO, Runs, load_note, load_steps, run_once, series, write_section
+
+HEADING = "## text_hybrid study: which plugin earns its place"
+SCRIPT = "text_hybrid/run_cpu.sh"
+VAL = "val-aux/verl_ext/text_hybrid/{}/mean@1"
+MAX_STEPS = 24  # S_max of the recipe (len_gain = success * (1 - steps / S_max))
+VAL_EPISODES = 64  # validation instances per evaluation (run_cpu.sh --val-size), one episode each
+GOAL_TOOL, GOAL_GUI = 0.8, 0.2  # issue 14: tools on >= 80% where they help, <= 20% where they do not
+PARTS = {
+    "estimators": {
+        "grpo": {"MODE": "sync", "ADV": "grpo", "LOSS": "vanilla", "PROVIDER": "current"},
+        "gigpo": {"MODE": "sync", "ADV": "gigpo", "LOSS": "vanilla", "PROVIDER": "current"},
+        "hgpo": {"MODE": "sync", "ADV": "hgpo", "LOSS": "vanilla", "PROVIDER": "current"},
+    },
+    "old_logits": {
+        "current + vanilla": {"MODE": "colocate_async", "ADV": "hgpo", "LOSS": "vanilla", "PROVIDER": "current"},
+        "snapshot + vanilla": {"MODE": "colocate_async", "ADV": "hgpo", "LOSS": "vanilla", "PROVIDER": "snapshot"},
+        "ewma + ppo_ewma": {"MODE": "colocate_async", "ADV": "hgpo", "LOSS": "ppo_ewma", "PROVIDER": "ewma"},
+    },
+}
+ASYNC_KEYS = {  # label -> (metric, how it is reduced over the training steps)
+    "PPO clip fraction": ("actor/pg_clipfrac", "mean"),
+    "rejection-masked fraction (token_k1 band)": ("rollout_corr/rollout_rs_token_k1_masked_fraction", "mean"),
+    "PPO-EWMA IS-masked fraction": ("actor/ppo_ewma/is_masked_frac", "mean"),
+    "KL(behaviour, old log-probs) (`rollout_corr/kl`)": ("rollout_corr/kl", "mean"),
+    "trajectory staleness, mean": ("training/off_policy/trajectory_staleness/mean", "mean"),
+    "trajectory staleness, max": ("training/off_policy/trajectory_staleness/max", "max"),
+    "`old_logits/stale/version_gap_max`, max": ("old_logits/stale/version_gap_max", "max"),
+    "time per step (s)": ("timing_s/step", "mean"),
+    "old-log-prob time per step (s)": ("timing_s/old_log_prob", "mean"),
+}
+
+
+# --- derived validation metrics: ratios of verl's per-key means ------------------------------------
+def ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    """``num / den`` where ``den > 0``, else NaN (a rate over an empty set is undefined, not 0)."""
+    num, den = np.asarray(num, float), np.asarray(den, float)
+    out = np.full(np.broadcast(num, den).shape, np.nan)
+    np.divide(num, den, out=out, where=den > 0)
+    return out
+
+
+def derived(runs: Runs, steps: list[int]) -> dict[str, np.ndarray]:
+    """Validation rates at ``steps``, each of shape (seeds, steps). verl averages every reward
+    extra over the validation episodes, so a conditional rate is a ratio of two such means:
+
+    - ``steps_per_success``: mean steps of successful episodes, from ``len_gain`` = success * (1 - s/S_max);
+    - ``tool_when_beneficial`` / ``tool_when_not``: share of episodes that called a tool among
+      tasks whose oracle uses a tool / uses none;
+    - ``decision_tool_when_shorter`` / ``decision_tool_when_gui_shorter``: share of decisions
+      answered by tools among those where tools / the GUI are strictly shorter from that state.
+    """
+    get = {key: series(runs, VAL.format(key), steps).reshape(len(runs), len(steps)) for key in (
+        "success", "len_gain", "used_tool", "tool_beneficial", "used_tool_beneficial", "decisions_tool",
+        "decisions_tool_tool", "decisions_gui", "decisions_gui_tool")}
+    return {
+        "success": get["success"],
+        "steps_per_success": MAX_STEPS * (1 - ratio(get["len_gain"], get["success"])),
+        "tool_when_beneficial": ratio(get["used_tool_beneficial"], get["tool_beneficial"]),
+        "tool_when_not": ratio(get["used_tool"] - get["used_tool_beneficial"], 1 - get["tool_beneficial"]),
+        "decision_tool_when_shorter": ratio(get["decisions_tool_tool"], get["decisions_tool"]),
+        "decision_tool_when_gui_shorter": ratio(get["decisions_gui_tool"], get["decisions_gui"]),
+    }
+
+
+# --- statistics ------------------------------------------------------------------------------------
+def mean_se(values: np.ndarray) -> tuple[float, float, int]:
+    """Mean, standard error (sample std / sqrt(n); NaN for one value) and n, over the finite values."""
+    v = np.asarray(values, float)
+    v = v[np.isfinite(v)]
+    if len(v) == 0:
+        return float("nan"), float("nan"), 0
+    return float(v.mean()), float(v.std(ddof=1) / np.sqrt(len(v))) if len(v) > 1 else float("nan"), len(v)
+
+
+def fmt(values: np.ndarray, digits: int = 2) -> str:
+    m, se, n = mean_se(values)
+    if n == 0:
+        return "n/a"
+    return f"{m:.{digits}f}" if n == 1 else f"{m:.{digits}f} ± {se:.{digits}f}"
+
+
+@dataclass(frozen=True)
+class Comparison:
+    a: str
+    b: str
+    diff: float  # mean(a) - mean(b)
+    se: float    # sqrt(se_a^2 + se_b^2)
+
+    @property
+    def exceeds(self) -> bool:
+        """|difference| > 2 standard errors of the difference (False when the SE is undefined)."""
+        return bool(np.isfinite(self.se) and abs(self.diff) > 2 * self.se)
+
+
+def arm_se(values: np.ndarray, episodes: int | None = None) -> tuple[float, float]:
+    """Mean and standard error of one arm. For a rate measured on ``episodes`` episodes per seed,
+    the SE is at least the binomial one of the pooled episodes, sqrt(p (1 - p) / (episodes * n)):
+    with 2-3 seeds the spread between seeds can be near zero by chance (e.g. 0.97 twice), and
+    that would call a difference of one episode significant."""
+    mean, se, n = mean_se(values)
+    if episodes and n > 1:
+        se = max(se, float(np.sqrt(mean * (1 - mean) / (episodes * n))))
+    return mean, se
+
+
+def compare(arms: dict[str, np.ndarray], episodes: int | None = None) -> list[Comparison]:
+    """Every pair of arms (per-seed values each): the difference of means and its standard error
+    (independent arms: the SEs add in quadrature; ``arm_se``). Arms with fewer than 2 values give an
+    undefined SE."""
+    out = []
+    for a, b in combinations(arms, 2):
+        (ma, sa), (mb, sb) = arm_se(arms[a], episodes), arm_se(arms[b], episodes)
+        out.append(Comparison(a, b, ma - mb, float(np.hypot(sa, sb))))
+    return out
+
+
+def comparison_lines(metric: str, arms: dict[str, np.ndarray], digits: int = 2,
+                     episodes: int | None = None) -> list[str]:
+    """One bullet per pair: the difference, 2 SE, and whether it exceeds them."""
+    lines = []
+    for c in compare(arms, episodes):
+        if not np.isfinite(c.diff):
+            continue
+        verdict = ("**exceeds** 2 SE" if c.exceeds else "within 2 SE" if np.isfinite(c.se)
+                   else "SE undefined (fewer than 2 seeds)")
+        lines.append(f"- {metric}, {c.a} - {c.b}: {c.diff:+.{digits}f} (2 SE = {2 * c.se:.{digits}f}): {verdict}")
+    return lines
+
+
+def final(values: np.ndarray) -> np.ndarray:
+    """Per seed: the last finite value of a (seeds, steps) array (NaN where a seed has none)."""
+    out = np.full(values.shape[0], np.nan)
+    for i, row in enumerate(values):
+        finite = np.flatnonzero(np.isfinite(row))
+        if len(finite):
+            out[i] = row[finite[-1]]
+    return out
+
+
+def reduce_steps(runs: Runs, key: str, how: str) -> np.ndarray:
+    """Per seed: ``key`` over the training steps (>= 1), reduced by ``mean`` or ``max``."""
+    steps = sorted({s for run in runs.values() for s in run if s >= 1})
+    values = series(runs, key, steps).reshape(len(runs), len(steps))
+    reducer = np.nanmax if how == "max" else np.nanmean
+    return np.array([reducer(row) if np.isfinite(row).any() else np.nan for row in values])
+
+
+# --- report ----------------------------------------------------------------------------------------
+def val_steps(results: dict[str, Runs]) -> list[int]:
+    key = VAL.format("success")
+    return sorted({s for runs in results.values() for run in runs.values() for s, m in run.items() if key in m})
+
+
+def _step_table(results: dict[str, Runs], name: str, steps: list[int], digits: int = 2) -> list[str]:
+    arms = list(results)
+    lines = ["| step | " + " | ".join(arms) + " |", "|---" * (len(arms) + 1) + "|"]
+    values = {arm: derived(results[arm], steps)[name] for arm in arms}
+    for j, s in enumerate(steps):
+        lines.append(f"| {s} | " + " | ".join(fmt(values[arm][:, j], digits) for arm in arms) + " |")
+    return lines
+
+
+def seeds_ran(results: dict[str, Runs], steps: int) -> str:
+    """Which seeds of each arm reached the last step (what the tables average)."""
+    return "; ".join(f"{arm}: seeds {', '.join(map(str, sorted(s for s, run in runs.items() if steps in run))) or 'none'}"
+                     for arm, runs in results.items())
+
+
+def finished(results: dict[str, Runs], steps: int) -> dict[str, Runs]:
+    """Only the runs that reached the last step."""
+    return {arm: {s: run for s, run in runs.items() if steps in run} for arm, runs in results.items()}
+
+
+def reference_lengths(data_dir: Path) -> dict[str, float]:
+    """Mean length of the oracle / all-GUI / all-tool plans on the validation tasks, and the share
+    of tool-beneficial tasks (``beneficial``); empty when the run's data is not there."""
+    import pandas as pd
+
+    path = data_dir / "val.parquet"
+    if not path.exists():
+        return {}
+    info = pd.read_parquet(path)["extra_info"]
+    out = {k: float(np.mean([e["ref_steps"][k] for e in info])) for k in ("oracle", "gui", "tool")}
+    return {**out, "beneficial": float(np.mean([bool(e["tool_beneficial"]) for e in info]))}
+
+
+def reference_text(refs: dict[str, float]) -> str:
+    if not refs:
+        return ""
+    return (f"On the validation tasks the oracle's mixed path takes {refs['oracle']:.1f} env steps on average, "
+            f"all-GUI {refs['gui']:.1f}, all-tool {refs['tool']:.1f}; tools help (the oracle calls one) on "
+            f"{refs['beneficial']:.0%} of them.")
+
+
+def estimators_section(results: dict[str, Runs], steps: int, refs: dict[str, float], plot: str) -> list[str]:
+    vs = val_steps(results)
+    last = {arm: derived(runs, vs) for arm, runs in results.items()}
+    lines = [
+        "### (a) grpo vs gigpo vs hgpo (synchronous, verl's PPO loss)", "",
+        f"Runs that reached step {steps}: {seeds_ran(results, steps)}. {reference_text(refs)}", "",
+        "**Held-out success** (64 validation instances, one episode each at temperature 1; mean ± standard "
+        "error over seeds):", "", *_step_table(results, "success", vs), "",
+        "**Env steps per successful episode** (validation; shorter is better):", "",
+        *_step_table(results, "steps_per_success", vs, 1), "",
+        f"**Differences at the last validation (step {vs[-1] if vs else '-'})**, computed by the script "
+        "(difference of means vs 2 standard errors of the difference; for success rates the SE of an arm "
+        f"is at least the binomial SE of its {VAL_EPISODES} x seeds episodes):", "",
+        *comparison_lines("success", {a: final(d["success"]) for a, d in last.items()}, episodes=VAL_EPISODES),
+        *comparison_lines("steps per success", {a: final(d["steps_per_success"]) for a, d in last.items()}, 1),
+        *comparison_lines("learning speed (success averaged over all validations)",
+                          {a: np.nanmean(d["success"], axis=1) for a, d in last.items()},
+                          episodes=VAL_EPISODES * len(vs)),
+        "",
+        "### (b) When to switch: tool use where tools are shorter vs where the GUI is", "",
+        f"Goal (issue 14): tools on at least {GOAL_TOOL:.0%} where they help, at most {GOAL_GUI:.0%} where "
+        "they do not. Per task: episodes that called any tool, among tasks whose oracle calls one / calls "
+        "none. Per decision: T answers (done by tools) among the decisions where tools / the GUI are "
+        "strictly shorter to the end of the task from the state the policy reached (ties and decisions "
+        "without a tool left out). Validation episodes, so an episode cut short by an invalid answer "
+        "counts its decisions so far.", "",
+        "| arm | step | tool use, tools help (task) | tool use, tools do not help (task) | T where tools "
+        "shorter (decision) | T where GUI shorter (decision) | goal met (decision) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for arm, d in last.items():
+        for j in sorted({0, len(vs) - 1}) if vs else []:
+            cells = [fmt(d[k][:, j]) for k in ("tool_when_beneficial", "tool_when_not", "decision_tool_when_shorter",
+                                               "decision_tool_when_gui_shorter")]
+            met = goal_met(d["decision_tool_when_shorter"][:, j], d["decision_tool_when_gui_shorter"][:, j])
+            lines.append(f"| {arm} | {vs[j]} | " + " | ".join(cells) + f" | {met} |")
+    lines += ["", *comparison_lines("T where tools shorter minus T where GUI shorter (final, per seed)", {
+        a: final(d["decision_tool_when_shorter"]) - final(d["decision_tool_when_gui_shorter"]) for a, d in last.items()})]
+    lines += ["", f"![text_hybrid estimators]({plot})", ""]
+    return lines
+
+
+def goal_met(tool_rate: np.ndarray, gui_rate: np.ndarray) -> str:
+    """``yes`` when the mean rates meet the goal (>= 80% where tools are shorter, <= 20% where not)."""
+    t, g = mean_se(tool_rate)[0], mean_se(gui_rate)[0]
+    if not (np.isfinite(t) and np.isfinite(g)):
+        return "n/a"
+    return "yes" if t >= GOAL_TOOL and g <= GOAL_GUI else "no"
+
+
+def old_logits_section(results: dict[str, Runs], steps: int, plot: str) -> list[str]:
+    vs = val_steps(results)
+    success = {arm: final(derived(runs, vs)["success"]) for arm, runs in results.items()}
+    arms = list(results)
+    lines = [
+        "### (c) Old logits under real staleness (verl's colocate_async, hgpo)", "",
+        f"Runs that reached step {steps}: {seeds_ran(results, steps)}. Three batches are queued ahead of "
+        "the trainer (recipe `async_agentic` with `num_warmup_batches=3`), so tokens are several weight "
+        "versions old (the staleness rows below are measured); every arm keeps the recipe's token_k1 "
+        "rejection band on pi_old/mu (0.5-2.0). `current`: verl's default (old log-probs recomputed "
+        "with the current weights), verl's PPO loss; `snapshot`: exact old log-probs from weight "
+        "snapshots, verl's PPO loss; `ewma + ppo_ewma`: the EWMA proximal policy with the decoupled "
+        "PPO-EWMA loss. Mean ± standard error over seeds; training metrics averaged over the steps "
+        "(staleness: maximum).", "",
+        "| metric | " + " | ".join(arms) + " |", "|---" * (len(arms) + 1) + "|",
+        f"| held-out success, step {vs[-1] if vs else '-'} | " + " | ".join(fmt(success[a]) for a in arms) + " |",
+    ]
+    for label, (key, how) in ASYNC_KEYS.items():
+        values = {a: reduce_steps(results[a], key, how) for a in arms}
+        digits = 3 if "fraction" in label or "KL" in label else 2
+        lines.append(f"| {label} | " + " | ".join(fmt(values[a], digits) for a in arms) + " |")
+    speed = {arm: np.nanmean(derived(runs, vs)["success"], axis=1) for arm, runs in results.items()}
+    lines += ["", "**Differences**, computed by the script (as in (a)):", "",
+              *comparison_lines("final success", success, episodes=VAL_EPISODES),
+              *comparison_lines("learning speed (success averaged over all validations)", speed,
+                                episodes=VAL_EPISODES * len(vs))]
+    for label in ("PPO clip fraction", "rejection-masked fraction (token_k1 band)", "time per step (s)"):
+        key, how = ASYNC_KEYS[label]
+        lines += comparison_lines(label, {a: reduce_steps(results[a], key, how) for a in arms}, 3)
+    lines += ["", f"![text_hybrid old logits]({plot})", ""]
+    return lines
+
+
+def plot(results: dict[str, Runs], panels: list[tuple[str, str]], title: str, path: Path,
+         lines: dict[str, dict[str, float]] | None = None) -> None:
+    """Validation curves, mean ± standard error over seeds, one panel per derived metric, with
+    dashed reference lines per panel (``lines[name] = {label: y}``)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    vs = val_steps(results)
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 3.8))
+    for ax, (name, panel_title) in zip(np.atleast_1d(axes), panels):
+        for i, (arm, runs) in enumerate(results.items()):
+            if not runs:
+                continue
+            values = derived(runs, vs)[name]
+            stats = [mean_se(values[:, j]) for j in range(len(vs))]
+            mean = np.array([m for m, _, _ in stats])
+            se = np.nan_to_num(np.array([s for _, s, _ in stats]))
+            ax.plot(vs, mean, "o-", color=f"C{i}", label=arm, markersize=3)
+            ax.fill_between(vs, mean - se, mean + se, color=f"C{i}", alpha=0.2)
+        for k, (label, y) in enumerate((lines or {}).get(name, {}).items()):
+            ax.axhline(y, color=("0.1", "0.45", "0.7")[k % 3], linestyle="--", linewidth=0.9, label=f"{label} ({y:.1f})")
+        if name.startswith(("success", "tool", "decision")):
+            ax.set_ylim(0, 1.02)
+        ax.set(title=panel_title, xlabel="training step")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def report(results: dict[str, dict[str, Runs]], steps: int, command: str, runs_info: list[dict], refs: dict[str, float],
+           plots: dict[str, Path]) -> str:
+    walls = [i["wall_s"] for i in runs_info]
+    lines = [
+        HEADING, "",
+        f"Machine: {platform.machine()}, {os.cpu_count()} cores visible, shared with other jobs "
+        f"({load_note({'all': runs_info})}), Python {platform.python_version()}; no GPU. "
+        f"`{command}`: `recipes/text_hybrid/run_cpu.sh` (verl's `main_ppo`, cpu backend, the text_hybrid "
+        "apps in process, no browser) with the 107k-parameter random tiny Qwen2 answering one T/G decision "
+        "per subgoal (T: the subgoal by tool calls where a tool exists, G: through the GUI; "
+        "`verl_ext.envs.menu.DecisionMenu`), for every arm the same seeds (model init, data) and budget: "
+        f"{steps} steps x 8 tasks x 4 rollouts, lr 3e-3, two optimizer steps per step, at most 7 turns "
+        "and 24 env steps. Reward: Tool-Efficient Path Reward (format + success + 0.4 tool-appropriate + "
+        "0.2 R_length vs the group mean, S_max 24). "
+        + (f"Wall time per run {np.mean(walls):.0f} s (min {min(walls):.0f}, max {max(walls):.0f}, "
+           f"{len(walls)} runs timed here)." if walls else "Wall times not recorded (runs reused)."),
+        "",
+    ]
+    if "estimators" in results:
+        lines += estimators_section(finished(results["estimators"], steps), steps, refs,
+                                    os.path.relpath(plots["estimators"], REPO / "docs"))
+    if "old_logits" in results:
+        lines += old_logits_section(finished(results["old_logits"], steps), steps,
+                                    os.path.relpath(plots["old_logits"], REPO / "docs"))
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=25)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--parts", nargs="+", default=list(PARTS), choices=list(PARTS))
+    parser.add_argument("--out", type=Path, default=REPO / "runs/text_hybrid_study")
+    parser.add_argument("--doc", type=Path, default=REPO / "docs/benchmarks.md")
+    parser.add_argument("--img", type=Path, default=REPO / "docs/img")
+    parser.add_argument("--attempts", type=int, default=2, help="tries per run before giving up")
+    parser.add_argument("--report-only", action="store_true", help="run nothing; report the runs under --out")
+    args = parser.parse_args(argv)
+    # the command that makes these runs (``--report-only`` and output paths only re-report them)
+    command = (f"python scripts/bench/text_hybrid_study.py --steps {args.steps} --seeds {' '.join(map(str, args.seeds))}"
+               + (f" --parts {' '.join(args.parts)}" if args.parts != list(PARTS) else ""))
+    results: dict[str, dict[str, Runs]] = {p: {arm: {} for arm in PARTS[p]} for p in args.parts}
+    runs_info: list[dict] = []
+    for seed in args.seeds:  # seed-major: a sweep cut short still compares every arm
+        for part in args.parts:
+            for arm, env in PARTS[part].items():
+                out = args.out / f"{env['MODE']}-{env['ADV']}-{env['LOSS']}-{env['PROVIDER']}-seed{seed}"
+                if not args.report_only:
+                    try:
+                        wall = run_once(SCRIPT, {**env, "SEED": str(seed)}, args.steps, out, args.attempts,
+                                        f"{arm} seed {seed}")
+                    except RuntimeError as err:  # one broken arm must not cost the others' runs
+                        print(err, flush=True)
+                        continue
+                    print(f"{arm} seed {seed}: " + ("reused" if wall is None else f"{wall:.0f} s"), flush=True)
+                if (out / "run.json").exists():
+                    runs_info.append(json.loads((out / "run.json").read_text()))
+                steps = load_steps(out / "metrics.jsonl")
+                if steps:
+                    results[part][arm][seed] = steps
+    refs = reference_lengths(args.out / f"sync-grpo-vanilla-current-seed{args.seeds[0]}" / "data")
+    plots = {"estimators": args.img / "text_hybrid_estimators.png", "old_logits": args.img / "text_hybrid_old_logits.png"}
+    if "estimators" in results:
+        plot(finished(results["estimators"], args.steps), [
+            ("success", "held-out success"), ("steps_per_success", "env steps per success"),
+            ("decision_tool_when_shorter", "T where tools shorter"),
+            ("decision_tool_when_gui_shorter", "T where GUI shorter")],
+            "text_hybrid, sync: grpo vs gigpo vs hgpo (mean ± SE over seeds)", plots["estimators"],
+            {"steps_per_success": {f"{k} plan": refs[k] for k in ("oracle", "tool", "gui") if k in refs},
+             "decision_tool_when_shorter": {"goal >= 0.8": GOAL_TOOL},
+             "decision_tool_when_gui_shorter": {"goal <= 0.2": GOAL_GUI}})
+    if "old_logits" in results:
+        plot(finished(results["old_logits"], args.steps), [("success", "held-out success"),
+                                                           ("steps_per_success", "env steps per success")],
+             "text_hybrid, colocate_async: old-logit providers (mean ± SE)", plots["old_logits"])
+    write_section(args.doc, HEADING, report(results, args.steps, command, runs_info, refs, plots))
+    print(f"wrote {args.doc} ({HEADING!r}) and {', '.join(str(p) for p in plots.values())}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

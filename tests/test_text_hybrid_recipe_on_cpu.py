@@ -1,0 +1,49 @@
+"""``recipes/text_hybrid/run_cpu.sh`` (the text_hybrid study's recipe) composes the config each arm
+of the study asks for: mode, loss and old-logit provider from its environment variables, the cpu
+backend and the decision menu. Composed as a user runs it, without a trainer
+(``tests/test_recipe_scripts.py``'s dry run); one short training run is ``tests/e2e/test_text_hybrid_e2e.py``."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+from omegaconf import OmegaConf
+
+from .test_recipe_scripts import REPO, check_config, dry_run  # noqa: F401 - dry_run is a fixture
+
+SCRIPT = REPO / "recipes/text_hybrid/run_cpu.sh"
+# (env, trainer mode, policy loss, old-logit provider or None for verl's own recomputation)
+ARMS = [
+    ({"ADV": "grpo"}, "verl_ext_sync", "vanilla", None),
+    ({"ADV": "gigpo", "LOSS": "ppo_ewma"}, "verl_ext_sync", "ppo_ewma", "ewma"),
+    ({"MODE": "colocate_async", "PROVIDER": "current"}, "verl_ext_colocate_async", "vanilla", "current"),
+    ({"MODE": "colocate_async", "PROVIDER": "snapshot"}, "verl_ext_colocate_async", "vanilla", "snapshot"),
+    ({"MODE": "colocate_async", "LOSS": "ppo_ewma"}, "verl_ext_colocate_async", "ppo_ewma", "ewma"),
+]
+
+
+@pytest.mark.parametrize("env, mode, loss, provider", ARMS, ids=lambda v: str(v))
+def test_each_study_arm_composes_its_config(env, mode, loss, provider, dry_run):  # noqa: F811
+    code, out, err = dry_run(SCRIPT, [], **env)
+    assert code == 0, err[-4000:]
+    config = OmegaConf.create(out)
+    check_config(config)
+    assert config.trainer.v1.trainer_mode == mode
+    assert config.actor_rollout_ref.actor.policy_loss.loss_mode == loss
+    assert config.algorithm.get("old_logits", {}).get("provider") == provider
+    assert config.algorithm.adv_estimator == env.get("ADV", "hgpo")
+    assert config.actor_rollout_ref.rollout.name == "hf"  # the cpu backend
+    if mode == "verl_ext_colocate_async":  # 3 batches ahead: staleness 2-3 on this backend
+        assert config.trainer.v1.colocate_async.num_warmup_batches == 3
+    loops = OmegaConf.load(config.actor_rollout_ref.rollout.agent.agent_loop_config_path)
+    assert loops[0].action_format == "menu" and loops[0].max_steps == config.algorithm.path_length_reward.max_steps
+    # HGPO's history covers every turn of an episode (one turn per decision)
+    assert config.algorithm.hgpo.history_length >= config.actor_rollout_ref.rollout.multi_turn.max_assistant_turns - 1
+
+
+def test_a_wrong_loss_is_refused_by_name(tmp_path):
+    proc = subprocess.run(["bash", str(SCRIPT)], env={**os.environ, "LOSS": "ppo", "OUT": str(tmp_path)},
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "LOSS must be vanilla or ppo_ewma, got 'ppo'" in proc.stderr
