@@ -134,12 +134,15 @@ class DecisionMenu:
     def _option(self) -> dict[str, Any] | None:
         return self._table[self._decision][self._view] if self._decision < len(self._table) else None
 
+    @staticmethod
+    def _done_by(mode: str, option: dict[str, Any]) -> str:
+        """How answer ``mode`` does the decision: by tool only where a tool does this subgoal."""
+        return "tool" if mode == "tool" and option["tool"] is not None else "gui"
+
     def steps(self, mode: str) -> list[dict[str, Any]] | None:
         """The plan steps answer ``mode`` stands for now; None once every decision is made."""
         option = self._option()
-        if option is None:
-            return None
-        return option["tool"] if mode == "tool" and option["tool"] is not None else option["gui"]
+        return None if option is None else option[self._done_by(mode, option)]
 
     def action(self, mode: str, obs: Observation) -> Action | None:
         """The first action of answer ``mode`` on ``obs`` (``done`` once every decision is made)."""
@@ -152,8 +155,8 @@ class DecisionMenu:
         option = self._option()
         if option is None:
             return None
-        done = "tool" if mode == "tool" and option["tool"] is not None else "gui"
-        self._queue = list(self.steps(mode)[1:])
+        done = self._done_by(mode, option)
+        self._queue = list(option[done][1:])
         if done == "gui":
             self._view = option["after"]
         self._decision += 1
