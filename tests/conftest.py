@@ -3,6 +3,9 @@
 - ``browser`` tests need Debian ``chromium`` + ``chromium-driver`` (and selenium). Where they are
   missing such a test is skipped with the reason, except under ``CI=true``, where it fails: CI must
   never turn green with its browser tests skipped.
+- ``needs_extra("<extra>")`` tests need an optional extra of verl-ext (``EXTRA_MODULES``): the same
+  rule (skipped with the reason, failed under ``CI=true``). A test that finds out only while it runs
+  (e.g. a recipe whose plugins need an extra) calls ``cannot_run_here(reason)``.
 - ``tests/gpu`` (marker ``gpu``) is collected only where torch sees a CUDA device or
   ``VERL_EXT_GPU_TESTS=1`` is set, so CPU CI never imports it.
 - ``tiny_model_dir``: a tiny model built once per test session (no downloads).
@@ -12,8 +15,13 @@ from __future__ import annotations
 
 import functools
 import os
+from typing import NoReturn
 
 import pytest
+
+# What each optional extra brings that verl-ext's own dependencies do not (pyproject's
+# optional-dependencies; Pillow, psutil and httpx come with verl).
+EXTRA_MODULES = {"gui": ("selenium", "miniwob"), "mcp": ("mcp",), "dev": ("openai", "matplotlib")}
 
 
 def gpu_tests_enabled() -> bool:
@@ -51,12 +59,37 @@ def browser_requirement(item: pytest.Item, ci: bool) -> str | None:
     return f"CI=true and this browser test cannot run: {missing}" if ci else f"browser test skipped: {missing}"
 
 
+def missing_extra(item: pytest.Item) -> str | None:
+    """Why ``item``'s ``needs_extra`` marker cannot be met here (naming the modules and the pip
+    command), or None."""
+    from verl_ext.doctor import importable
+
+    marker = item.get_closest_marker("needs_extra")
+    if marker is None:
+        return None
+    extra = marker.args[0]
+    missing = [module for module in EXTRA_MODULES[extra] if not importable(module)]
+    if not missing:
+        return None
+    return f"needs {', '.join(repr(m) for m in missing)}, not installed here: pip install 'verl-ext[{extra}]'"
+
+
+def cannot_run_here(reason: str) -> NoReturn:
+    """Skip the running test with ``reason``; under CI=true fail it instead."""
+    if in_ci():
+        pytest.fail(f"CI=true and this test cannot run: {reason}")
+    pytest.skip(reason)
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     # Runs before the item's fixtures, so a module-scoped browser fixture never starts.
     ci = in_ci()
     reason = browser_requirement(item, ci)
     if reason is not None:
         (pytest.fail if ci else pytest.skip)(reason)
+    reason = missing_extra(item)
+    if reason is not None:
+        cannot_run_here(reason)
 
 
 @pytest.fixture(scope="session")

@@ -17,6 +17,8 @@ import pytest
 from verl_ext import bundle
 from verl_ext.bundle import BundleError, Resolved
 
+from .conftest import cannot_run_here
+
 FREEZE = """\
 # Editable install with no version control (verl-ext==0.1.0)
 -e /work/main
@@ -309,3 +311,58 @@ def test_resolve_rounds_stops_left_out_packages_from_shaping_the_bundle(tmp_path
     assert [i.name for i in kept] == ["vllm"]  # no older numpy shadowing the target's 2.5.2
     assert [(i.name, why) for i, why in left_out] == [("numba", "given with --exclude [exclude numba]")]
     assert resolver.installed["numba"] == "0.65.0"
+
+
+@pytest.fixture(scope="module")
+def stock_venv_python(tmp_path_factory) -> tuple[Path, str]:
+    """A venv as `python3 -m venv` makes it, with this Python's bundled (ensurepip) pip, which must be
+    older than verl-ext bundle needs (Python 3.11 and 3.12 bundle pip 23.2.1). Its own pip comes first
+    on its path; this venv's packages (verl-ext's dependencies) are reachable after it via a .pth file."""
+    venv = tmp_path_factory.mktemp("stock") / "venv"
+    _run([sys.executable, "-m", "venv", str(venv)])
+    python = venv / "bin" / "python"
+    stock_site = _run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip()
+    (Path(stock_site) / "this_venv.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    version = _run([str(python), "-c", "import pip; print(pip.__version__)"]).stdout.strip()
+    if bundle.pip_version_problem(version) is None:
+        cannot_run_here(f"`python -m venv` here gives pip {version}, new enough for verl-ext bundle: no old pip to "
+                        "test against (Python 3.11 and 3.12 give pip 23.2.1)")  # fmt: skip
+    return python, version
+
+
+def test_bundle_with_a_stock_venvs_pip_stops_first_naming_the_version_and_the_upgrade(stock_venv_python, tmp_path: Path):
+    python, version = stock_venv_python
+    proc = subprocess.run([str(python), "-m", "verl_ext.cli", "bundle", "--out", str(tmp_path / "b"), "--no-deps"],
+                          env={**os.environ, "PYTHONPATH": str(Path(bundle.__file__).parents[1])},
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"{python} has pip {version}" in proc.stderr
+    assert f"Fix: {python} -m pip install --upgrade 'pip>=23.3'" in proc.stderr
+    assert "building the verl-ext wheel" not in proc.stdout  # stopped before any work
+
+
+# pip's flags for resolving for another machine, as verl-ext bundle passes them (no index: nothing is fetched)
+FOR_TARGET = ["install", "--dry-run", "--no-index", "--only-binary=:all:", "--implementation", "cp",
+              "--python-version", "3.12", "--platform", "manylinux_2_35_x86_64"]  # fmt: skip
+
+
+def test_a_resolve_failure_quotes_the_cause_the_old_pip_printed(stock_venv_python, tmp_path: Path):
+    python, _ = stock_venv_python
+    proc = subprocess.run([str(python), "-m", "pip", *FOR_TARGET, "--report", str(tmp_path / "r.json"), "verl-ext"],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode != 0
+    message = bundle.resolve_failure((proc.stdout + proc.stderr).splitlines(), ["verl-ext"], "3.12",
+                                     ["manylinux_2_35_x86_64"])  # fmt: skip
+    assert "Can not use any platform or abi specific options unless installing via '--target'" in message
+    assert "--require" not in message  # no pin advice for a cause a pin cannot fix
+
+
+def test_a_resolve_failure_with_this_pip_quotes_it_and_advises_the_pin(tmp_path: Path):
+    opts = bundle.BuildOptions(out=tmp_path, freeze=None, python_version="3.12", platforms=["manylinux_2_35_x86_64"],
+                               extras=[], requires=[], excludes=[], strips=[], part_size=1 << 20, project=None,
+                               wheel=None, find_links=[], no_deps=False, xz_preset=None, force=False)  # fmt: skip
+    pip = bundle._Pip(tmp_path, opts)
+    with pytest.raises(BundleError) as failure:
+        pip.resolve(["--no-index", "verl-ext-no-such-package"], tmp_path / "r.json", for_target=True)
+    assert "No matching distribution found for verl-ext-no-such-package" in str(failure.value)
+    assert "Fix: pin a version with --require" in str(failure.value)

@@ -8,6 +8,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from verl_ext import doctor, plugin
 
 BLOCK = "import sys\nfor name in {blocked!r}: sys.modules[name] = None\n"
@@ -19,6 +21,7 @@ def _python(code: str, blocked: list[str]) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.needs_extra("gui")  # the rest of the extra, installed
 def test_doctor_refuses_the_gui_env_without_selenium_naming_the_extra():
     proc = _python(f"from verl_ext.cli import main; sys.exit(main(['doctor', *{GUI!r}]))", ["selenium"])
     assert proc.returncode == 1, proc.stdout + proc.stderr
@@ -38,10 +41,12 @@ def test_the_trainer_refuses_to_start_naming_every_missing_module():
     assert "needs 'selenium', 'miniwob', not installed here: pip install 'verl-ext[gui]'" in proc.stdout
 
 
+@pytest.mark.needs_extra("gui")  # the rest of the extra, installed
 def test_with_everything_installed_the_gui_config_passes():
     assert doctor.dependency_problems(doctor._compose(GUI)) == []
 
 
+@pytest.mark.needs_extra("gui")  # the rest of the extra, installed
 def test_every_required_module_belongs_to_the_named_extra():
     # the extra named in the message really installs the module (pyproject, via the package metadata)
     import importlib.metadata

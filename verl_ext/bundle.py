@@ -663,14 +663,54 @@ class BuildOptions:
     preinstall: bool = False
 
 
+# pip's `install --dry-run --report` takes --platform/--python-version only from 23.3 on (pip #12215);
+# older pips stop with "Can not use any platform or abi specific options unless installing via '--target'".
+MIN_PIP = (23, 3)
+
+
+def pip_version_problem(version: str, python: str = sys.executable) -> str | None:
+    """Why pip ``version`` (in ``python``) cannot build a bundle, with the upgrade command; None if it can."""
+    if tuple(int(part) for part in re.findall(r"\d+", version)[:2]) >= MIN_PIP:
+        return None
+    wanted = ".".join(map(str, MIN_PIP))
+    return (f"building a bundle needs pip >= {wanted} (an older pip refuses to resolve for another platform with "
+            f"`pip install --dry-run --report --platform`); {python} has pip {version}. "
+            f"Fix: {python} -m pip install --upgrade 'pip>={wanted}'")  # fmt: skip
+
+
+def check_pip() -> None:
+    """Raise ``BundleError`` unless this Python has a pip that can resolve for the target."""
+    try:
+        import pip
+    except ImportError as exc:
+        raise BundleError("building a bundle needs pip in this Python: python -m ensurepip") from exc
+    problem = pip_version_problem(pip.__version__)
+    if problem:
+        raise BundleError(problem)
+
+
+def resolve_failure(lines: list[str], requirements: list[str], python_version: str, platforms: list[str]) -> str:
+    """The summary of a failed ``pip install --dry-run``: the cause in pip's own words (its ERROR lines
+    and the conflict it lists), and the fix when the cause is that no set of versions fits."""
+    errors = [line.removeprefix("ERROR:").strip() for line in lines if line.startswith("ERROR:")]
+    conflict = next((i for i, line in enumerate(lines) if "conflict is caused by" in line), None)
+    if conflict is not None:
+        errors += [line.strip() for line in lines[conflict + 1:conflict + 5] if line.startswith(" ")]
+    message = (f"pip could not resolve {' '.join(requirements)} for Python {python_version} on "
+               f"{', '.join(platforms[:3])}... with the target's packages (--freeze) held")  # fmt: skip
+    message += (": " + " | ".join(errors[:6])) if errors else " (pip's output is above)"
+    if conflict is not None or any("No matching distribution" in e for e in errors):
+        message += (". Fix: pin a version with --require 'NAME==VERSION' (it overrides the freeze), give wheels "
+                    "with --find-links DIR, or add the target's newest --platform tag (e.g. manylinux_2_35_x86_64)")
+    return message
+
+
 class _Pip:
-    """pip run so that it sees only the target's stand-ins as installed packages."""
+    """pip run so that it sees only the target's stand-ins as installed packages (``check_pip`` first)."""
 
     def __init__(self, work: Path, opts: BuildOptions) -> None:
-        try:
-            import pip
-        except ImportError as exc:
-            raise BundleError("building a bundle needs pip in this Python: python -m ensurepip") from exc
+        import pip
+
         self.opts = opts
         piponly, self.standins = work / "pip-only", work / "standins"
         piponly.mkdir()
@@ -702,14 +742,7 @@ class _Pip:
         code, lines = self.run(args + (self.target_flags if for_target else []),
                                "resolving for the target" if for_target else "looking for sdist-only packages")  # fmt: skip
         if code != 0:
-            conflict = [ln for ln in lines if "conflict is caused by" in ln or "No matching distribution" in ln]
-            raise BundleError(
-                "pip could not resolve " + " ".join(requirements) + f" for Python {self.opts.python_version} on "
-                f"{', '.join(self.opts.platforms[:3])}... with the target's packages (--freeze) held"
-                + (f" ({conflict[0].strip()})" if conflict else "")
-                + ". Fix: pin a version with --require 'NAME==VERSION' (it overrides the freeze), give wheels "
-                "with --find-links DIR, or add the target's newest --platform tag (e.g. manylinux_2_35_x86_64)"
-            )
+            raise BundleError(resolve_failure(lines, requirements, self.opts.python_version, self.opts.platforms))
         items = json.loads(report.read_text())["install"]
         return [
             Resolved(canonical_name(i["metadata"]["name"]), i["metadata"]["version"], i["download_info"]["url"])
@@ -855,6 +888,7 @@ def resolve_rounds(
 def build(opts: BuildOptions) -> Path:
     """Build the bundle described by ``opts`` into ``opts.out``; returns the folder."""
     started = time.monotonic()
+    check_pip()
     out = opts.out = opts.out.resolve()
     if out.exists() and any(out.iterdir()):
         if not opts.force:

@@ -10,7 +10,8 @@ import pytest
 
 from .conftest import assert_finite, read_metrics, run_hybrid_env_job
 
-pytestmark = pytest.mark.e2e
+# hybrid_gui_tool's start-up check wants the gui extra, browserless TextHybrid or not
+pytestmark = [pytest.mark.e2e, pytest.mark.needs_extra("gui")]
 
 
 def test_text_hybrid_episodes_train_through_verl_with_function_calls(tmp_path, tiny_model_dir):

@@ -12,7 +12,8 @@ import pytest
 
 from .conftest import assert_finite, read_metrics, run_recipe
 
-pytestmark = pytest.mark.e2e
+# hybrid_gui_tool's start-up check wants the gui extra, browserless TextHybrid or not
+pytestmark = [pytest.mark.e2e, pytest.mark.needs_extra("gui")]
 
 
 def test_sft_checkpoint_feeds_rl_with_function_call_metrics(tmp_path, monkeypatch):

@@ -17,7 +17,7 @@ import urllib.request
 import pytest
 
 from ..e2e.conftest import assert_finite, read_metrics
-from .conftest import assert_clean_end, gpus_for_worker, run_script
+from .conftest import assert_clean_end, run_script, worker_gpus
 
 
 def _free_port() -> int:
@@ -34,33 +34,33 @@ def vllm_judge(tmp_path):
                     "--dtype", "bfloat16", "--seed", "7"], check=True)
     port = _free_port()
     env = dict(os.environ)
-    visible = gpus_for_worker(1)
-    if visible is not None:
-        env["CUDA_VISIBLE_DEVICES"] = visible
-    log = open(tmp_path / "judge.log", "w")
-    server = subprocess.Popen(
-        [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--served-model-name",
-         "judge", "--host", "127.0.0.1", "--port", str(port), "--gpu-memory-utilization", "0.12",
-         "--enforce-eager", "--max-model-len", "4096"],
-        stdout=log, stderr=subprocess.STDOUT, env=env,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 600
-    while time.time() < deadline:
-        if server.poll() is not None:
-            pytest.fail(f"vLLM judge server exited with {server.returncode}:\n{(tmp_path / 'judge.log').read_text()[-4000:]}")
-        try:
-            urllib.request.urlopen(f"{url}/v1/models", timeout=2)
-            break
-        except OSError:
-            time.sleep(2)
-    else:
-        server.kill()
-        pytest.fail("vLLM judge server did not answer in 10 minutes")
-    yield f"{url}/v1"
-    server.terminate()
-    server.wait(timeout=60)
-    log.close()
+    with worker_gpus(1) as visible:  # held with the run, which takes the same cards: a shared card takes turns
+        if visible is not None:
+            env["CUDA_VISIBLE_DEVICES"] = visible
+        log = open(tmp_path / "judge.log", "w")
+        server = subprocess.Popen(
+            [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--served-model-name",
+             "judge", "--host", "127.0.0.1", "--port", str(port), "--gpu-memory-utilization", "0.12",
+             "--enforce-eager", "--max-model-len", "4096"],
+            stdout=log, stderr=subprocess.STDOUT, env=env,
+        )
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.time() + 600
+        while time.time() < deadline:
+            if server.poll() is not None:
+                pytest.fail(f"vLLM judge server exited with {server.returncode}:\n{(tmp_path / 'judge.log').read_text()[-4000:]}")
+            try:
+                urllib.request.urlopen(f"{url}/v1/models", timeout=2)
+                break
+            except OSError:
+                time.sleep(2)
+        else:
+            server.kill()
+            pytest.fail("vLLM judge server did not answer in 10 minutes")
+        yield f"{url}/v1"
+        server.terminate()
+        server.wait(timeout=60)
+        log.close()
 
 
 def test_toolcua_hybrid_dvreward_gpu_script_on_one_gpu(tmp_path, vllm_judge):

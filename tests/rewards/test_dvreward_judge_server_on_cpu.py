@@ -140,11 +140,11 @@ def assert_strict_openai_chat_completion(body: dict) -> None:
     """``body`` parses as the official client's ``ChatCompletion`` in pydantic's strict mode, and
     serves every field of the usage and log-prob objects, nullable ones included (the OpenAI
     schema lists ``bytes`` as required; the client's types only make it ``Optional``)."""
-    openai_types = pytest.importorskip("openai.types.chat", reason="pip install 'verl-ext[dev]' (openai)")
+    from openai.types.chat import ChatCompletion
     from openai.types.chat.chat_completion_token_logprob import ChatCompletionTokenLogprob, TopLogprob
     from openai.types.completion_usage import CompletionUsage
 
-    parsed = openai_types.ChatCompletion.model_validate(body, strict=True)
+    parsed = ChatCompletion.model_validate(body, strict=True)
     required = {name for name, f in CompletionUsage.model_fields.items() if f.is_required()}
     assert required <= set(body["usage"]), f"usage lacks {required - set(body['usage'])}"
     assert parsed.usage.total_tokens == parsed.usage.prompt_tokens + parsed.usage.completion_tokens
@@ -155,14 +155,17 @@ def assert_strict_openai_chat_completion(body: dict) -> None:
             assert set(TopLogprob.model_fields) <= set(top)
 
 
+@pytest.mark.needs_extra("dev")  # openai
 def test_model_server_responses_pass_strict_openai_validation(model_server):
     body = _chat(model_server, "Is there a red car?").json()
     assert_strict_openai_chat_completion(body)
     assert body["usage"]["prompt_tokens"] > len("Is there a red car?".split())  # the chat template's tokens too
 
 
+@pytest.mark.needs_extra("dev")  # openai
 def test_fake_server_responses_pass_strict_openai_validation_and_the_official_client(fake_judge):
-    openai = pytest.importorskip("openai", reason="pip install 'verl-ext[dev]' (openai)")
+    import openai
+
     judge_server = fake_judge({"red car": 0.9, "sky": 0.8})
     body = httpx.post(judge_server.url + "/chat/completions", json={
         "model": "fake-judge", "messages": [{"role": "user", "content": "Is there a red car?"}],
