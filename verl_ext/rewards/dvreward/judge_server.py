@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import json
 import math
 import os
@@ -46,6 +47,8 @@ from typing import Any, Protocol
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
+
+from verl_ext.errors import UserError
 
 HOST = "127.0.0.1"
 
@@ -398,8 +401,33 @@ def bind(port: int = 0) -> socket.socket:
     # default proto 0 every response waits ~40 ms for a delayed ACK (Nagle).
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((HOST, port))
+    try:
+        sock.bind((HOST, port))
+    except OSError as err:
+        sock.close()
+        if err.errno == errno.EADDRINUSE:
+            raise UserError(f"port {port} on {HOST} is in use (--port {port}); pick another, or --port 0 for a free one") from None
+        raise
     return sock
+
+
+def load_fake_answers(path: str) -> FakeBackend:
+    """The ``--fake-answers`` file as a backend; a missing file, bad JSON (with its line) or a
+    rule with unknown keys raises ``UserError`` naming the file."""
+    try:
+        with open(path) as f:
+            spec = json.load(f)
+    except FileNotFoundError:
+        raise UserError(f"--fake-answers {path}: no such file") from None
+    except json.JSONDecodeError as err:
+        raise UserError(f"--fake-answers {path}: not valid JSON at line {err.lineno} column {err.colno}: {err.msg}") from None
+    try:
+        return FakeBackend(spec)
+    except (TypeError, KeyError, AttributeError) as err:
+        raise UserError(
+            f"--fake-answers {path}: not a map of substrings to answers nor a list of match rules ({err}); "
+            "the format is in the docstring of verl_ext.rewards.dvreward.judge_server"
+        ) from None
 
 
 class ServerThread:
@@ -474,14 +502,13 @@ def main(argv: list[str]) -> int:
 
     import uvicorn
 
+    sock = bind(args.port)  # before loading a model: a busy port fails at once
     if args.model:
         backend: Backend = HFBackend(args.model, args.device, args.cpu_threads)
     else:
-        with open(args.fake_answers) as f:
-            backend = FakeBackend(json.load(f))
+        backend = load_fake_answers(args.fake_answers)
     name = args.served_model_name or args.model or "fake-judge"
     app = build_app(backend, name, args.max_batch, api_key_env=args.require_api_key_env)
-    sock = bind(args.port)
     port = sock.getsockname()[1]
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
 

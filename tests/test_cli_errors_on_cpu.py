@@ -1,0 +1,78 @@
+"""A user's mistake on the ``verl-ext`` command line ends in one line naming the flag or file and
+exit code 2 (``verl_ext.errors.UserError``, printed by ``verl_ext.cli``), never a traceback, and
+``verl-ext eval`` never reports an accuracy over zero episodes. Each case runs the real CLI."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from verl_ext.envs.eval_cli import format_report
+from verl_ext.rewards.env_rewards import reward_components
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "verl_ext.cli", *args], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": os.getcwd()})
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess, command: str, *phrases: str) -> str:
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"verl-ext {command}: error: "), proc.stderr
+    for phrase in phrases:
+        assert phrase in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.mark.parametrize("dataset, env", [("minidesk", "MiniDesk"), ("text_hybrid", "text_hybrid")])
+def test_prepare_data_unknown_template_names_it_and_the_known_ones(tmp_path, dataset, env):
+    proc = run_cli("prepare-data", dataset, str(tmp_path), "--train-size", "2", "--val-size", "1",
+                   "--templates", "no_such_template")
+    line = assert_one_line_error(proc, "prepare-data", f"unknown {env} templates ['no_such_template']", "--templates",
+                                 "known: ")
+    assert not list(tmp_path.iterdir()) and "settings" in line  # nothing written; a real template is listed
+
+
+def test_eval_on_a_missing_checkpoint_says_the_path_does_not_exist(tmp_path):
+    missing = tmp_path / "runs" / "global_step_30"
+    proc = run_cli("eval", "--policy", f"checkpoint:{missing}", "--tasks", "mail_star_sender")
+    assert_one_line_error(proc, "eval", f"the path {missing} does not exist")
+
+
+@pytest.mark.parametrize("spec", ["5-2", "0", "x", "-3", "2-"])
+def test_eval_seeds_that_give_no_episode_name_the_flag(spec):
+    proc = run_cli("eval", "--policy", "scripted-tool", "--tasks", "mail_star_sender", "--seeds", spec)
+    assert_one_line_error(proc, "eval", f"--seeds {spec!r} gives no episode", "LO <= HI")
+
+
+def test_eval_report_of_only_faulted_episodes_has_no_accuracy():
+    faulted = {**reward_components({"success": False, "num_steps": 2}, valid=False, max_steps=8), "task": "t"}
+    report = format_report([faulted, faulted])
+    assert "overall: episodes=0 faults=2 accuracy=n/a" in report and "0.00" not in report
+
+
+def test_judge_server_bad_json_names_the_file_and_line(tmp_path):
+    answers = tmp_path / "answers.json"
+    answers.write_text('{\n  "red car": 0.9,\n  "blue car": 0.1,\n}\n')  # trailing comma
+    proc = run_cli("judge-server", "--fake-answers", str(answers))
+    assert_one_line_error(proc, "judge-server", f"--fake-answers {answers}: not valid JSON at line 4")
+    proc = run_cli("judge-server", "--fake-answers", str(tmp_path / "missing.json"))
+    assert_one_line_error(proc, "judge-server", "missing.json: no such file")
+    answers.write_text('[{"match": ["car"], "pyes": 0.9}]')  # a misspelt key
+    proc = run_cli("judge-server", "--fake-answers", str(answers))
+    assert_one_line_error(proc, "judge-server", "not a map of substrings", "pyes")
+
+
+def test_judge_server_on_a_port_in_use_names_the_port():
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        proc = run_cli("judge-server", "--fake-answers", "/dev/null", "--port", str(port))
+    assert_one_line_error(proc, "judge-server", f"port {port} on 127.0.0.1 is in use", "--port 0")
