@@ -365,9 +365,12 @@ def build_app(backend: Backend, model_name: str, max_batch: int = 32, api_key_en
     def error(status: int, message: str) -> JSONResponse:
         return JSONResponse({"error": {"message": message, "code": status}}, status_code=status)
 
+    def key_refused(raw: Request) -> bool:
+        return bool(api_key_env) and raw.headers.get("authorization") != f"Bearer {os.environ.get(api_key_env, '')}"
+
     @app.post("/v1/chat/completions")
     async def chat(raw: Request):
-        if api_key_env and raw.headers.get("authorization") != f"Bearer {os.environ.get(api_key_env, '')}":
+        if key_refused(raw):
             return error(401, "invalid API key")
         try:
             request = ChatRequest.from_body(await raw.json())
@@ -381,7 +384,9 @@ def build_app(backend: Backend, model_name: str, max_batch: int = 32, api_key_en
         return completion_body(request, completion, model_name)
 
     @app.get("/v1/models")
-    async def models():
+    async def models(raw: Request):
+        if key_refused(raw):  # as OpenAI's API does: a client's start-up probe learns of a wrong key
+            return error(401, "invalid API key")
         return {"object": "list", "data": [{"id": model_name, "object": "model"}]}
 
     @app.get("/health")
