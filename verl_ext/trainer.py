@@ -189,14 +189,10 @@ class VerlExtTrainerMixin:
         poll_interval = self.verl_ext_config.get("replay_poll_interval")
         if poll_interval is not None:
             buffer.poll_interval = float(poll_interval)
-        sample = buffer.sample
+        from verl_ext.agent_loops.failures import sample_checking_failures
 
-        def sample_then_check_failures(global_steps, partition_id, batch_size):
-            out = sample(global_steps, partition_id, batch_size)
-            self._check_agent_loop_failures(partition_id)
-            return out
-
-        buffer.sample = sample_then_check_failures  # this buffer only (listed in patches/README.md)
+        # this buffer only (listed in patches/README.md)
+        buffer.sample = sample_checking_failures(buffer.sample, self._check_agent_loop_failures)
         return buffer
 
     def _check_agent_loop_failures(self, partition_id: str) -> None:
