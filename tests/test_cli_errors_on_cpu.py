@@ -76,3 +76,28 @@ def test_judge_server_on_a_port_in_use_names_the_port():
         port = busy.getsockname()[1]
         proc = run_cli("judge-server", "--fake-answers", "/dev/null", "--port", str(port))
     assert_one_line_error(proc, "judge-server", f"port {port} on 127.0.0.1 is in use", "--port 0")
+
+
+@pytest.mark.parametrize("args", [("prepare-data", "arithmetic", "OUT", "--train-size", "0"),
+                                  ("eval", "--parallel", "0"), ("eval", "--max-steps", "-1"),
+                                  ("judge-server", "--fake-answers", "x.json", "--max-batch", "0")])
+def test_counts_below_one_are_refused_by_the_flags_parser(tmp_path, args):
+    proc = run_cli(*[str(tmp_path) if a == "OUT" else a for a in args])
+    flag = next(a for a in args if a.startswith("--") and a not in ("--fake-answers",))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"verl-ext {args[0]}: error: argument {flag}: '{args[args.index(flag) + 1]}' is not a whole number >= 1" \
+        in proc.stderr
+    assert not list(tmp_path.iterdir())
+
+
+def test_dv_questions_names_a_missing_input_and_a_base_url_where_nothing_listens(tmp_path):
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{closed.getsockname()[1]}/v1"
+    common = ("-o", str(tmp_path / "out.parquet"), "--base-url", url, "--model", "m")
+    proc = run_cli("dv-questions", str(tmp_path / "train.parquet"), *common)
+    assert_one_line_error(proc, "dv-questions", f"input {tmp_path / 'train.parquet'}: no such file")
+    rows = tmp_path / "train.jsonl"
+    rows.write_text('{"prompt": "Draw a red car."}\n')
+    proc = run_cli("dv-questions", str(rows), *common)
+    assert_one_line_error(proc, "dv-questions", f"--base-url {url} does not answer (connect: ConnectError")

@@ -27,6 +27,19 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+def positive_int(text: str) -> int:
+    """An argparse ``type`` for counts that must be at least 1 (sizes, seeds, workers, steps)."""
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1")
+    return value
+
+
 def _usage() -> str:
     width = max(map(len, COMMANDS))
     lines = ["usage: verl-ext <command> [args]", "", "commands:"]

@@ -17,6 +17,7 @@ from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from verl_ext.cli import positive_int
 from verl_ext.envs.base import BrowserEnv
 from verl_ext.envs.core import EnvFault
 from verl_ext.envs.policies import Policy, check_policy_spec, make_policy
@@ -153,8 +154,8 @@ def main(argv: list[str]) -> int:
                         help="checkpoint policies: how the model acts (menu = the T/G menu of the cpu recipes)")
     parser.add_argument("--tasks", default="all", help="comma-separated task ids, or 'all'")
     parser.add_argument("--seeds", default="2", help="N (seeds 0..N-1) or LO-HI")
-    parser.add_argument("--parallel", type=int, default=2, help="browsers at once")
-    parser.add_argument("--max-steps", type=int, default=30)
+    parser.add_argument("--parallel", type=positive_int, default=2, help="browsers at once")
+    parser.add_argument("--max-steps", type=positive_int, default=30)
     parser.add_argument("--json", help="also write every episode record to this file")
     parser.add_argument("--no-per-task", action="store_true", help="print only the overall line")
     args = parser.parse_args(argv)

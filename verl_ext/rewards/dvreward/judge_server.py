@@ -48,6 +48,7 @@ from typing import Any, Protocol
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
+from verl_ext.cli import positive_int
 from verl_ext.errors import UserError
 
 HOST = "127.0.0.1"
@@ -499,7 +500,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
     parser.add_argument("--port-file", help="write the bound port here once the server is ready")
     parser.add_argument("--served-model-name", default=None, help="the model name reported (default: the path)")
-    parser.add_argument("--max-batch", type=int, default=32)
+    parser.add_argument("--max-batch", type=positive_int, default=32)
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     parser.add_argument("--cpu-threads", type=int, default=1, help="torch threads on CPU (more for big models)")
     parser.add_argument("--require-api-key-env", help="answer 401 unless the Bearer token equals this env var")
