@@ -60,7 +60,6 @@ class VerlExtTrainerMixin:
 
     def __init__(self, config, *args, **kwargs):
         from verl_ext.old_logits import OldLogitsConfig, build_provider
-
         from verl_ext.rewards.dvreward.startup import check_startup as check_dvreward_startup
 
         assert_requirements(config)
@@ -252,7 +251,7 @@ def _exclude_invalid_rewards(data, extra_fields: list[dict], key: str | None, na
 
     uids = [str(u) for u in data.non_tensor_batch["uid"]]
     invalid = validity.invalid_rows(uids, extra_fields, key)
-    validity.check_trainable(uids, extra_fields, invalid, key, f"The judge: {describe_judge(config)}" if key else "")
+    validity.check_trainable(uids, extra_fields, invalid, key, describe_judge(config))
     validity.exclude(data, invalid, nan_scores)
     if key is not None or invalid.any():
         metrics.update(validity.metrics(uids, invalid))

@@ -90,3 +90,16 @@ def test_the_projects_judge_server_passes_and_a_refused_key_is_named(tmp_path, m
         with pytest.raises(UserError, match=r"no_api_key: environment variable UNSET_KEY_NAME is not set"):
             probe_judge(settings_of(unset))
     assert SECRET not in str(info.value) and "sk-wrong-key" not in str(info.value)
+
+
+def test_a_data_file_without_questions_under_the_key_and_a_missing_env_score_are_named(tmp_path):
+    data = tmp_path / "train.parquet"
+    pd.DataFrame(describe_rows(4, seed=0, split="train")).to_parquet(data)
+    judge = "+reward.reward_kwargs.dvreward.judge_url=http://127.0.0.1:1/v1"
+    with pytest.raises(UserError, match=rf"^{data}: none of its 4 rows has questions in extra_info\['dv_question'\]"):
+        check_config(_config(judge, f"data.train_files={data}", "+reward.reward_kwargs.dvreward.questions_key=dv_question"))
+    # a dotted key may name questions the agent loop supplies: not required in the file
+    check_config(_config(judge, f"data.train_files={data}", "+reward.reward_kwargs.dvreward.questions_key=a.b"))
+    with pytest.raises(ValueError, match=r"env_weight=0.5 needs an environment score: set "
+                                         r"reward.reward_kwargs.dvreward.env_score_key"):
+        check_config(_config(judge, "+reward.reward_kwargs.dvreward.env_weight=0.5"))

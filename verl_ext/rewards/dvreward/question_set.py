@@ -219,10 +219,9 @@ def validate_question_set(record: Any, where: str) -> QuestionSet | None:
             not indices of earlier questions. Before this check such a question was judged as
             "None", or fell out of both means while the sample still counted as valid.
     """
-    entries = record.get("questions") if isinstance(record, Mapping) else record
-    if not isinstance(record, Mapping) or isinstance(entries, (str, bytes, Mapping, numbers.Number)):
+    if not isinstance(record, Mapping) or isinstance(record.get("questions"), (str, bytes, Mapping, numbers.Number)):
         raise UserError(f"{where}: {str(record)[:200]!r} is not a record with a 'questions' list; {_FIX}")
-    questions = tuple(_question(entry, i, where) for i, entry in enumerate(_as_list(entries)))
+    questions = tuple(_question(entry, i, where) for i, entry in enumerate(_as_list(record.get("questions"))))
     meta = {k: str(v) for k, v in record.items() if k != "questions" and v is not None}
     return QuestionSet(questions, meta) if questions else None
 

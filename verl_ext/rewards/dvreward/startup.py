@@ -47,21 +47,31 @@ def _files(value: Any) -> list[str]:
 
 def check_data_files(paths: Iterable[str], questions_key: str) -> int:
     """Validate the question set of every row of the local parquet files in ``paths``; returns
-    the number of rows checked. Files that are not local parquet files are left to verl."""
+    the number of rows with questions. A file none of whose rows has questions under a plain
+    ``questions_key`` raises too: every row would be flagged ``no_questions`` (a dotted key may
+    name questions the agent loop supplies, so it is not required in the file). Files that are not
+    local parquet files are left to verl."""
     import pyarrow.parquet as pq
 
     from verl_ext.rewards.dvreward.question_set import from_extra_info
 
-    checked = 0
+    with_questions = 0
     for path in paths:
         if not (path.endswith(".parquet") and os.path.isfile(path)):
             continue
-        if "extra_info" not in pq.read_schema(path).names:
-            continue
-        for row, extra_info in enumerate(pq.read_table(path, columns=["extra_info"]).column(0).to_pylist()):
-            from_extra_info(extra_info, questions_key, where=f"{path} row {row}")
-            checked += 1
-    return checked
+        n_rows = pq.read_metadata(path).num_rows
+        has_extra_info = "extra_info" in pq.read_schema(path).names
+        rows = pq.read_table(path, columns=["extra_info"]).column(0).to_pylist() if has_extra_info else []
+        found = sum(from_extra_info(extra_info, questions_key, where=f"{path} row {row}") is not None
+                    for row, extra_info in enumerate(rows))
+        if n_rows and not found and "." not in questions_key:
+            raise UserError(
+                f"{path}: none of its {n_rows} rows has questions in extra_info[{questions_key!r}] (nor AlphaGRPO's "
+                f"semantic_questions/quality_questions); check {KEY_PREFIX}.questions_key or build them with "
+                "verl-ext dv-questions"
+            )
+        with_questions += found
+    return with_questions
 
 
 def check_config(config: Any) -> DVRewardSettings | None:
@@ -76,6 +86,7 @@ def check_config(config: Any) -> DVRewardSettings | None:
     reward = _get(config, "reward")
     genrm = bool(_get(_get(reward, "reward_model"), "enable"))
     settings.endpoint("<verl's GenRM router>" if genrm else None, None)  # raises when there is no judge
+    settings.check_env_score_source(has_verifier=bool(_get(_get(reward, "custom_reward_function"), "path")))
     data = _get(config, "data")
     check_data_files(_files(_get(data, "train_files")) + _files(_get(data, "val_files")), settings.questions_key)
     return settings
@@ -109,8 +120,8 @@ def check_startup(config: Any) -> None:
 
 
 def describe_judge(config: Any) -> str:
-    """Where the run's judge is, for an error message ("" when the run does not use dvreward)."""
+    """A sentence saying where the run's judge is, for an error message ("" without dvreward)."""
     settings = settings_of(config)
     if settings is None:
         return ""
-    return f"{KEY_PREFIX}.judge_url={settings.judge_url}" if settings.judge_url else "verl's GenRM router"
+    return f"The judge: {KEY_PREFIX}.judge_url={settings.judge_url}" if settings.judge_url else "The judge: verl's GenRM router"
