@@ -4,6 +4,7 @@ exit code 2 (``verl_ext.errors.UserError``, printed by ``verl_ext.cli``), never 
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -101,3 +102,17 @@ def test_dv_questions_names_a_missing_input_and_a_base_url_where_nothing_listens
     rows.write_text('{"prompt": "Draw a red car."}\n')
     proc = run_cli("dv-questions", str(rows), *common)
     assert_one_line_error(proc, "dv-questions", f"--base-url {url} does not answer (connect: ConnectError")
+
+
+def test_eval_sft_names_a_missing_data_file_and_reports_no_rate_over_zero_turns(tmp_path, tiny_model_dir):
+    proc = run_cli("eval-sft", tiny_model_dir, str(tmp_path / "val.parquet"))
+    assert_one_line_error(proc, "eval-sft", f"DATA {tmp_path / 'val.parquet'}: the file does not exist")
+    import pandas as pd
+
+    data = tmp_path / "transcripts.parquet"
+    pd.DataFrame({"messages": [json.dumps([{"role": "user", "content": "hi"}])]}).to_parquet(data)
+    proc = run_cli("eval-sft", tiny_model_dir, str(data))
+    assert_one_line_error(proc, "eval-sft", f"{data} has no ['tools'] column: not SFT transcripts")
+    pd.DataFrame({"messages": [json.dumps([{"role": "user", "content": "hi"}])], "tools": ["[]"]}).to_parquet(data)
+    proc = run_cli("eval-sft", tiny_model_dir, str(data))
+    assert_one_line_error(proc, "eval-sft", "holds no assistant turn to score: there is no call rate to report")
