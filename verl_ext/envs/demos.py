@@ -169,7 +169,9 @@ def held_out_call_rates(model_path: str, data_file: str, max_new_tokens: int = 1
     frame = pd.read_parquet(data_file)  # before the model loads: a wrong file fails at once
     missing = sorted({"messages", "tools"} - set(frame.columns))
     if missing:
-        raise UserError(f"{data_file} has no {missing} column: not SFT transcripts (verl-ext prepare-data text_hybrid_sft)")
+        raise UserError(
+            f"{data_file} has no {missing} column: not SFT transcripts (verl-ext prepare-data text_hybrid_sft)"
+        )
     rows = frame.to_dict("records")[:max_rows]
     if not any(turns_of(_decoded(row["messages"])) for row in rows):
         raise UserError(f"{data_file} holds no assistant turn to score: there is no call rate to report")

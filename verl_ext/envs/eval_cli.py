@@ -124,7 +124,7 @@ def format_report(records: list[dict[str, Any]], per_task: bool = True) -> str:
         lines.append(f"{'task':<28} {'n':>3} {'acc':>6} {'TIR':>6} {'ACS':>6}")
         for task, rows in by_task.items():
             m = episode_metrics(rows)
-            scores = f"{m['accuracy']:>6.2f} {m['tir']:>6.2f} {m['acs']:>6.2f}" if m["episodes"] else "  (every episode faulted)"
+            scores = f"{m['accuracy']:>6.2f} {m['tir']:>6.2f} {m['acs']:>6.2f}" if m["episodes"] else "  (all faulted)"
             lines.append(f"{task:<28} {len(rows):>3} {scores}")
     m = episode_metrics(records)
     scores = f"accuracy={m['accuracy']:.3f} TIR={m['tir']:.3f} ACS={m['acs']:.2f}" if m["episodes"] else "accuracy=n/a"

@@ -283,7 +283,9 @@ def make_policy(spec: str, seed: int = 0, action_format: str = "tool_call") -> P
 def check_policy_spec(spec: str) -> None:
     """Raise ``UserError`` for a policy ``make_policy`` cannot build: an unknown name, or a
     ``checkpoint:<dir>`` whose folder does not exist."""
-    if spec in ("scripted-gui", "scripted-tool", "scripted-oracle", "random") or spec.startswith(("http://", "https://")):
+    if spec in ("scripted-gui", "scripted-tool", "scripted-oracle", "random"):
+        return
+    if spec.startswith(("http://", "https://")):
         return
     if not spec.startswith("checkpoint:"):
         raise UserError(f"--policy {spec!r} is unknown: use scripted-gui, scripted-tool, scripted-oracle, random, "

@@ -412,7 +412,9 @@ def bind(port: int = 0) -> socket.socket:
     except OSError as err:
         sock.close()
         if err.errno == errno.EADDRINUSE:
-            raise UserError(f"port {port} on {HOST} is in use (--port {port}); pick another, or --port 0 for a free one") from None
+            raise UserError(
+                f"port {port} on {HOST} is in use (--port {port}); pick another, or --port 0 for a free one"
+            ) from None
         raise
     return sock
 
@@ -426,7 +428,8 @@ def load_fake_answers(path: str) -> FakeBackend:
     except FileNotFoundError:
         raise UserError(f"--fake-answers {path}: no such file") from None
     except json.JSONDecodeError as err:
-        raise UserError(f"--fake-answers {path}: not valid JSON at line {err.lineno} column {err.colno}: {err.msg}") from None
+        where = f"line {err.lineno} column {err.colno}"
+        raise UserError(f"--fake-answers {path}: not valid JSON at {where}: {err.msg}") from None
     try:
         return FakeBackend(spec)
     except (TypeError, KeyError, AttributeError) as err:

@@ -171,7 +171,10 @@ def _as_list(value: Any) -> list[Any]:
 
 
 QUESTION_FIELDS = ("text", "kind", "parents")
-_FIX = "fix the row's questions or rebuild them with verl-ext dv-questions (docs/plugins/dvreward.md, 'Building the questions')"
+_FIX = (
+    "fix the row's questions or rebuild them with verl-ext dv-questions "
+    "(docs/plugins/dvreward.md, 'Building the questions')"
+)
 
 
 def _question(entry: Any, index: int, where: str) -> Question:

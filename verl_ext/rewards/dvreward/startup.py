@@ -124,4 +124,5 @@ def describe_judge(config: Any) -> str:
     settings = settings_of(config)
     if settings is None:
         return ""
-    return f"The judge: {KEY_PREFIX}.judge_url={settings.judge_url}" if settings.judge_url else "The judge: verl's GenRM router"
+    where = f"{KEY_PREFIX}.judge_url={settings.judge_url}" if settings.judge_url else "verl's GenRM router"
+    return f"The judge: {where}"
