@@ -104,15 +104,19 @@ def test_dv_questions_names_a_missing_input_and_a_base_url_where_nothing_listens
     assert_one_line_error(proc, "dv-questions", f"--base-url {url} does not answer (connect: ConnectError")
 
 
-def test_eval_sft_names_a_missing_data_file_and_reports_no_rate_over_zero_turns(tmp_path, tiny_model_dir):
+def test_eval_sft_names_a_missing_data_file_and_reports_no_rate_over_zero_turns(tmp_path, tiny_model_dir, capsys):
     proc = run_cli("eval-sft", tiny_model_dir, str(tmp_path / "val.parquet"))
     assert_one_line_error(proc, "eval-sft", f"DATA {tmp_path / 'val.parquet'}: the file does not exist")
     import pandas as pd
 
+    from verl_ext.cli import main  # in this process: the same entry point, without a second verl import
+
     data = tmp_path / "transcripts.parquet"
     pd.DataFrame({"messages": [json.dumps([{"role": "user", "content": "hi"}])]}).to_parquet(data)
-    proc = run_cli("eval-sft", tiny_model_dir, str(data))
-    assert_one_line_error(proc, "eval-sft", f"{data} has no ['tools'] column: not SFT transcripts")
+    assert main(["eval-sft", tiny_model_dir, str(data)]) == 2
+    assert capsys.readouterr().err == f"verl-ext eval-sft: error: {data} has no ['tools'] column: not SFT transcripts " \
+                                      "(verl-ext prepare-data text_hybrid_sft)\n"
     pd.DataFrame({"messages": [json.dumps([{"role": "user", "content": "hi"}])], "tools": ["[]"]}).to_parquet(data)
-    proc = run_cli("eval-sft", tiny_model_dir, str(data))
-    assert_one_line_error(proc, "eval-sft", "holds no assistant turn to score: there is no call rate to report")
+    assert main(["eval-sft", tiny_model_dir, str(data)]) == 2
+    assert capsys.readouterr().err == f"verl-ext eval-sft: error: {data} holds no assistant turn to score: " \
+                                      "there is no call rate to report\n"
