@@ -1,11 +1,22 @@
 """The failure-rate stop (verl_ext.agent_loops.failures): counts add up across workers, the first
-error survives, and more than half failed runs stop the run with that error and the count."""
+error survives, more than half failed runs stop the run with that error and the count, also when
+verl's own sync replay buffer raises first, and repeated failures do not flood the log."""
 
 from __future__ import annotations
 
+import traceback
+
 import pytest
 
-from verl_ext.agent_loops.failures import AgentLoopFailuresError, RunCounts, check_failure_rate, describe
+from verl_ext.agent_loops.failures import (
+    AgentLoopFailuresError,
+    AgentLoopRunFailed,
+    RunCounts,
+    check_failure_rate,
+    describe,
+    repeat_of_logged,
+    sample_checking_failures,
+)
 
 
 def _raised(exc: Exception) -> Exception:
@@ -43,3 +54,59 @@ def test_the_verl_ext_trainers_select_the_counting_manager_unless_one_is_set():
     config.actor_rollout_ref.rollout.agent.agent_loop_manager_class = "my.Manager"
     _count_agent_loop_failures(config)
     assert config.actor_rollout_ref.rollout.agent.agent_loop_manager_class == "my.Manager"
+
+
+def _sync_buffer_where_every_group_failed():
+    """verl's own sync replay buffer whose TransferQueue snapshot holds two prompts, both marked
+    ``failure`` by the agent-loop workers, and no trajectory (only the TransferQueue read is replaced)."""
+    from omegaconf import OmegaConf
+    from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+
+    class EveryGroupFailed(ReplayBuffer):
+        def _sync_metadata_from_transfer_queue(self):
+            self.failure_keys["train"] = {"uid0", "uid1"}
+            self.prompt_global_steps["train"] = {"uid0": 1, "uid1": 1}
+
+    return EveryGroupFailed("sync", OmegaConf.create({}), None, "drop", OmegaConf.create({}), poll_interval=0.0,
+                            train_batch_size=2, gen_batch_size=2)
+
+
+def test_verls_sample_raises_first_and_the_first_agent_loop_error_is_raised_last():
+    buffer = _sync_buffer_where_every_group_failed()
+    with pytest.raises(RuntimeError, match="Enable trainer.v1.sampler.sync_refill_failed_groups"):
+        buffer.sample(1, "train", 2)  # what a run ended on before: verl's advice, not the cause
+
+    error = describe(_raised(ValueError("VERL_EXT_CHROMIUM=/nope/chromium does not exist")))
+    sample = sample_checking_failures(buffer.sample, lambda partition: check_failure_rate(RunCounts(8, 8, error), partition))
+    with pytest.raises(AgentLoopFailuresError, match=r"8 of 8 agent-loop runs failed \(train batch\)") as info:
+        sample(1, "train", 2)
+    assert "sync_refill_failed_groups" in str(info.value.__context__)  # verl's error, printed before ours
+    printed = "".join(traceback.format_exception(info.value))
+    assert printed.rstrip().endswith("ValueError: VERL_EXT_CHROMIUM=/nope/chromium does not exist")
+    assert printed.index("sync_refill_failed_groups") < printed.index("8 of 8 agent-loop runs failed")
+
+
+def test_a_worker_logs_each_failure_origin_in_full_once_then_one_line():
+    def run(seed):
+        if seed is None:
+            raise ValueError("text_env needs the env seed in the dataset row")
+        raise KeyError(seed)
+
+    logged: set = set()
+    first, again, other = (_raised_by(run, s) for s in (None, None, "x"))
+    assert repeat_of_logged(first, logged) is None  # verl logs it with its full traceback
+    repeat = repeat_of_logged(again, logged)
+    assert str(repeat) == ("ValueError: text_env needs the env seed in the dataset row "
+                           "(like an earlier run of this worker, whose traceback was logged)")
+    assert repeat_of_logged(other, logged) is None  # another line: its traceback is logged too
+    try:
+        raise repeat from None
+    except AgentLoopRunFailed as caught:
+        assert len(traceback.format_exception(caught)) <= 3  # header, one frame, the message
+
+
+def _raised_by(fn, *args) -> Exception:
+    try:
+        fn(*args)
+    except Exception as caught:  # noqa: BLE001 - we want its traceback
+        return caught

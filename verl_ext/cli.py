@@ -1,10 +1,17 @@
 """The ``verl-ext`` command line. Each sub-command lives in its own module and is imported only
-when it runs, so ``verl-ext doctor`` does not pay for the browser stack and vice versa."""
+when it runs, so ``verl-ext doctor`` does not pay for the browser stack and vice versa.
+
+A sub-command reports a user's mistake (a bad flag, a missing or malformed file, a busy port) by
+raising ``verl_ext.errors.UserError``; ``main`` prints it as one line, ``verl-ext <command>:
+error: <message>``, and exits 2, as argparse does for a bad flag. Anything else keeps its traceback.
+"""
 
 from __future__ import annotations
 
 import importlib
 import sys
+
+from verl_ext.errors import UserError
 
 # sub-command -> ("module:function", one-line help). The function takes argv (list[str]) and
 # returns an exit code.
@@ -18,6 +25,19 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "judge-server": ("verl_ext.rewards.dvreward.judge_server:main", "serve a local OpenAI-compatible judge"),
     "bundle": ("verl_ext.bundle:main", "build (or install) an offline install bundle for another machine"),
 }
+
+
+def positive_int(text: str) -> int:
+    """An argparse ``type`` for counts that must be at least 1 (sizes, seeds, workers, steps)."""
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1")
+    return value
 
 
 def _usage() -> str:
@@ -37,7 +57,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"verl-ext: unknown command {command!r}\n\n{_usage()}", file=sys.stderr)
         return 2
     module_name, func_name = COMMANDS[command][0].split(":")
-    return int(getattr(importlib.import_module(module_name), func_name)(rest) or 0)
+    try:
+        return int(getattr(importlib.import_module(module_name), func_name)(rest) or 0)
+    except UserError as err:
+        print(f"verl-ext {command}: error: {err}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

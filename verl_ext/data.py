@@ -12,6 +12,8 @@ import os
 import random
 from collections.abc import Callable
 
+from verl_ext.cli import positive_int
+
 ARITHMETIC_SOURCE = "verl_ext/arithmetic"
 TEXT_CORRIDOR_SOURCE = "verl_ext/text_corridor"
 
@@ -112,8 +114,8 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="verl-ext prepare-data", description=__doc__.split("\n\n")[0])
     parser.add_argument("dataset", choices=sorted(DATASETS))
     parser.add_argument("out_dir")
-    parser.add_argument("--train-size", type=int, default=256)
-    parser.add_argument("--val-size", type=int, default=32)
+    parser.add_argument("--train-size", type=positive_int, default=256)
+    parser.add_argument("--val-size", type=positive_int, default=32)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--templates", default=None,
                         help="minidesk and text_hybrid(_sft) only: comma-separated task templates (default: all)")

@@ -8,7 +8,8 @@ mode it extends before verl's constructor reads it; its own settings live under
 
 Hooks added on top of verl:
 - start-up check that every plugin the config names is registered and its run-time imports are
-  installed (``verl_ext.doctor.check_requirements``);
+  installed (``verl_ext.doctor.check_requirements``), and for ``dvreward`` that its keys, the
+  question sets in the data files and the judge are usable (``verl_ext.rewards.dvreward.startup``);
 - ``trainer.v1.verl_ext.replay_poll_interval``: verl's replay buffer polls TransferQueue every
   2 s, which dominates a step on the cpu backend;
 - per-token weight versions: the LLM client records which weight version produced each
@@ -26,8 +27,9 @@ Hooks added on top of verl:
   ``algorithm.path_length_reward``) run on the rewards before any estimator;
 - faults are not answers: rows whose episode faulted (step metadata ``valid=False``) or that the
   reward manager flags as unscorable (``dvreward``'s ``dv_valid=0``) are kept out of their group's
-  statistics and the loss, for every estimator (``verl_ext.advantages.validity``); episode and
-  DVReward judge metrics are logged every step.
+  statistics and the loss, for every estimator (``verl_ext.advantages.validity``); a batch where
+  every row is such a row stops the run with the reasons; episode and DVReward judge metrics are
+  logged every step.
 """
 
 from __future__ import annotations
@@ -58,9 +60,11 @@ class VerlExtTrainerMixin:
 
     def __init__(self, config, *args, **kwargs):
         from verl_ext.old_logits import OldLogitsConfig, build_provider
+        from verl_ext.rewards.dvreward.startup import check_startup as check_dvreward_startup
 
         assert_requirements(config)
         assert_startup_ready(config)  # GPU machine readiness and micro-batch divisibility
+        check_dvreward_startup(config)  # keys, question sets in the data files, the judge answers
         with open_dict(config):
             config.trainer.v1.trainer_mode = self.base_mode
         self.verl_ext_config = config.trainer.v1.get("verl_ext", {}) or {}
@@ -169,7 +173,7 @@ class VerlExtTrainerMixin:
         def compute(data, *args, **kwargs):
             # group-level reward post-processors first: every estimator sees their rewards
             metrics.update(postprocess.apply(data, extra_fields, algorithm, validity_key))
-            invalid = _exclude_invalid_rewards(data, extra_fields, validity_key, step_aware, metrics)
+            invalid = _exclude_invalid_rewards(data, extra_fields, validity_key, step_aware, metrics, self.config)
             return validity.zero_out(estimate(data, *args, **kwargs), invalid)
 
         # verl's _compute_advantage does KL-in-reward, rollout correction and the write-back to
@@ -184,14 +188,10 @@ class VerlExtTrainerMixin:
         poll_interval = self.verl_ext_config.get("replay_poll_interval")
         if poll_interval is not None:
             buffer.poll_interval = float(poll_interval)
-        sample = buffer.sample
+        from verl_ext.agent_loops.failures import sample_checking_failures
 
-        def sample_then_check_failures(global_steps, partition_id, batch_size):
-            out = sample(global_steps, partition_id, batch_size)
-            self._check_agent_loop_failures(partition_id)
-            return out
-
-        buffer.sample = sample_then_check_failures  # this buffer only (listed in patches/README.md)
+        # this buffer only (listed in patches/README.md)
+        buffer.sample = sample_checking_failures(buffer.sample, self._check_agent_loop_failures)
         return buffer
 
     def _check_agent_loop_failures(self, partition_id: str) -> None:
@@ -240,14 +240,18 @@ def _rollout_vs_old_metrics(batch) -> dict:
     return calculate_debug_metrics(DataProto(batch=data.to_padded_tensor()))
 
 
-def _exclude_invalid_rewards(data, extra_fields: list[dict], key: str | None, nan_scores: bool, metrics: dict):
+def _exclude_invalid_rewards(data, extra_fields: list[dict], key: str | None, nan_scores: bool, metrics: dict,
+                            config=None):
     """Rows whose episode faulted (step metadata ``valid=False``) or whose reward the manager flagged
     as a fault (``reward_extra_info[key] == 0``) leave their group and the loss
-    (``verl_ext.advantages.validity``); returns their mask for ``zero_out``."""
+    (``verl_ext.advantages.validity``); returns their mask for ``zero_out``. When every row is
+    such a row the run stops with the reasons (``validity.check_trainable``)."""
     from verl_ext.advantages import validity
+    from verl_ext.rewards.dvreward.startup import describe_judge
 
     uids = [str(u) for u in data.non_tensor_batch["uid"]]
     invalid = validity.invalid_rows(uids, extra_fields, key)
+    validity.check_trainable(uids, extra_fields, invalid, key, describe_judge(config))
     validity.exclude(data, invalid, nan_scores)
     if key is not None or invalid.any():
         metrics.update(validity.metrics(uids, invalid))

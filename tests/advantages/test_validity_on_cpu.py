@@ -188,3 +188,25 @@ def test_env_faults_leave_grpo_groups_without_a_flagging_reward_manager():
     for i, value in enumerate([1.0, 0.0, -1.0]):  # as if the faulted row were not there
         torch.testing.assert_close(adv[i, : 3 + i], torch.full((3 + i,), value), atol=1e-5, rtol=0)
     assert torch.all(adv[3] == 0) and metrics["verl_ext/invalid_reward/excluded_rows"] == 1.0
+
+
+def test_a_batch_with_every_row_excluded_stops_naming_the_reasons_and_the_judge():
+    # a judge where nothing listens used to run to the end: excluded_fraction 1.0, grad norm 0, exit 0
+    from verl_ext.trainer import _exclude_invalid_rewards
+
+    judge_failed = {"reward_extra_info": {"dv_valid": 0, "dv_fail_reason": "judge_failed:connect"}}
+    env_fault = {"verl_ext": {"valid": False, "invalid_reason": "env_fault:timeout"}}
+    data = _batch(["a", "a", "b", "pad-0"], [0.0] * 4, [2] * 4)
+    config = OmegaConf.create({"reward": {"reward_manager": {"name": "dvreward"},
+                                          "reward_kwargs": {"dvreward": {"judge_url": "http://127.0.0.1:9/v1"}}}})
+    with pytest.raises(validity.NothingToLearnError) as info:
+        _exclude_invalid_rewards(data, [judge_failed, judge_failed, env_fault, None], "dv_valid", False, {}, config)
+    assert str(info.value) == (
+        "verl-ext: all 3 rows of this training batch were excluded as faults (judge_failed:connect x2, "
+        "trajectory_invalid:env_fault:timeout x1); stopping instead of training on nothing. "
+        "The judge: reward.reward_kwargs.dvreward.judge_url=http://127.0.0.1:9/v1"
+    )
+    # one row left to learn from: the step trains on it
+    data = _batch(["a", "a"], [0.0, 1.0], [2, 2])
+    invalid = _exclude_invalid_rewards(data, [judge_failed, _flag(True)], "dv_valid", False, {}, config)
+    assert invalid.tolist() == [True, False]

@@ -1,6 +1,8 @@
 """A run whose agent loops all fail stops at the first batch with the first error and the count
-(verl_ext.agent_loops.failures), not later with TransferQueue's "Received an empty list as keys".
-The quickstart's arithmetic rows carry no env seed, so the ``text_env`` agent loop raises on each."""
+(verl_ext.agent_loops.failures), not later with TransferQueue's "Received an empty list as keys"
+nor, on a train batch, with the sync replay buffer's "sync_refill_failed_groups" advice, which verl
+raises first. The quickstart's arithmetic rows carry no env seed, so the ``text_env`` agent loop
+raises on each."""
 
 from __future__ import annotations
 
@@ -15,15 +17,23 @@ from .conftest import REPO
 pytestmark = pytest.mark.e2e
 
 
-def test_a_run_whose_agent_loops_all_fail_stops_with_the_first_error(tmp_path):
+@pytest.mark.parametrize("partition, overrides", [("val", []), ("train", ["trainer.val_before_train=False"])])
+def test_a_run_whose_agent_loops_all_fail_stops_with_the_first_error(tmp_path, partition, overrides):
     env = {**os.environ, "OUT": str(tmp_path), "STEPS": "2", "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}"}
     proc = subprocess.run(
-        ["bash", str(REPO / "recipes/quickstart/run_cpu.sh"), "actor_rollout_ref.rollout.agent.default_agent_loop=text_env"],
+        ["bash", str(REPO / "recipes/quickstart/run_cpu.sh"), "actor_rollout_ref.rollout.agent.default_agent_loop=text_env",
+         *overrides],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=900,
     )
     log = proc.stdout + proc.stderr
     (tmp_path / "run.log").write_text(log)
     assert proc.returncode != 0
-    assert "AgentLoopFailuresError" in log and "agent-loop runs failed (val batch)" in log, log[-6000:]
-    assert "text_env needs the env seed in the dataset row" in log
+    stop = log.rfind(f"agent-loop runs failed ({partition} batch)")
+    assert "AgentLoopFailuresError" in log and stop >= 0, log[-6000:]
+    first_error = log.find("text_env needs the env seed in the dataset row", stop)
+    assert first_error > stop, log[-6000:]  # the first error closes the stop message
+    # verl's sync buffer raises its replay-buffer advice first on a train batch; it comes before the cause
+    assert log.rfind("sync_refill_failed_groups") < stop
     assert "Received an empty list as keys" not in log
+    # each worker logs one full traceback per failure origin, the other failures in one line
+    assert "like an earlier run of this worker" in log

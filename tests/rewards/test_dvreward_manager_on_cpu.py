@@ -320,3 +320,15 @@ def test_training_metrics_from_the_managers_rows(base_config, fake_judge, golden
     only_failed = training_metrics(rows[2:])
     assert "verl_ext/dvreward/score/mean" not in only_failed and only_failed["verl_ext/dvreward/valid_fraction"] == 0.0
     assert training_metrics([{}, None]) == {}
+
+
+def test_a_question_with_an_unknown_kind_stops_before_any_judge_call(base_config, fake_judge, golden):
+    # it used to be judged and then fall out of both means: every score 0 while valid_fraction read 1.0
+    server = fake_judge(golden["p"])
+    worker = RewardLoopWorker(_config(base_config, judge_url=server.url))
+    questions = _questions(golden)
+    questions["questions"][2]["kind"] = "visual"
+    data = _trajectory(worker.input_tokenizer, ["a red car"], {"dv_questions": questions, "split": "train", "index": 4})
+    with pytest.raises(ValueError, match=r"row \(split='train', index=4\).*question 2: kind='visual' is not"):
+        _score(worker, data)
+    assert server.requests() == 0

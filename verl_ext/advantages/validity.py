@@ -23,6 +23,7 @@ The functions on arrays are pure; ``exclude``/``zero_out`` act on a verl ``DataP
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -34,7 +35,13 @@ from verl_ext.steps import EXTRA_FIELDS_KEY
 # reward manager (reward.reward_manager.name) -> the reward_extra_info key it sets to 0 on a row
 # whose reward is a fault
 FLAG_KEYS = {"dvreward": "dv_valid"}
+# that key -> the reward_extra_info key saying why
+REASON_KEYS = {"dv_valid": "dv_fail_reason"}
 METRIC_PREFIX = "verl_ext/invalid_reward"
+
+
+class NothingToLearnError(RuntimeError):
+    """Every row of a training batch was kept out of training as a fault: the step would train on nothing."""
 
 
 def flag_key(reward_config: Any) -> str | None:
@@ -62,6 +69,33 @@ def invalid_rows(uids: Sequence[str], extra_fields: Sequence[Mapping | None], ke
         value = info.get(key) if isinstance(info, Mapping) else None
         flagged[i] = value is not None and not bool(value)
     return flagged
+
+
+def fault_reason(fields: Mapping, key: str | None) -> str:
+    """Why an invalid row (``invalid_rows``) is invalid: the agent loop's ``invalid_reason`` or
+    the reward manager's reason (``dvreward``'s ``dv_fail_reason``, e.g. ``judge_failed:connect``)."""
+    meta = fields.get(EXTRA_FIELDS_KEY)
+    if isinstance(meta, Mapping) and meta.get("valid") is False:
+        return f"trajectory_invalid:{meta.get('invalid_reason') or 'unknown'}"
+    info = fields.get("reward_extra_info") or {}
+    return str(info.get(REASON_KEYS.get(key, ""), "") or f"{key}=0")
+
+
+def check_trainable(uids: Sequence[str], extra_fields: Sequence[Mapping | None], invalid: np.ndarray, key: str | None,
+                    hint: str = "") -> None:
+    """Raise ``NothingToLearnError`` when every non-padding row of the batch is invalid, with the
+    reasons and their counts (and ``hint``, e.g. where the judge is): training on such a step
+    changes nothing but the step count (grad norm 0), so a judge outage or a broken env would
+    otherwise run to the end and exit 0."""
+    real = np.array([not str(u).startswith("pad") for u in uids], dtype=bool)
+    if not real.any() or not invalid[real].all():
+        return
+    reasons = Counter(fault_reason(fields, key) for fields, bad in zip(extra_fields, invalid) if bad)
+    listed = ", ".join(f"{reason} x{count}" for reason, count in reasons.most_common())
+    raise NothingToLearnError(
+        f"verl-ext: all {int(real.sum())} rows of this training batch were excluded as faults ({listed}); stopping "
+        f"instead of training on nothing{'. ' + hint if hint else ''}"
+    )
 
 
 def isolate_groups(uids: np.ndarray, invalid: np.ndarray) -> np.ndarray:

@@ -2,16 +2,22 @@
 
 verl's agent-loop workers log a failing run and mark its prompt ``failure``; the trainer then
 carries on with whatever finished, and when every run failed it dies later, far from the cause
-(TransferQueue's ``ValueError: Received an empty list as keys``). The verl-ext trainers select
+(TransferQueue's ``ValueError: Received an empty list as keys``, or the sync replay buffer's
+"Enable trainer.v1.sampler.sync_refill_failed_groups" advice). The verl-ext trainers select
 ``FailureCountingAgentLoopManager`` through verl's own
 ``actor_rollout_ref.rollout.agent.agent_loop_manager_class`` setting: its workers (verl's
 ``AgentLoopWorkerTQ``) count their runs and keep the first error, and each time the trainer takes
-a batch from the replay buffer it calls ``check_failure_rate`` on the counts since the last batch.
+a batch from the replay buffer (``sample_checking_failures``), also when verl's ``sample`` raises,
+it calls ``check_failure_rate`` on the counts since the last batch, so the first underlying
+error is the last thing the run prints. A worker logs the full traceback of the first failure
+from each place; later failures from the same place are re-raised as one-line
+``AgentLoopRunFailed`` errors, so 64 identical tracebacks do not bury the cause.
 """
 
 from __future__ import annotations
 
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +30,10 @@ MAX_FAILED_FRACTION = 0.5  # "most runs failed": more than this share
 
 class AgentLoopFailuresError(RuntimeError):
     """Most agent-loop runs since the last batch failed."""
+
+
+class AgentLoopRunFailed(RuntimeError):
+    """A run failed like an earlier one of the same worker, whose full traceback was logged."""
 
 
 @dataclass
@@ -45,6 +55,38 @@ def check_failure_rate(counts: RunCounts, partition_id: str) -> None:
         )
 
 
+def sample_checking_failures(
+    sample: Callable[[int, str, int], Any], check: Callable[[str], None]
+) -> Callable[[int, str, int], Any]:
+    """A replay buffer's ``sample(global_steps, partition_id, batch_size)`` followed by
+    ``check(partition_id)`` (the failure-rate check), which also runs when ``sample`` raises:
+    verl's sync buffer raises its own error when every group of a batch failed, and the check's
+    ``AgentLoopFailuresError`` then carries verl's as its context and is printed after it."""
+
+    def sample_then_check(global_steps: int, partition_id: str, batch_size: int) -> Any:
+        try:
+            batch = sample(global_steps, partition_id, batch_size)
+        except Exception:
+            check(partition_id)
+            raise
+        check(partition_id)
+        return batch
+
+    return sample_then_check
+
+
+def repeat_of_logged(exc: BaseException, logged: set[tuple[str, str, int | None]]) -> AgentLoopRunFailed | None:
+    """A one-line stand-in for ``exc`` when a failure of the same type from the same line is in
+    ``logged`` (its traceback was logged in full), else ``None`` after adding it there."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    origin = (type(exc).__name__, frames[-1].filename, frames[-1].lineno) if frames else (type(exc).__name__, "", None)
+    if origin not in logged:
+        logged.add(origin)
+        return None
+    message = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    return AgentLoopRunFailed(f"{message} (like an earlier run of this worker, whose traceback was logged)")
+
+
 def describe(exc: BaseException) -> str:
     """The exception and the innermost frame it came from, in a few lines."""
     frames = traceback.extract_tb(exc.__traceback__)
@@ -58,6 +100,7 @@ class FailureCountingAgentLoopWorker(AgentLoopWorkerTQ.__ray_actor_class__):  # 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._verl_ext_counts = RunCounts()
+        self._verl_ext_seen: set[tuple[str, str, int | None]] = set()  # origins already logged in full
 
     async def _run_agent_loop(self, *args: Any, **kwargs: Any) -> Any:
         self._verl_ext_counts.runs += 1
@@ -67,7 +110,10 @@ class FailureCountingAgentLoopWorker(AgentLoopWorkerTQ.__ray_actor_class__):  # 
             counts = self._verl_ext_counts
             counts.failed += 1
             counts.first_error = counts.first_error or describe(exc)
-            raise  # verl still logs it and marks the prompt failed
+            repeat = repeat_of_logged(exc, self._verl_ext_seen)
+            if repeat is None:
+                raise  # verl logs it with its traceback and marks the prompt failed
+            raise repeat from None
 
     def pop_run_counts(self) -> RunCounts:
         counts, self._verl_ext_counts = self._verl_ext_counts, RunCounts()

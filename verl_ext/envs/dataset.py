@@ -11,9 +11,19 @@ import random
 from typing import Any
 
 from verl_ext.envs.policies import SYSTEM_PROMPT
+from verl_ext.errors import UserError
 
 AGENT_NAME = "hybrid_gui_tool"
 VAL_SEED_OFFSET = 1_000_000
+
+
+def choose_templates(env: str, templates: list[str] | None, known: list[str]) -> list[str]:
+    """``templates`` (every one of ``known`` when none are given); an unknown name raises
+    ``UserError`` listing the known ones (``verl-ext prepare-data --templates``)."""
+    unknown = sorted(set(templates or ()) - set(known))
+    if unknown:
+        raise UserError(f"unknown {env} templates {unknown} (--templates); known: {', '.join(known)}")
+    return list(templates or known)
 
 
 def minidesk_rows(n: int, seed: int, split: str, templates: list[str] | None = None) -> list[dict[str, Any]]:
@@ -21,10 +31,7 @@ def minidesk_rows(n: int, seed: int, split: str, templates: list[str] | None = N
     from verl_ext.envs.minidesk.env import template_catalog
 
     catalog = template_catalog()
-    chosen = templates or list(catalog)
-    unknown = sorted(set(chosen) - set(catalog))
-    if unknown:
-        raise ValueError(f"unknown MiniDesk templates {unknown}")
+    chosen = choose_templates("MiniDesk", templates, list(catalog))
     return [
         {
             "data_source": "verl_ext/minidesk",

@@ -18,12 +18,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 from collections.abc import Callable
 from typing import Any
 
 from verl.utils.dataset.multiturn_sft_dataset import MultiTurnSFTDataset
 
+from verl_ext.cli import positive_int
 from verl_ext.envs.core import GUI_TOOL_NAME, Action, ToolCall
+from verl_ext.errors import UserError
 
 # The RL recipes' multi_turn.max_tool_response_length (plugins/env/minidesk.yaml).
 MAX_TOOL_RESPONSE_LENGTH = 12000
@@ -163,9 +166,17 @@ def held_out_call_rates(model_path: str, data_file: str, max_new_tokens: int = 1
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    frame = pd.read_parquet(data_file)  # before the model loads: a wrong file fails at once
+    missing = sorted({"messages", "tools"} - set(frame.columns))
+    if missing:
+        raise UserError(
+            f"{data_file} has no {missing} column: not SFT transcripts (verl-ext prepare-data text_hybrid_sft)"
+        )
+    rows = frame.to_dict("records")[:max_rows]
+    if not any(turns_of(_decoded(row["messages"])) for row in rows):
+        raise UserError(f"{data_file} holds no assistant turn to score: there is no call rate to report")
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
-    rows = pd.read_parquet(data_file).to_dict("records")[:max_rows]
 
     def generate(prompt: list[int]) -> list[int]:
         with torch.no_grad():
@@ -183,9 +194,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("model", help="HF model dir (e.g. sft/global_step_N/huggingface)")
     parser.add_argument("data", help="SFT parquet of held-out transcripts (prepare-data text_hybrid_sft .../val.parquet)")
     parser.add_argument("--max-new-tokens", type=int, default=128)
-    parser.add_argument("--max-rows", type=int, default=None)
+    parser.add_argument("--max-rows", type=positive_int, default=None)
     parser.add_argument("--out", default=None, help="also write the rates to this JSON file")
     args = parser.parse_args(argv)
+    if not os.path.isfile(args.data):
+        raise UserError(f"DATA {args.data}: the file does not exist (verl-ext prepare-data text_hybrid_sft writes one)")
     rates = held_out_call_rates(args.model, args.data, args.max_new_tokens, args.max_rows)
     text = json.dumps(rates)
     print(text)

@@ -17,10 +17,12 @@ from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from verl_ext.cli import positive_int
 from verl_ext.envs.base import BrowserEnv
 from verl_ext.envs.core import EnvFault
-from verl_ext.envs.policies import Policy, make_policy
+from verl_ext.envs.policies import Policy, check_policy_spec, make_policy
 from verl_ext.envs.pool import EnvPool, make_env
+from verl_ext.errors import UserError
 from verl_ext.rewards.env_rewards import episode_metrics, reward_components
 
 
@@ -64,7 +66,7 @@ def _tasks(env_name: str, spec: str) -> list[str]:
     chosen = [t.strip() for t in spec.split(",") if t.strip()]
     unknown = [t for t in chosen if t not in known]
     if unknown:
-        raise SystemExit(f"unknown {env_name} task(s): {unknown}")
+        raise UserError(f"--tasks: unknown {env_name} task(s) {unknown}; known: {', '.join(known)}")
     return chosen
 
 
@@ -122,18 +124,24 @@ def format_report(records: list[dict[str, Any]], per_task: bool = True) -> str:
         lines.append(f"{'task':<28} {'n':>3} {'acc':>6} {'TIR':>6} {'ACS':>6}")
         for task, rows in by_task.items():
             m = episode_metrics(rows)
-            lines.append(f"{task:<28} {len(rows):>3} {m['accuracy']:>6.2f} {m['tir']:>6.2f} {m['acs']:>6.2f}")
+            scores = f"{m['accuracy']:>6.2f} {m['tir']:>6.2f} {m['acs']:>6.2f}" if m["episodes"] else "  (all faulted)"
+            lines.append(f"{task:<28} {len(rows):>3} {scores}")
     m = episode_metrics(records)
-    lines.append(f"overall: episodes={int(m['episodes'])} faults={int(m['faults'])} accuracy={m['accuracy']:.3f} "
-                 f"TIR={m['tir']:.3f} ACS={m['acs']:.2f}")
+    scores = f"accuracy={m['accuracy']:.3f} TIR={m['tir']:.3f} ACS={m['acs']:.2f}" if m["episodes"] else "accuracy=n/a"
+    lines.append(f"overall: episodes={int(m['episodes'])} faults={int(m['faults'])} {scores}")
     return "\n".join(lines)
 
 
 def _seeds(spec: str) -> list[int]:
-    if "-" in spec:
-        lo, hi = spec.split("-")
-        return list(range(int(lo), int(hi) + 1))
-    return list(range(int(spec)))
+    """``N`` (seeds 0..N-1) or ``LO-HI`` (inclusive); a spec that gives no seed raises ``UserError``."""
+    lo, dash, hi = spec.partition("-")
+    try:
+        seeds = list(range(int(lo), int(hi) + 1)) if dash else list(range(int(spec)))
+    except ValueError:
+        seeds = []
+    if not seeds:
+        raise UserError(f"--seeds {spec!r} gives no episode: use N >= 1 (seeds 0..N-1) or LO-HI with LO <= HI, e.g. 2-5")
+    return seeds
 
 
 def main(argv: list[str]) -> int:
@@ -146,14 +154,15 @@ def main(argv: list[str]) -> int:
                         help="checkpoint policies: how the model acts (menu = the T/G menu of the cpu recipes)")
     parser.add_argument("--tasks", default="all", help="comma-separated task ids, or 'all'")
     parser.add_argument("--seeds", default="2", help="N (seeds 0..N-1) or LO-HI")
-    parser.add_argument("--parallel", type=int, default=2, help="browsers at once")
-    parser.add_argument("--max-steps", type=int, default=30)
+    parser.add_argument("--parallel", type=positive_int, default=2, help="browsers at once")
+    parser.add_argument("--max-steps", type=positive_int, default=30)
     parser.add_argument("--json", help="also write every episode record to this file")
     parser.add_argument("--no-per-task", action="store_true", help="print only the overall line")
     args = parser.parse_args(argv)
     if args.env == "miniwob" and args.policy.startswith("scripted"):
         parser.error("scripted policies replay MiniDesk reference plans; use random or a model URL for miniwob")
 
+    check_policy_spec(args.policy)  # before any browser starts
     records, stats = evaluate(args.env, args.policy, _tasks(args.env, args.tasks), _seeds(args.seeds), args.parallel,
                               args.max_steps, action_format=args.action_format)
     print(format_report(records, per_task=not args.no_per_task))
@@ -161,4 +170,7 @@ def main(argv: list[str]) -> int:
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(records, f, indent=1, default=str)
+    if not episode_metrics(records)["episodes"]:
+        print("verl-ext eval: every episode faulted: there is no accuracy to report", file=sys.stderr)
+        return 1
     return 0

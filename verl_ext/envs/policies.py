@@ -28,6 +28,7 @@ from verl_ext.envs.core import (
     action_from_call,
 )
 from verl_ext.envs.plans import plan_step_action
+from verl_ext.errors import UserError
 
 
 class Policy(Protocol):
@@ -269,17 +270,27 @@ def hf_model_dir(path: str) -> str:
 def make_policy(spec: str, seed: int = 0, action_format: str = "tool_call") -> Policy:
     """``scripted-gui`` | ``scripted-tool`` | ``scripted-oracle`` | ``random`` | an ``http(s)://``
     OpenAI-compatible URL | ``checkpoint:<dir>`` (a local transformers model or verl checkpoint, in ``action_format``)."""
-    if spec == "scripted-gui":
-        return ScriptedPolicy("gui")
-    if spec == "scripted-tool":
-        return ScriptedPolicy("tool")
-    if spec == "scripted-oracle":
-        return ScriptedPolicy("oracle")
+    check_policy_spec(spec)
+    if spec.startswith("scripted-"):
+        return ScriptedPolicy(spec.removeprefix("scripted-"))
     if spec == "random":
         return RandomPolicy(seed)
     if spec.startswith(("http://", "https://")):
         return OpenAIChatPolicy(spec)
-    if spec.startswith("checkpoint:"):
-        return LocalModelPolicy(spec.split(":", 1)[1], action_format=action_format, seed=seed)
-    raise ValueError(f"unknown policy {spec!r}: use scripted-gui, scripted-tool, scripted-oracle, random, "
-                     "an http(s):// URL or checkpoint:<dir>")
+    return LocalModelPolicy(spec.split(":", 1)[1], action_format=action_format, seed=seed)
+
+
+def check_policy_spec(spec: str) -> None:
+    """Raise ``UserError`` for a policy ``make_policy`` cannot build: an unknown name, or a
+    ``checkpoint:<dir>`` whose folder does not exist."""
+    if spec in ("scripted-gui", "scripted-tool", "scripted-oracle", "random"):
+        return
+    if spec.startswith(("http://", "https://")):
+        return
+    if not spec.startswith("checkpoint:"):
+        raise UserError(f"--policy {spec!r} is unknown: use scripted-gui, scripted-tool, scripted-oracle, random, "
+                        "an http(s):// URL or checkpoint:<dir>")
+    path = spec.split(":", 1)[1]
+    if not os.path.isdir(path):
+        raise UserError(f"--policy {spec}: the path {path} does not exist (or is not a folder); give a transformers "
+                        "model folder or a verl checkpoint global_step_N")

@@ -338,13 +338,10 @@ def text_hybrid_rows(n: int, seed: int, split: str, templates: list[str] | None 
     """``n`` dataset rows for ``hybrid_gui_tool`` (the layout of ``verl_ext.envs.dataset.minidesk_rows``),
     with the task's ``tool_beneficial``, ``variant``, ``ref_steps`` and DVReward questions
     (``dv_questions``, read by DVReward's default ``questions_key``) in ``extra_info``."""
-    from verl_ext.envs.dataset import AGENT_NAME, spread_tasks
+    from verl_ext.envs.dataset import AGENT_NAME, choose_templates, spread_tasks
     from verl_ext.envs.policies import SYSTEM_PROMPT
 
-    chosen = templates or list(APPS)
-    unknown = sorted(set(chosen) - set(APPS))
-    if unknown:
-        raise ValueError(f"unknown text_hybrid templates {unknown}; known: {', '.join(APPS)}")
+    chosen = choose_templates("text_hybrid", templates, list(APPS))
     rows = []
     for index, (template, task_seed) in enumerate(spread_tasks("text_hybrid", chosen, n, seed, split)):
         app, plans, variant = make_task(template, task_seed)

@@ -137,12 +137,13 @@ def episode_metrics(records: list[dict[str, float]]) -> dict[str, float]:
 
     accuracy: success rate. TIR (tool-invocation rate, ToolCUA's definition): a tool-beneficial
     episode counts when it succeeded using a tool, a non-beneficial one when it succeeded without
-    tools. ACS: mean steps of successful episodes. Faulted episodes are excluded (``faults``).
+    tools. ACS: mean steps of successful episodes. Faulted episodes are excluded (``faults``);
+    with no episode left there is no rate to report, so only ``episodes`` (0) and ``faults`` are.
     """
     valid = [r for r in records if r["valid"] > 0]
     n = len(valid)
     if n == 0:
-        return {"episodes": 0.0, "faults": float(len(records)), "accuracy": 0.0, "tir": 0.0, "acs": 0.0}
+        return {"episodes": 0.0, "faults": float(len(records))}
     successes = [r for r in valid if r["success"] > 0]
     return {
         "episodes": float(n),

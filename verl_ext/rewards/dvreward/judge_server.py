@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import json
 import math
 import os
@@ -46,6 +47,9 @@ from typing import Any, Protocol
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
+
+from verl_ext.cli import positive_int
+from verl_ext.errors import UserError
 
 HOST = "127.0.0.1"
 
@@ -362,9 +366,12 @@ def build_app(backend: Backend, model_name: str, max_batch: int = 32, api_key_en
     def error(status: int, message: str) -> JSONResponse:
         return JSONResponse({"error": {"message": message, "code": status}}, status_code=status)
 
+    def key_refused(raw: Request) -> bool:
+        return bool(api_key_env) and raw.headers.get("authorization") != f"Bearer {os.environ.get(api_key_env, '')}"
+
     @app.post("/v1/chat/completions")
     async def chat(raw: Request):
-        if api_key_env and raw.headers.get("authorization") != f"Bearer {os.environ.get(api_key_env, '')}":
+        if key_refused(raw):
             return error(401, "invalid API key")
         try:
             request = ChatRequest.from_body(await raw.json())
@@ -378,7 +385,9 @@ def build_app(backend: Backend, model_name: str, max_batch: int = 32, api_key_en
         return completion_body(request, completion, model_name)
 
     @app.get("/v1/models")
-    async def models():
+    async def models(raw: Request):
+        if key_refused(raw):  # as OpenAI's API does: a client's start-up probe learns of a wrong key
+            return error(401, "invalid API key")
         return {"object": "list", "data": [{"id": model_name, "object": "model"}]}
 
     @app.get("/health")
@@ -398,8 +407,36 @@ def bind(port: int = 0) -> socket.socket:
     # default proto 0 every response waits ~40 ms for a delayed ACK (Nagle).
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((HOST, port))
+    try:
+        sock.bind((HOST, port))
+    except OSError as err:
+        sock.close()
+        if err.errno == errno.EADDRINUSE:
+            raise UserError(
+                f"port {port} on {HOST} is in use (--port {port}); pick another, or --port 0 for a free one"
+            ) from None
+        raise
     return sock
+
+
+def load_fake_answers(path: str) -> FakeBackend:
+    """The ``--fake-answers`` file as a backend; a missing file, bad JSON (with its line) or a
+    rule with unknown keys raises ``UserError`` naming the file."""
+    try:
+        with open(path) as f:
+            spec = json.load(f)
+    except FileNotFoundError:
+        raise UserError(f"--fake-answers {path}: no such file") from None
+    except json.JSONDecodeError as err:
+        where = f"line {err.lineno} column {err.colno}"
+        raise UserError(f"--fake-answers {path}: not valid JSON at {where}: {err.msg}") from None
+    try:
+        return FakeBackend(spec)
+    except (TypeError, KeyError, AttributeError) as err:
+        raise UserError(
+            f"--fake-answers {path}: not a map of substrings to answers nor a list of match rules ({err}); "
+            "the format is in the docstring of verl_ext.rewards.dvreward.judge_server"
+        ) from None
 
 
 class ServerThread:
@@ -466,7 +503,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
     parser.add_argument("--port-file", help="write the bound port here once the server is ready")
     parser.add_argument("--served-model-name", default=None, help="the model name reported (default: the path)")
-    parser.add_argument("--max-batch", type=int, default=32)
+    parser.add_argument("--max-batch", type=positive_int, default=32)
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     parser.add_argument("--cpu-threads", type=int, default=1, help="torch threads on CPU (more for big models)")
     parser.add_argument("--require-api-key-env", help="answer 401 unless the Bearer token equals this env var")
@@ -474,14 +511,13 @@ def main(argv: list[str]) -> int:
 
     import uvicorn
 
+    sock = bind(args.port)  # before loading a model: a busy port fails at once
     if args.model:
         backend: Backend = HFBackend(args.model, args.device, args.cpu_threads)
     else:
-        with open(args.fake_answers) as f:
-            backend = FakeBackend(json.load(f))
+        backend = load_fake_answers(args.fake_answers)
     name = args.served_model_name or args.model or "fake-judge"
     app = build_app(backend, name, args.max_batch, api_key_env=args.require_api_key_env)
-    sock = bind(args.port)
     port = sock.getsockname()[1]
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
 

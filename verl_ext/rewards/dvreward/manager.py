@@ -74,11 +74,7 @@ class DVRewardManager(RewardManagerBase):
         has_verifier = bool((reward_cfg.get("custom_reward_function") or {}).get("path"))
         self.verifier = compute_score if has_verifier else None
         self._n_flagged = 0
-        if self.settings.env_weight and self.verifier is None and not self.settings.env_score_key:
-            raise ValueError(
-                f"{KEY_PREFIX}.env_weight={self.settings.env_weight} needs an environment score: set "
-                f"{KEY_PREFIX}.env_score_key or reward.custom_reward_function.path"
-            )
+        self.settings.check_env_score_source(has_verifier)
 
     async def run_single(self, data: DataProto) -> dict[str, Any]:
         item = data[-1]  # multi-output trajectories: score the last output, as verl's managers do

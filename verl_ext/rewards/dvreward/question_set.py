@@ -15,11 +15,13 @@ same schema)::
 
 from __future__ import annotations
 
+import numbers
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from verl_ext.errors import UserError
 from verl_ext.rewards.dvreward.scoring import QUALITY, SEMANTIC
 
 # A yes/no question opens with an auxiliary verb; "What colour is ...?" cannot be answered yes/no.
@@ -56,12 +58,9 @@ class QuestionSet:
 
     def __post_init__(self) -> None:
         for i, q in enumerate(self.questions):
-            bad = [p for p in q.parents if not 0 <= p < i]
-            if bad:
-                raise ValueError(
-                    f"question {i} ({q.text!r}) has parent index {bad[0]}; parents must index earlier "
-                    f"questions of the same set (0..{i - 1})"
-                )
+            problem = parents_problem(q.parents, i)
+            if problem:
+                raise ValueError(f"question {i} ({q.text!r}): {problem}")
 
     @property
     def texts(self) -> list[str]:
@@ -81,6 +80,18 @@ class QuestionSet:
             **dict(self.meta),
             "questions": [{"text": q.text, "kind": q.kind, "parents": list(q.parents)} for q in self.questions],
         }
+
+
+def parents_problem(parents: Sequence[int], index: int) -> str | None:
+    """Why ``parents`` cannot be the parent links of question ``index``, or ``None``.
+
+    A negative index would wrap to the last question in Python, and a forward reference would
+    gate on a value not yet gated (``scoring.gate_by_parents`` is one forward pass).
+    """
+    bad = [p for p in parents if not 0 <= p < index]
+    if bad:
+        return f"has parent index {bad[0]}; parents must index earlier questions of the same set (0..{index - 1})"
+    return None
 
 
 def question_problem(text: str) -> str | None:
@@ -159,37 +170,97 @@ def _as_list(value: Any) -> list[Any]:
     return list(value) if value is not None and not isinstance(value, (str, bytes, Mapping)) else []
 
 
-def from_extra_info(extra_info: Mapping[str, Any] | None, key: str = "dv_questions") -> QuestionSet | None:
-    """Read a row's questions: our ``extra_info[key]`` record, else AlphaGRPO's two lists.
+QUESTION_FIELDS = ("text", "kind", "parents")
+_FIX = (
+    "fix the row's questions or rebuild them with verl-ext dv-questions "
+    "(docs/plugins/dvreward.md, 'Building the questions')"
+)
+
+
+def _question(entry: Any, index: int, where: str) -> Question:
+    """One stored question, every field checked; ``where`` names the record for the message."""
+
+    def fail(field: str, value: Any, problem: str) -> UserError:
+        return UserError(f"{where}, question {index}: {field}={value!r} {problem}; {_FIX}")
+
+    if not isinstance(entry, Mapping):
+        raise fail("question", entry, "is not a mapping with 'text', 'kind' and 'parents'")
+    unknown = sorted(k for k, v in entry.items() if k not in QUESTION_FIELDS and v is not None)
+    if unknown:
+        raise fail(unknown[0], entry[unknown[0]], f"is not a question field (known: {', '.join(QUESTION_FIELDS)})")
+    text, kind = entry.get("text"), entry.get("kind")
+    if not isinstance(text, str) or not text.strip():
+        raise fail("text", text, "is not a non-empty string: the judge would be asked about nothing")
+    if kind not in (SEMANTIC, QUALITY):
+        raise fail("kind", kind, f"is not {SEMANTIC!r} or {QUALITY!r}: the question would count in neither mean")
+    parents = entry.get("parents")
+    if parents is not None and (
+        isinstance(parents, (str, bytes, Mapping))
+        or not all(isinstance(p, numbers.Integral) and not isinstance(p, bool) for p in _as_list(parents))
+    ):
+        raise fail("parents", parents, "is not a list of question indices")
+    parents = tuple(int(p) for p in _as_list(parents))
+    problem = parents_problem(parents, index)
+    if problem:
+        raise fail("parents", list(parents), problem)
+    return Question(text, kind, parents)
+
+
+def validate_question_set(record: Any, where: str) -> QuestionSet | None:
+    """Check every field of one stored question record (the ``extra_info["dv_questions"]`` form
+    in the module docstring) and build its ``QuestionSet``; ``None`` when it holds no question
+    (``questions`` empty or null: the manager flags such a row ``no_questions``).
+
+    Args:
+        record: the stored record, as read from JSON or parquet (numpy arrays for lists).
+        where: where the record is, for the message: a file and row, or a dataset row.
+
+    Raises:
+        UserError: naming ``where``, the question index, the field, its value and the fix: a
+            record without a ``questions`` list, a question with unknown fields, a missing or
+            empty ``text``, a ``kind`` other than ``semantic``/``quality``, or ``parents`` that are
+            not indices of earlier questions. Before this check such a question was judged as
+            "None", or fell out of both means while the sample still counted as valid.
+    """
+    if not isinstance(record, Mapping) or isinstance(record.get("questions"), (str, bytes, Mapping, numbers.Number)):
+        raise UserError(f"{where}: {str(record)[:200]!r} is not a record with a 'questions' list; {_FIX}")
+    questions = tuple(_question(entry, i, where) for i, entry in enumerate(_as_list(record.get("questions"))))
+    meta = {k: str(v) for k, v in record.items() if k != "questions" and v is not None}
+    return QuestionSet(questions, meta) if questions else None
+
+
+def _alphagrpo_questions(extra_info: Mapping[str, Any], where: str) -> QuestionSet | None:
+    """AlphaGRPO's ``semantic_questions`` / ``quality_questions`` (strings or ``{"question": ...}``)."""
+    questions = []
+    for kind in (SEMANTIC, QUALITY):
+        for i, item in enumerate(_as_list(extra_info.get(f"{kind}_questions"))):
+            text = item.get("question") if isinstance(item, Mapping) else item
+            if not isinstance(text, str) or not text.strip():
+                raise UserError(f"{where}['{kind}_questions'][{i}]={item!r} is not a non-empty question; {_FIX}")
+            questions.append(Question(text, kind))
+    return QuestionSet(tuple(questions)) if questions else None
+
+
+def from_extra_info(
+    extra_info: Mapping[str, Any] | None, key: str = "dv_questions", where: str | None = None
+) -> QuestionSet | None:
+    """Read a row's questions: our ``extra_info[key]`` record, else AlphaGRPO's two lists, every
+    field checked (``validate_question_set``).
 
     A dotted ``key`` descends into nested mappings when no field has the dotted name itself
     (``verl_ext.extras.dv_questions``: the questions the ``hybrid_gui_tool`` agent loop copies
     from a MiniDesk reset into its step metadata). Returns ``None`` when the row has no questions
-    in either form.
+    in either form. ``where`` names the row in an error (default: its ``split`` and ``index``).
     """
     extra_info = extra_info or {}
+    if where is None:
+        row = ", ".join(f"{k}={extra_info[k]!r}" for k in ("split", "index") if k in extra_info) or "unknown"
+        where = f"dataset row ({row})"
     record = extra_info.get(key)
     if record is None and "." in key:
         record = extra_info
         for part in key.split("."):
             record = record.get(part) if isinstance(record, Mapping) else None
-    if isinstance(record, Mapping) and record.get("questions") is not None:
-        questions = tuple(
-            Question(str(q["text"]), str(q.get("kind", SEMANTIC)), tuple(int(p) for p in _as_list(q.get("parents"))))
-            for q in _as_list(record["questions"])
-        )
-        meta = {k: str(v) for k, v in record.items() if k != "questions" and v is not None}
-        try:
-            return QuestionSet(questions, meta) if questions else None
-        except ValueError as err:
-            row = ", ".join(f"{k}={extra_info[k]!r}" for k in ("split", "index") if k in extra_info) or "unknown"
-            raise ValueError(
-                f"extra_info[{key!r}] of dataset row ({row}): {err}. Rebuild the row's questions "
-                "(verl-ext dv-questions) or fix its parents lists"
-            ) from err
-    questions = tuple(
-        Question(str(item["question"] if isinstance(item, Mapping) else item), kind)
-        for kind in (SEMANTIC, QUALITY)
-        for item in _as_list(extra_info.get(f"{kind}_questions"))
-    )
-    return QuestionSet(questions) if questions else None
+    if record is not None:
+        return validate_question_set(record, f"{where}, extra_info[{key!r}]")
+    return _alphagrpo_questions(extra_info, f"{where}, extra_info")

@@ -31,10 +31,11 @@ from typing import Any
 
 import httpx
 
+from verl_ext.errors import UserError
 from verl_ext.rewards.dvreward.question_set import clean_questions
 from verl_ext.rewards.dvreward.scoring import QUALITY, SEMANTIC
 from verl_ext.rewards.dvreward.settings import field_value
-from verl_ext.rewards.dvreward.transport import Endpoint, RequestFailed, post_json
+from verl_ext.rewards.dvreward.transport import Endpoint, RequestFailed, post_json, probe
 
 # Bump the version whenever the prompt text changes: it is part of every cache key.
 DECOMPOSE_PROMPT_VERSION = "dvq-v1"
@@ -172,6 +173,8 @@ async def decompose_all(
 def _read(path: str):
     import pandas as pd
 
+    if not os.path.isfile(path):
+        raise UserError(f"input {path}: no such file (a .parquet or .jsonl dataset)")
     return pd.read_parquet(path) if path.endswith(".parquet") else pd.read_json(path, lines=True)
 
 
@@ -206,6 +209,10 @@ def main(argv: list[str]) -> int:
 
     endpoint = Endpoint(args.base_url, args.model, args.api_key_env, timeout_s=args.timeout, max_retries=args.retries)
     df = _read(args.input)
+    unreachable = probe(endpoint)
+    if unreachable is not None:
+        raise UserError(f"--base-url {args.base_url} does not answer ({unreachable}); start the server or fix the URL"
+                        + (f" or the key in ${args.api_key_env}" if args.api_key_env else ""))
     rows = df.to_dict(orient="records")
     prompts = [prompt_text(row, args.prompt_key) for row in rows]
     keys, requests = [], {}  # one request per distinct prompt

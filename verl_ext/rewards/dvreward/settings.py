@@ -73,6 +73,15 @@ class DVRewardSettings(JudgeOptions):
             raise ValueError(f"bad value for {[f'{KEY_PREFIX}.{k}={getattr(settings, k)!r}' for k in bad]}")
         return settings
 
+    def check_env_score_source(self, has_verifier: bool) -> None:
+        """``env_weight`` > 0 needs an environment score: ``env_score_key`` or a verifier
+        (``reward.custom_reward_function.path``); raises ``ValueError`` naming both."""
+        if self.env_weight and not has_verifier and not self.env_score_key:
+            raise ValueError(
+                f"{KEY_PREFIX}.env_weight={self.env_weight} needs an environment score: set "
+                f"{KEY_PREFIX}.env_score_key or reward.custom_reward_function.path"
+            )
+
     def endpoint(self, reward_router_address: str | None, default_model: str | None) -> Endpoint:
         """The judge endpoint: ``judge_url``, else verl's GenRM router address."""
         if self.judge_url:

@@ -61,6 +61,23 @@ class Endpoint:
         return {"Authorization": f"Bearer {key}"}
 
 
+def probe(endpoint: Endpoint, timeout_s: float = 5.0) -> RequestFailed | None:
+    """One ``GET {base_url}/models``, before any real request: ``None`` when a server answers
+    (any status but 401/403: not every server lists its models), else why not (``connect``,
+    ``timeout``, ``no_api_key``, ``http_401``, ...). The key is sent, never shown."""
+    try:
+        response = httpx.get(endpoint.base_url.rstrip("/") + "/models", headers=endpoint.headers(), timeout=timeout_s)
+    except RequestFailed as failed:
+        return failed
+    except httpx.TimeoutException as exc:
+        return RequestFailed("timeout", f"no answer within {timeout_s:g} s ({type(exc).__name__})")
+    except httpx.TransportError as exc:
+        return RequestFailed("connect", f"{type(exc).__name__}: {exc}")
+    if response.status_code in (401, 403):
+        return RequestFailed(f"http_{response.status_code}", "the server refused the API key (or its absence)")
+    return None
+
+
 def _retryable_status(status: int) -> bool:
     return status == 429 or status >= 500
 
