@@ -25,6 +25,8 @@ from pathlib import Path
 import pytest
 from omegaconf import DictConfig, OmegaConf
 
+from verl_ext import validation
+
 from .main_ppo_job import main_ppo_job
 
 REPO = Path(__file__).resolve().parents[1]
@@ -86,6 +88,8 @@ def dry_run(tmp_path_factory):
         assert args_file.exists(), f"{script} never ran `python -m verl.trainer.main_ppo`"
         args = args_file.read_text().split("\0")[:-1]
         args_file.unlink()
+        # a fragment and a plain setting of the same selector on one command line (verl_ext.validation)
+        assert validation.fragment_conflicts(args) == [], f"{script}: {validation.fragment_conflicts(args)}"
         return main_ppo_job(args)  # what `python -m verl.trainer.main_ppo` runs
 
     return run
@@ -104,10 +108,7 @@ def check_config(config: DictConfig) -> None:
     from verl.utils.config import omega_conf_to_dataclass, validate_config
     from verl.utils.device import auto_set_device
 
-    from verl_ext.advantages import ESTIMATORS, hyperparameters
-    from verl_ext.advantages.verl_glue import estimator_params
-    from verl_ext.doctor import check_requirements
-    from verl_ext.old_logits import OldLogitsConfig
+    from verl_ext.advantages import ESTIMATORS
     from verl_ext.rewards import postprocess
 
     # verl's main_ppo, then TaskRunnerV1.run (which resolves every interpolation)
@@ -130,19 +131,9 @@ def check_config(config: DictConfig) -> None:
         omega_conf_to_dataclass(algorithm.rollout_correction, RolloutCorrectionConfig)
     get_custom_reward_fn(config)  # verl's loader: imports the reward function the config names
 
-    problems = check_requirements(config)
-    assert not problems, "\n".join(problems)
-    OldLogitsConfig.from_config(algorithm.get("old_logits"), config.trainer.v1.sampler.max_off_policy_threshold)
-    name = algorithm.adv_estimator
-    if name in ESTIMATORS:
-        params, _ = estimator_params(name, algorithm)
-        unknown = sorted(set(params) - set(hyperparameters(name)))
-        assert not unknown, f"unknown key(s) {[f'algorithm.{name}.{k}' for k in unknown]}"
-    if postprocess.enabled(algorithm):
-        postprocess.path_length_settings(algorithm)
+    # verl-ext's start-up checks (verl's validate_config above ran them too: verl-ext wraps it)
+    validation.assert_valid(config)
     check_agent_loops(config)
-    for key in ("train_files", "val_files"):
-        assert Path(config.data[key]).exists(), f"data.{key}={config.data[key]} does not exist"
 
 
 def check_agent_loops(config: DictConfig) -> None:

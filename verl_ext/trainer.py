@@ -7,8 +7,8 @@ mode it extends before verl's constructor reads it; its own settings live under
 ``trainer.v1.verl_ext``.
 
 Hooks added on top of verl:
-- start-up check that every plugin the config names is registered and its run-time imports are
-  installed (``verl_ext.doctor.check_requirements``);
+- start-up checks (``verl_ext.validation``, the same ``verl-ext doctor`` and the driver run) and
+  this machine's readiness for the config's accelerator, before verl builds anything;
 - ``trainer.v1.verl_ext.replay_poll_interval``: verl's replay buffer polls TransferQueue every
   2 s, which dominates a step on the cpu backend;
 - per-token weight versions: the LLM client records which weight version produced each
@@ -43,8 +43,7 @@ from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
-from verl_ext.doctor import assert_requirements
-from verl_ext.gpu_checks import assert_startup_ready
+from verl_ext import validation
 from verl_ext.rewards.env_rewards import training_batch_metrics
 from verl_ext.old_logits.rollout_client import VersionedFullyAsyncLLMServerClient, VersionedLLMServerClient
 
@@ -59,8 +58,7 @@ class VerlExtTrainerMixin:
     def __init__(self, config, *args, **kwargs):
         from verl_ext.old_logits import OldLogitsConfig, build_provider
 
-        assert_requirements(config)
-        assert_startup_ready(config)  # GPU machine readiness and micro-batch divisibility
+        validation.assert_valid(config, machine=True)
         with open_dict(config):
             config.trainer.v1.trainer_mode = self.base_mode
         self.verl_ext_config = config.trainer.v1.get("verl_ext", {}) or {}
