@@ -239,6 +239,30 @@ def test_case11_doctor_checks_a_recipe_folder(base, tmp_path, capsys):
     assert "start-up checks pass" in capsys.readouterr().out
 
 
+# ------------------------------------------- beyond the list: raised once workers ran, now at start-up
+
+
+def test_a_setting_that_defaults_to_a_null_staleness_bound_is_refused(base):
+    found = problems(*base, "+plugins/old_logits=ewma", "trainer.v1.trainer_mode=verl_ext_colocate_async",
+                     "trainer.v1.sampler.max_off_policy_threshold=null")
+    assert found == ["trainer.v1.sampler.max_off_policy_threshold is null (no staleness bound), so set "
+                     "algorithm.old_logits.ewma.com explicitly"]
+
+
+def test_dvreward_env_weight_without_an_env_score_is_refused(base):
+    found = problems(*base, "+plugins/reward=dvreward", "trainer.v1.trainer_mode=verl_ext_sync",
+                     "reward.reward_kwargs.dvreward.env_weight=0.5")
+    assert found == ["reward.reward_kwargs.dvreward.env_weight=0.5 needs an environment score: set "
+                     "reward.reward_kwargs.dvreward.env_score_key or reward.custom_reward_function.path"]
+
+
+def test_a_misspelt_agent_loop_kwarg_is_refused(base, tmp_path):
+    loops = tmp_path / "agent_loops.yaml"
+    loops.write_text("- name: text_env\n  _target_: verl_ext.agent_loops.text_env.TextEnvAgentLoop\n  layot: per_turn\n")
+    found = problems(*base, "trainer.v1.trainer_mode=verl_ext_sync", f"actor_rollout_ref.rollout.agent.agent_loop_config_path={loops}")
+    assert len(found) == 1 and f"agent_loop_config_path={loops}: agent loop 'text_env' has no parameter(s) ['layot']" in found[0]
+
+
 def test_every_check_is_in_the_docs_table():
     table = (REPO / "docs" / "validation.md").read_text()
     missing = [name for name in [*validation.CHECKS, "fragment_conflicts"] if f"| `{name}`" not in table]

@@ -149,6 +149,15 @@ def old_logits_settings(config: Any) -> list[str]:
     except (TypeError, ValueError) as exc:
         return [str(exc)]
     found = rollout_side_problems(parsed.provider, str(select(config, "actor_rollout_ref.rollout.name", "")))
+    # settings that default to the staleness bound, read by the provider once workers run (the
+    # sync trainer keeps no snapshots)
+    defaults_from_bound = {"ewma": parsed.ewma_beta, "snapshot": parsed.snapshot_max_versions,
+                           "interrupt": parsed.interrupt_max_versions}
+    if parsed.provider in defaults_from_bound and (parsed.stale_tokens or parsed.provider != "snapshot"):
+        try:
+            defaults_from_bound[parsed.provider]()
+        except ValueError as exc:
+            found.append(str(exc))
     if parsed.provider == "interrupt" and not parsed.stale_tokens:
         found.append(
             f"algorithm.old_logits.provider=interrupt with {TRAINER_MODE_KEY}={mode}: a synchronous trainer samples "
@@ -216,16 +225,59 @@ def agent_loops(config: Any) -> dict[str, tuple[str | None, str]]:
         default = select(agent, "default_agent_loop", "single_turn_agent")
         names[str(default)] = "actor_rollout_ref.rollout.agent.default_agent_loop"
     targets = {name: entry.get("_target_") for name, entry in _registered_agent_loops().items()}
-    config_path = select(agent, "agent_loop_config_path")
-    if config_path:
-        from omegaconf import OmegaConf
-        from verl.utils.import_utils import resolve_config_path
-
-        try:
-            targets.update({entry.name: entry.get("_target_") for entry in OmegaConf.load(resolve_config_path(config_path))})
-        except Exception:  # noqa: BLE001 - a missing file is verl's error to report; the check then knows less
-            pass
+    try:
+        targets.update({entry.name: entry.get("_target_") for entry in _agent_loop_file(config)})
+    except Exception:  # noqa: BLE001 - agent_loop_settings reports an unreadable file; this check then knows less
+        pass
     return {name: (targets.get(name), source) for name, source in names.items()}
+
+
+AGENT_LOOP_FILE_KEY = "actor_rollout_ref.rollout.agent.agent_loop_config_path"
+
+
+def _agent_loop_file(config: Any) -> list[Any]:
+    """The entries of ``agent_loop_config_path``, loaded as verl loads them (none when unset)."""
+    path = select(config, AGENT_LOOP_FILE_KEY)
+    if not path:
+        return []
+    from omegaconf import OmegaConf
+    from verl.utils.import_utils import resolve_config_path
+
+    return list(OmegaConf.load(resolve_config_path(path)))
+
+
+@check
+def agent_loop_settings(config: Any) -> list[str]:
+    """``agent_loop_config_path`` loads, each ``_target_`` imports, and every kwarg is a parameter of
+    its class: verl's ``AgentLoopBase`` takes ``**kwargs``, so a misspelt one would be dropped silently."""
+    import inspect
+
+    from hydra.utils import get_class
+
+    path = select(config, AGENT_LOOP_FILE_KEY)
+    try:
+        entries = _agent_loop_file(config)
+    except Exception as exc:  # noqa: BLE001 - missing file, bad YAML: verl would fail in the agent-loop workers
+        return [f"{AGENT_LOOP_FILE_KEY}={path}: cannot be loaded ({exc}); fix the path or the YAML"]
+    found = []
+    for entry in entries:
+        try:
+            cls = get_class(entry._target_)
+        except Exception as exc:  # noqa: BLE001 - ImportError, AttributeError, a missing _target_
+            found.append(f"{AGENT_LOOP_FILE_KEY}={path}: agent loop {entry.get('name')!r}: cannot import its "
+                         f"_target_ {entry.get('_target_')!r} ({exc})")
+            continue
+        declared = {
+            p.name
+            for klass in cls.__mro__ if "__init__" in vars(klass)
+            for p in inspect.signature(vars(klass)["__init__"]).parameters.values()
+            if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        }
+        unknown = sorted(set(entry) - {"name", "_target_"} - declared)
+        if unknown:
+            found.append(f"{AGENT_LOOP_FILE_KEY}={path}: agent loop {entry.name!r} has no parameter(s) {unknown}; "
+                         f"{cls.__name__} takes {sorted(declared - {'self'})}")
+    return found
 
 
 def _registered_agent_loops() -> dict[str, dict]:
@@ -329,7 +381,8 @@ def model_paths_exist(config: Any) -> list[str]:
 
 @check
 def dvreward_settings(config: Any) -> list[str]:
-    """``reward.reward_kwargs.dvreward.*`` parses as the manager parses it (unknown keys, bad values)."""
+    """``reward.reward_kwargs.dvreward.*`` parses as the manager parses it (unknown keys, bad values,
+    ``env_weight`` without an environment score)."""
     if select(config, "reward.reward_manager.name") != "dvreward":
         return []
     from omegaconf import OmegaConf
@@ -340,10 +393,11 @@ def dvreward_settings(config: Any) -> list[str]:
     if section is not None and not isinstance(section, dict):
         section = OmegaConf.to_container(section, resolve=True)
     try:
-        DVRewardSettings.from_mapping(section)
+        settings = DVRewardSettings.from_mapping(section)
     except (TypeError, ValueError) as exc:
         return [str(exc)]
-    return []
+    problem = settings.env_score_problem(select(config, "reward"))
+    return [problem] if problem else []
 
 
 def _run_env(config: Any) -> dict[str, str]:
