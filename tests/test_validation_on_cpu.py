@@ -163,6 +163,12 @@ def test_case9_an_unknown_estimator_key_is_refused(base):
     assert len(found) == 1 and found[0].startswith("unknown key(s) algorithm.gigpo.gama for estimator 'gigpo'; it takes")
 
 
+def test_case9_an_estimator_value_it_rejects_is_refused(base):
+    found = problems(*base, "trainer.v1.trainer_mode=verl_ext_sync", "+plugins/advantage=hgpo", "algorithm.hgpo.mode=mean")
+    assert found == ["algorithm.hgpo.*: mode must be one of ('mean_norm', 'mean_std_norm'), got 'mean' "
+                     "(docs/plugins/advantages.md)"]
+
+
 @pytest.mark.parametrize("estimator", ["himac", "hiper"])
 def test_case9_a_role_estimator_with_a_loop_that_writes_no_roles_is_refused(base, estimator):
     found = problems(*base, "trainer.v1.trainer_mode=verl_ext_sync", f"+plugins/advantage={estimator}")

@@ -202,6 +202,8 @@ def estimator_settings(config: Any) -> list[str]:
         if unknown:
             found.append(f"unknown key(s) {', '.join(f'algorithm.{name}.{k}' for k in unknown)} for estimator "
                          f"{name!r}; it takes {sorted(hyperparameters(name))} (docs/plugins/advantages.md)")
+        elif name == select(algorithm, "adv_estimator"):
+            found += _probe_estimator(name, params)
     if algorithm is not None:
         from verl_ext.rewards import postprocess
 
@@ -211,6 +213,24 @@ def estimator_settings(config: Any) -> list[str]:
             except (TypeError, ValueError) as exc:
                 found.append(str(exc))
     return found
+
+
+def _probe_estimator(name: str, params: dict[str, Any]) -> list[str]:
+    """Run the estimator once on two one-step trajectories of one group, so that a value it rejects
+    (``mode``, ``baseline``, ``train_role``, ...) is named now rather than at the first advantage."""
+    import numpy as np
+
+    from verl_ext.advantages import compute_with_returns
+
+    probe = {"uid": np.array(["probe", "probe"], dtype=object), "traj_uid": np.array(["t0", "t1"], dtype=object),
+             "step_idx": np.array([0, 0]), "anchor": np.array(["s", "s"], dtype=object),
+             "step_reward": np.array([0.0, 1.0]), "role": np.array(["planner", "planner"], dtype=object),
+             "values": np.zeros(2)}
+    try:
+        compute_with_returns(name, **probe, **params)
+    except (TypeError, ValueError) as exc:
+        return [f"algorithm.{name}.*: {exc} (docs/plugins/advantages.md)"]
+    return []
 
 
 def agent_loops(config: Any) -> dict[str, tuple[str | None, str]]:
