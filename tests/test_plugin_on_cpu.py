@@ -80,7 +80,7 @@ def test_post_import_hook_fires_once_after_the_module_is_complete():
 
 
 def test_plugin_import_failure_is_recorded_and_explained(monkeypatch):
-    from verl_ext import doctor, plugin
+    from verl_ext import doctor, plugin, validation
 
     spec = plugin.PluginSpec("broken_est", "adv_estimator", "verl_ext._no_such_module_for_test", extra="judge")
     monkeypatch.setattr(plugin, "PLUGINS", (*plugin.PLUGINS, spec))
@@ -91,8 +91,8 @@ def test_plugin_import_failure_is_recorded_and_explained(monkeypatch):
     message = problems[0]
     assert "algorithm.adv_estimator=broken_est" in message
     assert "verl_ext._no_such_module_for_test" in message and "pip install 'verl-ext[judge]'" in message
-    with pytest.raises(RuntimeError, match="broken_est"):
-        doctor.assert_requirements({"algorithm": {"adv_estimator": "broken_est"}})
+    with pytest.raises(validation.ConfigError, match="broken_est"):
+        validation.assert_valid({"algorithm": {"adv_estimator": "broken_est"}})
     plugin.LOAD_ERRORS.pop(spec.module)
 
 

@@ -15,7 +15,6 @@ and are never downloaded (HF_HUB_OFFLINE=1 for everything the script runs).
 
 from __future__ import annotations
 
-import inspect
 import os
 import re
 import subprocess
@@ -24,6 +23,8 @@ from pathlib import Path
 
 import pytest
 from omegaconf import DictConfig, OmegaConf
+
+from verl_ext import validation
 
 from .conftest import cannot_run_here
 from .main_ppo_job import main_ppo_job
@@ -87,6 +88,8 @@ def dry_run(tmp_path_factory):
         assert args_file.exists(), f"{script} never ran `python -m verl.trainer.main_ppo`"
         args = args_file.read_text().split("\0")[:-1]
         args_file.unlink()
+        # a fragment and a plain setting of the same selector on one command line (verl_ext.validation)
+        assert validation.fragment_conflicts(args) == [], f"{script}: {validation.fragment_conflicts(args)}"
         return main_ppo_job(args)  # what `python -m verl.trainer.main_ppo` runs
 
     return run
@@ -106,12 +109,17 @@ def check_config(config: DictConfig) -> None:
     from verl.utils.config import omega_conf_to_dataclass, validate_config
     from verl.utils.device import auto_set_device
 
-    from verl_ext.advantages import ESTIMATORS, hyperparameters
-    from verl_ext.advantages.verl_glue import estimator_params
+    from verl_ext.advantages import ESTIMATORS
     from verl_ext.doctor import dependency_problems, plugin_problems
-    from verl_ext.old_logits import OldLogitsConfig
     from verl_ext.rewards import postprocess
 
+    problems = plugin_problems(config)
+    assert not problems, "\n".join(problems)
+    # an optional extra not installed here: skipped (failed under CI), before verl-ext's checks,
+    # which verl's validate_config below runs too, would refuse it
+    missing = dependency_problems(config)
+    if missing:
+        cannot_run_here("; ".join(missing))
     # verl's main_ppo, then TaskRunnerV1.run (which resolves every interpolation)
     auto_set_device(config)
     validate_config(config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
@@ -132,43 +140,8 @@ def check_config(config: DictConfig) -> None:
         omega_conf_to_dataclass(algorithm.rollout_correction, RolloutCorrectionConfig)
     get_custom_reward_fn(config)  # verl's loader: imports the reward function the config names
 
-    problems = plugin_problems(config)
-    assert not problems, "\n".join(problems)
-    missing = dependency_problems(config)  # an optional extra not installed here: skipped, failed under CI
-    if missing:
-        cannot_run_here("; ".join(missing))
-    OldLogitsConfig.from_config(algorithm.get("old_logits"), config.trainer.v1.sampler.max_off_policy_threshold)
-    name = algorithm.adv_estimator
-    if name in ESTIMATORS:
-        params, _ = estimator_params(name, algorithm)
-        unknown = sorted(set(params) - set(hyperparameters(name)))
-        assert not unknown, f"unknown key(s) {[f'algorithm.{name}.{k}' for k in unknown]}"
-    if postprocess.enabled(algorithm):
-        postprocess.path_length_settings(algorithm)
-    check_agent_loops(config)
-    for key in ("train_files", "val_files"):
-        assert Path(config.data[key]).exists(), f"data.{key}={config.data[key]} does not exist"
-
-
-def check_agent_loops(config: DictConfig) -> None:
-    """The agent-loop YAML loads as verl loads it, and every kwarg is a declared parameter: verl's
-    AgentLoopBase takes **kwargs, so a misspelt one would be dropped without a word."""
-    from hydra.utils import get_class
-    from verl.utils.import_utils import resolve_config_path
-
-    path = config.actor_rollout_ref.rollout.agent.agent_loop_config_path
-    if not path:
-        return
-    for entry in OmegaConf.load(resolve_config_path(path)):
-        cls = get_class(entry._target_)
-        declared = {
-            p.name
-            for klass in cls.__mro__ if "__init__" in vars(klass)
-            for p in inspect.signature(vars(klass)["__init__"]).parameters.values()
-            if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
-        }
-        unknown = sorted(set(entry) - {"name", "_target_"} - declared)
-        assert not unknown, f"{path}: agent loop {entry.name!r} has no parameter(s) {unknown}"
+    # verl-ext's start-up checks (verl's validate_config above ran them too: verl-ext wraps it)
+    validation.assert_valid(config)
 
 
 def test_every_recipe_has_gpu_scripts():
@@ -247,5 +220,5 @@ def test_a_misspelt_agent_loop_kwarg_fails(dry_run, tmp_path):
     loops.write_text(vl_loops.replace("screenshots:", "screenshot:"))
     code, out, err = dry_run(QWEN_1P5B, [f"actor_rollout_ref.rollout.agent.agent_loop_config_path={loops}"])
     assert code == 0, err[-4000:]
-    with pytest.raises(AssertionError, match=re.escape("no parameter(s) ['screenshot']")):
+    with pytest.raises(validation.ConfigError, match=re.escape("no parameter(s) ['screenshot']")):
         check_config(OmegaConf.create(out))

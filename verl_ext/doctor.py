@@ -1,9 +1,11 @@
-"""``verl-ext doctor`` and the start-up check: is everything a config names actually registered?
+"""``verl-ext doctor``, and the start-up check that everything a config names is registered.
 
 verl logs a plugin's import error at DEBUG and carries on, so a missing optional dependency
 shows up much later as "Unknown adv estimator" or a KeyError deep in a worker. This module
 turns that into one clear error naming the plugin, the import that failed and the pip extra
-that provides it.
+that provides it. With overrides (or ``--config-dir``/``--config-name``, as ``main_ppo`` takes them)
+doctor composes the config and runs every start-up check (``verl_ext.validation``), the same the
+training driver and the verl-ext trainers run, and exits 1 when any fails.
 """
 
 from __future__ import annotations
@@ -13,8 +15,10 @@ import importlib.metadata
 import importlib.util
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+from omegaconf import open_dict
 from packaging.requirements import Requirement
 
 from verl_ext import gpu_checks, plugin
@@ -158,24 +162,55 @@ def dependency_problems(config: Any) -> list[str]:
 
 
 def check_requirements(config: Any) -> list[str]:
-    """Every reason ``config`` cannot run on this machine, each naming the config key and the fix;
-    empty when all is well. The verl-ext trainers call it at start-up and ``verl-ext doctor`` with
-    overrides prints it: add further checks here."""
+    """Every plugin ``config`` names that is not registered or not installed here, each naming the
+    config key and the fix; one of ``verl_ext.validation``'s checks (add config checks there)."""
     return plugin_problems(config) + dependency_problems(config)
 
 
-def assert_requirements(config: Any) -> None:
-    """Raise ``RuntimeError`` listing every problem ``check_requirements`` finds."""
-    problems = check_requirements(config)
-    if problems:
-        raise RuntimeError("verl-ext: this config cannot run here:\n  - " + "\n  - ".join(problems))
+VERL_CONFIG = "pkg://verl.trainer.config"
 
 
-def _compose(overrides: list[str]) -> Any:
-    from hydra import compose, initialize_config_module
+def compose(overrides: list[str], config_dir: str | None = None, config_name: str = "ppo_trainer") -> Any:
+    """The config ``python -m verl.trainer.main_ppo [--config-dir DIR] [--config-name NAME] overrides``
+    composes, with Hydra's own section (``hydra.overrides.task`` is the command line)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir, initialize_config_module
 
-    with initialize_config_module(config_module="verl.trainer.config", version_base=None):
-        return compose(config_name="ppo_trainer", overrides=overrides)
+    folder = Path(config_dir).resolve() if config_dir else None
+    # as main_ppo's --config-dir: DIR and verl's own configs both on the search path; Hydra looks
+    # for the primary config in the first one only
+    if folder is not None and (folder / f"{config_name}.yaml").exists():
+        context = initialize_config_dir(config_dir=str(folder), version_base=None)
+        overrides = _with_search_path(overrides, VERL_CONFIG)
+    else:
+        context = initialize_config_module(config_module="verl.trainer.config", version_base=None)
+        if folder is not None:
+            overrides = _with_search_path(overrides, f"file://{folder}")
+    with context:
+        return hydra_compose(config_name=config_name, overrides=overrides, return_hydra_config=True)
+
+
+def _with_search_path(overrides: list[str], entry: str) -> list[str]:
+    for i, override in enumerate(overrides):
+        if override.startswith("hydra.searchpath="):
+            listed = override.split("=", 1)[1].strip().removeprefix("[").removesuffix("]")
+            return [*overrides[:i], f"hydra.searchpath=[{listed},{entry}]", *overrides[i + 1:]]
+    return [*overrides, f"hydra.searchpath=[{entry}]"]
+
+
+def verl_problems(config: Any) -> list[str]:
+    """What verl's own ``validate_config`` (``main_ppo``'s first check) refuses, as one problem."""
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils import config as verl_config
+    from verl.utils.device import auto_set_device
+
+    validate = getattr(verl_config.validate_config, "__wrapped__", verl_config.validate_config)  # verl's alone
+    try:
+        auto_set_device(config)
+        validate(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
+    except Exception as exc:  # noqa: BLE001 - verl raises AssertionError, ValueError, KeyError, ...
+        return [f"verl's validate_config: {type(exc).__name__}: {exc}"]
+    return []
 
 
 def main(argv: list[str]) -> int:
@@ -185,6 +220,8 @@ def main(argv: list[str]) -> int:
         "also check that every plugin the composed config names is registered.",
     )
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, as passed to verl.trainer.main_ppo")
+    parser.add_argument("--config-dir", help="as main_ppo's --config-dir (a recipe folder: recipes/toolcua_hybrid)")
+    parser.add_argument("--config-name", default="ppo_trainer", help="as main_ppo's --config-name")
     parser.add_argument("--gpu", action="store_true",
                         help="also fail when this machine is not ready for a GPU run (CUDA, vLLM, transformers)")
     args = parser.parse_args(argv)
@@ -233,13 +270,18 @@ def main(argv: list[str]) -> int:
         print(f"  {line}")
     if args.gpu:
         ok = ok and gpu_ready
-    if args.overrides:
-        config = _compose(args.overrides)
-        problems = check_requirements(config) + gpu_checks.batch_problems(config)
+    if args.overrides or args.config_dir or args.config_name != "ppo_trainer":
+        from verl_ext import validation
+
+        config = compose(args.overrides, args.config_dir, args.config_name)
+        command_line = list(config.hydra.overrides.task)
+        with open_dict(config):
+            del config["hydra"]
+        problems = verl_problems(config) + validation.problems(config, command_line)  # what the driver refuses
         if args.gpu:
-            problems += gpu_checks.machine_problems(config)
-        print("\nconfig check:")
-        for problem in problems or ["every plugin the config names is registered and installed; the batches divide"]:
+            problems += validation.machine_problems(config)
+        print("\nconfig check (docs/validation.md):")
+        for problem in problems or [f"all {len(validation.CHECKS)} start-up checks pass"]:
             print(f"  {problem}")
         ok = ok and not problems
     return 0 if ok else 1

@@ -174,19 +174,6 @@ def batch_problems(config: Any) -> list[str]:
     return problems
 
 
-def startup_problems(config: Any) -> list[str]:
-    """Everything above: what the verl-ext trainers refuse to start with."""
-    return machine_problems(config) + batch_problems(config)
-
-
-def assert_startup_ready(config: Any) -> None:
-    """Raise ``RuntimeError`` listing every :func:`startup_problems` entry (the verl-ext trainers
-    call this before verl builds anything)."""
-    problems = startup_problems(config)
-    if problems:
-        raise RuntimeError("verl-ext: this machine or config cannot run the job:\n  - " + "\n  - ".join(problems))
-
-
 def readiness_report() -> tuple[list[str], bool]:
     """``verl-ext doctor``'s GPU section: one line per item, and whether a vLLM + FSDP GPU run can start
     here (CUDA visible, vLLM at verl's pin, transformers in verl's range; flash-attn is optional)."""

@@ -2,9 +2,10 @@
 
 verl imports this module in every process (driver, TaskRunner, workers, inference servers) and
 swallows its errors at DEBUG level, so this module (1) does no heavy work itself: each plugin's
-module is imported by a post-import hook when verl imports the registry it belongs to; and
-(2) records every failure in ``LOAD_ERRORS`` and logs it at WARNING, so ``verl-ext doctor`` and
-``check_config`` can name what is missing.
+module is imported by a post-import hook when verl imports the registry it belongs to; (2)
+records every failure in ``LOAD_ERRORS`` and logs it at WARNING, so ``verl-ext doctor`` and the
+start-up checks can name what is missing; and (3) has ``main_ppo``'s ``validate_config`` run
+verl-ext's start-up checks (``verl_ext.validation``) in the driver, whatever the trainer mode.
 
 To add a plugin: write a module that registers on import and add a ``PluginSpec`` row below.
 """
@@ -33,7 +34,7 @@ class PluginSpec:
         extra: the ``pip install verl-ext[<extra>]`` that provides its optional dependencies.
         requires: modules the plugin imports only once it runs (e.g. the browser driver an
             agent loop starts per episode): importing ``module`` does not check them, so the
-            start-up check (``verl_ext.doctor.check_requirements``) does.
+            start-up checks (``verl_ext.validation``) do.
     """
 
     name: str
@@ -94,6 +95,17 @@ def _load(module: str) -> None:
 def install_hooks() -> None:
     for spec in PLUGINS:
         when_imported(KIND_TRIGGERS[spec.kind], lambda module=spec.module: _load(module))
+    # the driver's start-up validation, under every trainer mode (verl_ext.validation)
+    when_imported(VALIDATE_CONFIG_MODULE, _validate_in_the_driver)
+
+
+VALIDATE_CONFIG_MODULE = "verl.utils.config"  # main_ppo calls its validate_config before Ray starts
+
+
+def _validate_in_the_driver() -> None:
+    from verl_ext import validation
+
+    validation.wrap_verl_validate_config(sys.modules[VALIDATE_CONFIG_MODULE])
 
 
 def load_all() -> None:

@@ -7,9 +7,9 @@ mode it extends before verl's constructor reads it; its own settings live under
 ``trainer.v1.verl_ext``.
 
 Hooks added on top of verl:
-- start-up check that every plugin the config names is registered and its run-time imports are
-  installed (``verl_ext.doctor.check_requirements``), and for ``dvreward`` that its keys, the
-  question sets in the data files and the judge are usable (``verl_ext.rewards.dvreward.startup``);
+- start-up checks (``verl_ext.validation``, the same ``verl-ext doctor`` and the driver run), this
+  machine's readiness for the config's accelerator, and for ``dvreward`` a probe of the judge
+  (``verl_ext.rewards.dvreward.startup.probe_judge``), before verl builds anything;
 - ``trainer.v1.verl_ext.replay_poll_interval``: verl's replay buffer polls TransferQueue every
   2 s, which dominates a step on the cpu backend;
 - per-token weight versions: the LLM client records which weight version produced each
@@ -45,8 +45,7 @@ from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
-from verl_ext.doctor import assert_requirements
-from verl_ext.gpu_checks import assert_startup_ready
+from verl_ext import validation
 from verl_ext.rewards.env_rewards import training_batch_metrics
 from verl_ext.old_logits.rollout_client import VersionedFullyAsyncLLMServerClient, VersionedLLMServerClient
 
@@ -60,11 +59,10 @@ class VerlExtTrainerMixin:
 
     def __init__(self, config, *args, **kwargs):
         from verl_ext.old_logits import OldLogitsConfig, build_provider
-        from verl_ext.rewards.dvreward.startup import check_startup as check_dvreward_startup
+        from verl_ext.rewards.dvreward.startup import probe_configured_judge as probe_dvreward_judge
 
-        assert_requirements(config)
-        assert_startup_ready(config)  # GPU machine readiness and micro-batch divisibility
-        check_dvreward_startup(config)  # keys, question sets in the data files, the judge answers
+        validation.assert_valid(config, machine=True)
+        probe_dvreward_judge(config)  # the judge answers (the keys and question sets were checked above)
         with open_dict(config):
             config.trainer.v1.trainer_mode = self.base_mode
         self.verl_ext_config = config.trainer.v1.get("verl_ext", {}) or {}

@@ -16,12 +16,9 @@ fi
 export LOSS=ppo_ewma                 # toolcua_hybrid/run_cpu.sh defaults to vanilla (synchronous)
 export OUT=${OUT:-$PWD/runs/async_agentic/cpu-$PROVIDER}
 
-# trainer_mode again on the command line: toolcua_hybrid/run_cpu.sh adds +plugins/backend=cpu,
-# which Hydra merges after both recipes, and that fragment sets verl_ext_sync.
 exec bash "$HERE/../toolcua_hybrid/run_cpu.sh" \
     hydra.searchpath="[file://$HERE]" \
     'recipe=[toolcua_hybrid,async_agentic]' \
     plugins/old_logits="$PROVIDER" \
-    trainer.v1.trainer_mode=verl_ext_colocate_async \
     trainer.experiment_name="async_${PROVIDER}_cpu" \
     "$@"

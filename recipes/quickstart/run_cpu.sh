@@ -13,7 +13,7 @@ export VERL_FILE_LOGGER_PATH="$OUT/metrics.jsonl"   # verl's `file` logger: one 
 [ -f "$OUT/model/config.json" ] || verl-ext make-tiny-model "$OUT/model" --seed 0
 verl-ext prepare-data arithmetic "$OUT/data" --train-size 256 --val-size 32
 
-python -m verl.trainer.main_ppo +plugins/backend=cpu \
+python -m verl.trainer.main_ppo +plugins/backend=cpu trainer.v1.trainer_mode=verl_ext_sync \
     algorithm.adv_estimator=grpo \
     data.train_files="$OUT/data/train.parquet" \
     data.val_files="$OUT/data/val.parquet" \

@@ -28,7 +28,7 @@ verl-ext prepare-data text_corridor "$OUT/data" --train-size 512 --val-size 64 -
 # (about 17 tokens each) fit in 144 response tokens.
 # Validation samples at temperature 1, like training: a greedy random model says the same thing in
 # every state, which measures nothing.
-python -m verl.trainer.main_ppo +plugins/backend=cpu \
+python -m verl.trainer.main_ppo +plugins/backend=cpu trainer.v1.trainer_mode=verl_ext_sync \
     algorithm.adv_estimator="$ADV" \
     +algorithm.gigpo.gamma=0.95 \
     +algorithm.hgpo.gamma=0.95 \

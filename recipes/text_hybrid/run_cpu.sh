@@ -35,7 +35,6 @@ case "$MODE" in
   # verl's colocate_async + the verl-ext hooks (recipe async_agentic), 3 batches queued ahead of
   # the trainer instead of the recipe's 2 (2 gave a staleness of 1 in a 3-step run here; 3 gave 2-3 in the study)
   colocate_async) MODE_ARGS=(hydra.searchpath="[file://$RECIPES/async_agentic]" '+recipe=[toolcua_hybrid,async_agentic]'
-                             trainer.v1.trainer_mode=verl_ext_colocate_async
                              trainer.v1.colocate_async.num_warmup_batches=3) ;;
   *) echo "MODE must be sync or colocate_async, got '$MODE'" >&2; exit 2 ;;
 esac

@@ -82,7 +82,7 @@ fi
 # --- 2. RL from the SFT checkpoint. Validation before training is greedy: it measures the SFT
 # model itself on held-out tasks (val-aux/verl_ext/text_hybrid/{valid_call_rate,format_ok,success}).
 VERL_FILE_LOGGER_PATH="$OUT/metrics.jsonl" python -m verl.trainer.main_ppo \
-    +plugins/backend=cpu +plugins/env=minidesk \
+    +plugins/backend=cpu +plugins/env=minidesk trainer.v1.trainer_mode=verl_ext_sync \
     algorithm.adv_estimator=grpo \
     data.train_files="$OUT/rl_data/train.parquet" \
     data.val_files="$OUT/rl_data/val.parquet" \

@@ -40,7 +40,7 @@ def run_hybrid_env_job(kind: str, out: Path, model: Path, train_size: int, batch
     env = {**os.environ, "VERL_PLATFORM": "cpu", "VERL_FILE_LOGGER_PATH": str(out / "metrics.jsonl")}
     micro = 2 * batch  # one micro-batch holds every row of a step
     overrides = [
-        "+plugins/backend=cpu", "+plugins/env=minidesk", "+plugins/advantage=hgpo",
+        "+plugins/backend=cpu", "+plugins/env=minidesk", "+plugins/advantage=hgpo", "trainer.v1.trainer_mode=verl_ext_sync",
         f"data.train_files={data}/train.parquet", f"data.val_files={data}/val.parquet",
         f"data.train_batch_size={batch}", "data.max_prompt_length=4096", f"data.max_response_length={response_length}",
         f"actor_rollout_ref.model.path={model}",

@@ -14,7 +14,7 @@ import pytest
 from verl_ext.errors import UserError
 from verl_ext.rewards.dvreward import judge_server
 from verl_ext.rewards.dvreward.describe_task import describe_rows
-from verl_ext.rewards.dvreward.startup import check_config, check_startup, probe_judge, settings_of
+from verl_ext.rewards.dvreward.startup import check_config, probe_configured_judge, probe_judge, settings_of
 
 SECRET = "sk-test-0123456789abcdef"
 
@@ -36,7 +36,7 @@ def _closed_port() -> int:
 def test_a_run_without_dvreward_is_not_checked(tmp_path):
     config = _config("reward.reward_manager.name=naive", "+reward.reward_kwargs.dvreward.judge_ulr=x")
     assert check_config(config) is None
-    check_startup(config)
+    probe_configured_judge(config)
 
 
 def test_an_unknown_key_and_a_missing_judge_are_named(tmp_path):
@@ -66,7 +66,7 @@ def test_a_judge_url_where_nothing_listens_stops_naming_the_url_not_the_key(tmp_
     config = _config(f"+reward.reward_kwargs.dvreward.judge_url={url}",
                      "+reward.reward_kwargs.dvreward.api_key_env=JUDGE_KEY")
     with pytest.raises(UserError) as info:
-        check_startup(config)
+        probe_configured_judge(config)
     message = str(info.value)
     assert f"judge_url={url} does not answer (connect: ConnectError" in message and "start the judge" in message
     assert SECRET not in message
@@ -79,7 +79,7 @@ def test_the_projects_judge_server_passes_and_a_refused_key_is_named(tmp_path, m
     with judge_server.spawn(["--fake-answers", str(answers), "--require-api-key-env", "SERVER_KEY"]) as url:
         ok = _config(f"+reward.reward_kwargs.dvreward.judge_url={url}",
                      "+reward.reward_kwargs.dvreward.api_key_env=SERVER_KEY")
-        check_startup(ok)
+        probe_configured_judge(ok)
         monkeypatch.setenv("WRONG_KEY", "sk-wrong-key")
         wrong = _config(f"+reward.reward_kwargs.dvreward.judge_url={url}",
                         "+reward.reward_kwargs.dvreward.api_key_env=WRONG_KEY")

@@ -281,14 +281,14 @@ def token_versions(extra_fields: list[dict], response_mask: torch.Tensor, keys: 
 # ----------------------------------------------------------------------------- rollout side
 
 
-def _require_hf_rollout(trainer: Any, provider: str, what: str) -> None:
-    name = trainer.config.actor_rollout_ref.rollout.name
-    if name != "hf":
-        raise NotImplementedError(
-            f"algorithm.old_logits.provider={provider} needs {what}; verl-ext builds it for the cpu backend's "
-            f"rollout (actor_rollout_ref.rollout.name=hf) only, not for {name!r}. Use provider=snapshot (exact) "
-            "or ewma on this backend"
-        )
+def _require_hf_rollout(trainer: Any, provider: str) -> None:
+    """The start-up check (``verl_ext.validation``) refuses this already; kept for trainers built
+    some other way."""
+    from verl_ext.validation import rollout_side_problems
+
+    problems = rollout_side_problems(provider, str(trainer.config.actor_rollout_ref.rollout.name))
+    if problems:
+        raise NotImplementedError(problems[0])
 
 
 class DedicatedScorer:
@@ -300,7 +300,7 @@ class DedicatedScorer:
         from verl_ext.backends.cpu.rollout import SCORER_ACTOR_NAME, HFOldLogitScorer
 
         trainer = host.trainer
-        _require_hf_rollout(trainer, "dedicated", "a forward-only scorer that receives the weights with the rollout")
+        _require_hf_rollout(trainer, "dedicated")
         rollout = trainer.config.actor_rollout_ref.rollout
         self.actor = (
             ray.remote(HFOldLogitScorer)
@@ -335,7 +335,7 @@ class InterruptScoring:
     PARTITION = "verl_ext_old_logit_segments"
 
     def __init__(self, host: VerlOldLogitHost, config: OldLogitsConfig) -> None:
-        _require_hf_rollout(host.trainer, "interrupt", "rollout servers that log the segments they generate")
+        _require_hf_rollout(host.trainer, "interrupt")
         self.host = host
         self.store = SegmentStore(config.interrupt_max_versions())
         self.servers = host.trainer.llm_server_manager.server_handles

@@ -36,7 +36,7 @@ from verl.protocol import DataProtoItem
 from verl_ext.rewards.dvreward.judge import JudgeReport, OpenAIJudge
 from verl_ext.rewards.dvreward.question_set import from_extra_info
 from verl_ext.rewards.dvreward.scoring import DVScore, aggregate, gate_by_parents
-from verl_ext.rewards.dvreward.settings import KEY_PREFIX, DVRewardSettings, field_value
+from verl_ext.rewards.dvreward.settings import KEY_PREFIX, DVRewardSettings, field_value, has_verifier
 from verl_ext.steps import EXTRA_FIELDS_KEY, step_metadata
 
 logger = logging.getLogger(__name__)
@@ -69,12 +69,11 @@ class DVRewardManager(RewardManagerBase):
         self.judge = OpenAIJudge(
             self.settings.endpoint(reward_router_address, rm_cfg.get("model_path")), self.settings.judge_options()
         )
-        # verl passes its default (math) scorer when no custom function is configured; only a
-        # configured reward.custom_reward_function is an environment verifier.
-        has_verifier = bool((reward_cfg.get("custom_reward_function") or {}).get("path"))
-        self.verifier = compute_score if has_verifier else None
+        self.verifier = compute_score if has_verifier(reward_cfg) else None  # else verl's default (math) scorer
         self._n_flagged = 0
-        self.settings.check_env_score_source(has_verifier)
+        problem = self.settings.env_score_problem(reward_cfg)  # the start-up checks refuse this already
+        if problem:
+            raise ValueError(problem)
 
     async def run_single(self, data: DataProto) -> dict[str, Any]:
         item = data[-1]  # multi-output trajectories: score the last output, as verl's managers do

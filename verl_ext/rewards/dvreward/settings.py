@@ -22,6 +22,11 @@ from verl_ext.rewards.dvreward.transport import Endpoint
 KEY_PREFIX = "reward.reward_kwargs.dvreward"
 
 
+def has_verifier(reward_cfg: Mapping[str, Any]) -> bool:
+    """Whether ``reward.custom_reward_function`` names an environment verifier."""
+    return bool((reward_cfg.get("custom_reward_function") or {}).get("path"))
+
+
 @dataclass(frozen=True)
 class DVRewardSettings(JudgeOptions):
     """Every key of ``reward.reward_kwargs.dvreward`` (docs/plugins/dvreward.md has the table).
@@ -73,14 +78,14 @@ class DVRewardSettings(JudgeOptions):
             raise ValueError(f"bad value for {[f'{KEY_PREFIX}.{k}={getattr(settings, k)!r}' for k in bad]}")
         return settings
 
-    def check_env_score_source(self, has_verifier: bool) -> None:
-        """``env_weight`` > 0 needs an environment score: ``env_score_key`` or a verifier
-        (``reward.custom_reward_function.path``); raises ``ValueError`` naming both."""
-        if self.env_weight and not has_verifier and not self.env_score_key:
-            raise ValueError(
-                f"{KEY_PREFIX}.env_weight={self.env_weight} needs an environment score: set "
-                f"{KEY_PREFIX}.env_score_key or reward.custom_reward_function.path"
-            )
+    def env_score_problem(self, reward_cfg: Mapping[str, Any]) -> str | None:
+        """Why ``env_weight`` cannot be applied (no environment score to weigh), or None. verl passes
+        its default (math) scorer when no custom function is configured; only a configured
+        ``reward.custom_reward_function`` is an environment verifier."""
+        if self.env_weight and not has_verifier(reward_cfg) and not self.env_score_key:
+            return (f"{KEY_PREFIX}.env_weight={self.env_weight} needs an environment score: set "
+                    f"{KEY_PREFIX}.env_score_key or reward.custom_reward_function.path")
+        return None
 
     def endpoint(self, reward_router_address: str | None, default_model: str | None) -> Endpoint:
         """The judge endpoint: ``judge_url``, else verl's GenRM router address."""

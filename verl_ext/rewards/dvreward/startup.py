@@ -2,8 +2,9 @@
 
 verl builds the manager inside each ``RewardLoopWorker``, lazily: a bad key, a question set with a
 typo or a judge that is not running used to surface only as a failure of every rollout, or as a
-run where every row is excluded and nothing is learnt. The verl-ext trainers call
-``check_startup`` first; ``check_config`` (no network) is the part ``verl-ext doctor`` can run too.
+run where every row is excluded and nothing is learnt. ``check_config`` (no network) runs with
+verl-ext's start-up checks (``verl_ext.validation``: doctor, the driver, the trainers); the verl-ext
+trainers then call ``probe_configured_judge``.
 
 * ``check_config``: every ``reward.reward_kwargs.dvreward`` key and value, that there is a judge,
   and every question set stored in ``data.train_files`` / ``data.val_files``
@@ -86,7 +87,9 @@ def check_config(config: Any) -> DVRewardSettings | None:
     reward = _get(config, "reward")
     genrm = bool(_get(_get(reward, "reward_model"), "enable"))
     settings.endpoint("<verl's GenRM router>" if genrm else None, None)  # raises when there is no judge
-    settings.check_env_score_source(has_verifier=bool(_get(_get(reward, "custom_reward_function"), "path")))
+    problem = settings.env_score_problem(reward)
+    if problem:
+        raise ValueError(problem)
     data = _get(config, "data")
     check_data_files(_files(_get(data, "train_files")) + _files(_get(data, "val_files")), settings.questions_key)
     return settings
@@ -112,9 +115,10 @@ def probe_judge(settings: DVRewardSettings, timeout_s: float = 5.0) -> None:
     )
 
 
-def check_startup(config: Any) -> None:
-    """``check_config`` and ``probe_judge``: everything a ``dvreward`` run needs before its workers start."""
-    settings = check_config(config)
+def probe_configured_judge(config: Any) -> None:
+    """``probe_judge`` for the run's settings, when it uses ``dvreward`` (its keys and data are
+    checked by ``check_config``, which ``verl_ext.validation`` runs)."""
+    settings = settings_of(config)
     if settings is not None:
         probe_judge(settings)
 

@@ -1,0 +1,552 @@
+"""One validation layer: everything verl-ext can tell is wrong with a composed config before any
+worker starts.
+
+Three entry points call :func:`problems` and so can never disagree: ``verl-ext doctor`` (with
+overrides or ``--config-dir``), the driver of ``python -m verl.trainer.main_ppo`` (verl's
+``validate_config`` runs it next to verl's own checks, under every trainer mode: see
+:func:`wrap_verl_validate_config`) and the verl-ext trainers' start-up. Each check reads only the
+config, the files it names and the environment, and returns sentences that name the key, the value
+and the fix. ``docs/validation.md`` has the table of checks and messages.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from verl_ext import VERL_VERSION, doctor, gpu_checks, plugin
+from verl_ext.gpu_checks import select
+
+logger = logging.getLogger("verl_ext")
+
+TRAINER_MODE_KEY = "trainer.v1.trainer_mode"
+VERL_EXT_TRAINERS = tuple(spec.name for spec in plugin.PLUGINS if spec.kind == "trainer")
+# verl's trainer mode -> the verl-ext trainer that extends it
+VERL_EXT_TWIN = {"sync": "verl_ext_sync", "colocate_async": "verl_ext_colocate_async"}
+VERL_EXT_TWIN_BASE = {twin: base for base, twin in VERL_EXT_TWIN.items()}
+# Agent loops (by class) that write verl_ext.steps.StepMetadata; none of them records roles.
+STEP_METADATA_LOOPS = frozenset({
+    "verl_ext.agent_loops.hybrid_gui_tool.HybridGuiToolAgentLoop",
+    "verl_ext.agent_loops.text_env.TextEnvAgentLoop",
+})
+ROLE_ESTIMATORS = ("himac", "hiper")  # need role=planner/executor on every step
+BROWSER_BACKENDS = frozenset({"minidesk", "miniwob"})  # env backends that drive Chromium (verl_ext.envs.pool)
+# Keys whose value *is* a plugin fragment's choice: a command-line value for one of them next to
+# the fragment on the same command line drops the fragment's choice but keeps its settings.
+SELECTOR_KEYS = tuple(key for _, key in doctor.CONFIG_KEYS) + ("reward.reward_manager.name",)
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
+
+Check = Callable[[Any], list[str]]
+CHECKS: dict[str, Check] = {}
+
+
+def check(func: Check) -> Check:
+    """Register ``func`` as a start-up check (its name is the check's name in docs/validation.md)."""
+    CHECKS[func.__name__] = func
+    return func
+
+
+class ConfigError(ValueError):
+    """The config cannot train as asked; the message lists every problem found."""
+
+
+def problems(config: Any, command_line: list[str] | None = None) -> list[str]:
+    """Every problem of ``config``, one sentence each (empty: none).
+
+    Args:
+        config: the composed config (OmegaConf DictConfig, as ``main_ppo`` receives it).
+        command_line: Hydra's command-line overrides (``hydra.overrides.task``), where known: with
+            them, a fragment and a plain override that disagree on the same command line are found.
+    """
+    found = [p for run in CHECKS.values() for p in run(config)]
+    if command_line:
+        found += fragment_conflicts(command_line)
+    return found
+
+
+def assert_valid(config: Any, command_line: list[str] | None = None, machine: bool = False) -> None:
+    """Raise :class:`ConfigError` listing every problem; ``machine`` adds this machine's readiness
+    (:func:`machine_problems`)."""
+    found = problems(config, command_line)
+    if machine:
+        found += machine_problems(config)
+    if found:
+        raise ConfigError("verl-ext: this config cannot train as asked:\n  - " + "\n  - ".join(found))
+
+
+# ----------------------------------------------------------------------------------- the checks
+
+
+@check
+def plugins_registered(config: Any) -> list[str]:
+    """Every plugin the config names is registered and its run-time imports are installed."""
+    return doctor.check_requirements(config)
+
+
+@check
+def micro_batches_divide(config: Any) -> list[str]:
+    return gpu_checks.batch_problems(config)
+
+
+def _hook_features(config: Any) -> Iterator[tuple[str, Any, str]]:
+    """``(key, value, what verl's own trainer does with it)`` for each setting only a verl-ext
+    trainer honours."""
+    from verl_ext.advantages import ESTIMATORS
+    from verl_ext.rewards import postprocess
+
+    provider = select(config, "algorithm.old_logits.provider")
+    if provider not in (None, "current"):
+        yield ("algorithm.old_logits.provider", provider,
+               "ignores it (old log-probs are recomputed with the current weights, no old_logits/* metric)")
+    estimator = select(config, "algorithm.adv_estimator")
+    if estimator in ESTIMATORS:
+        yield ("algorithm.adv_estimator", estimator,
+               "passes estimators no step metadata (the run stops at the first advantage, after a rollout)")
+    if select(config, "reward.reward_manager.name") == "dvreward":
+        yield ("reward.reward_manager.name", "dvreward",
+               "trains on the rows the judge could not score (dv_valid=0) as if they had scored failed_score")
+    algorithm = select(config, "algorithm")
+    if algorithm is not None and postprocess.enabled(algorithm):
+        yield (f"{postprocess.PATH_LENGTH_KEY}.weight", select(algorithm, f"{postprocess.PATH_LENGTH_KEY}.weight"),
+               "ignores the group term R_length")
+
+
+@check
+def verl_ext_trainer_selected(config: Any) -> list[str]:
+    """Settings only the verl-ext trainers read are refused under verl's own trainer, which would
+    ignore them (or fail on them after a rollout)."""
+    mode = str(select(config, TRAINER_MODE_KEY, "sync"))
+    if not select(config, "trainer.use_v1", True):
+        where, fix = "trainer.use_v1=false (verl's legacy trainer)", f"trainer.use_v1=true {TRAINER_MODE_KEY}=verl_ext_sync"
+    elif mode in VERL_EXT_TRAINERS:
+        return []
+    else:
+        where = f"{TRAINER_MODE_KEY}={mode} is verl's own trainer"
+        fix = f"{TRAINER_MODE_KEY}={VERL_EXT_TWIN.get(mode, ' or '.join(VERL_EXT_TRAINERS))}"
+    return [f"{key}={value} needs a verl-ext trainer, but {where}, which {effect}: set {fix}"
+            for key, value, effect in _hook_features(config)]
+
+
+@check
+def old_logits_settings(config: Any) -> list[str]:
+    """``algorithm.old_logits.*`` parses (unknown keys, ``beta`` with ``com``, bad choices) and the
+    provider suits the rollout engine and the trainer mode."""
+    from verl_ext.old_logits.config import OldLogitsConfig
+
+    section = select(config, "algorithm.old_logits")
+    if section is None:
+        return []
+    mode = str(select(config, TRAINER_MODE_KEY, "sync"))
+    try:
+        parsed = OldLogitsConfig.from_config(section, select(config, "trainer.v1.sampler.max_off_policy_threshold"),
+                                             VERL_EXT_TWIN_BASE.get(mode, mode))
+    except (TypeError, ValueError) as exc:
+        return [str(exc)]
+    found = rollout_side_problems(parsed.provider, str(select(config, "actor_rollout_ref.rollout.name", "")))
+    # settings that default to the staleness bound, read by the provider once workers run (the
+    # sync trainer keeps no snapshots)
+    defaults_from_bound = {"ewma": parsed.ewma_beta, "snapshot": parsed.snapshot_max_versions,
+                           "interrupt": parsed.interrupt_max_versions}
+    if parsed.provider in defaults_from_bound and (parsed.stale_tokens or parsed.provider != "snapshot"):
+        try:
+            defaults_from_bound[parsed.provider]()
+        except ValueError as exc:
+            found.append(str(exc))
+    if parsed.provider == "interrupt" and not parsed.stale_tokens:
+        found.append(
+            f"algorithm.old_logits.provider=interrupt with {TRAINER_MODE_KEY}={mode}: a synchronous trainer samples "
+            "every token with the current weights, so there is nothing stale to score, while interrupt re-scores "
+            "each turn's whole prefix at every weight sync (several times the tokens the batch holds) for the same "
+            "old log-probs as `current`: use algorithm.old_logits.provider=current, or "
+            f"{TRAINER_MODE_KEY}=verl_ext_colocate_async for stale tokens"
+        )
+    return found
+
+
+def rollout_side_problems(provider: str, rollout_name: str) -> list[str]:
+    """``dedicated`` and ``interrupt`` need verl-ext's rollout side, built for the ``hf`` rollout only
+    (``verl_ext.old_logits.host`` raises the same sentence if it is ever reached)."""
+    if provider not in ("dedicated", "interrupt") or rollout_name == "hf":
+        return []
+    what = ("a forward-only scorer that receives the weights with the rollout" if provider == "dedicated"
+            else "rollout servers that log the segments they generate")
+    return [f"algorithm.old_logits.provider={provider} needs {what}; verl-ext builds it for the cpu backend's "
+            f"rollout (actor_rollout_ref.rollout.name=hf) only, not for {rollout_name!r}. Use provider=snapshot "
+            "(exact) or ewma with this rollout"]
+
+
+@check
+def estimator_settings(config: Any) -> list[str]:
+    """Every ``algorithm.<estimator>.*`` section of a verl-ext estimator names only keys the
+    estimator takes (verl reads ``algorithm`` untyped and would ignore a misspelt one)."""
+    from verl_ext.advantages import ESTIMATORS, hyperparameters
+    from verl_ext.advantages.verl_glue import estimator_params
+
+    algorithm = select(config, "algorithm")
+    found = []
+    for name in ESTIMATORS:
+        if select(algorithm, name) is None:
+            continue
+        try:
+            params, _ = estimator_params(name, algorithm)
+        except ValueError as exc:
+            found.append(str(exc))
+            continue
+        unknown = sorted(set(params) - set(hyperparameters(name)))
+        if unknown:
+            found.append(f"unknown key(s) {', '.join(f'algorithm.{name}.{k}' for k in unknown)} for estimator "
+                         f"{name!r}; it takes {sorted(hyperparameters(name))} (docs/plugins/advantages.md)")
+        elif name == select(algorithm, "adv_estimator"):
+            found += _probe_estimator(name, params)
+    if algorithm is not None:
+        from verl_ext.rewards import postprocess
+
+        if postprocess.enabled(algorithm):
+            try:
+                postprocess.path_length_settings(algorithm)
+            except (TypeError, ValueError) as exc:
+                found.append(str(exc))
+    return found
+
+
+def _probe_estimator(name: str, params: dict[str, Any]) -> list[str]:
+    """Run the estimator once on two one-step trajectories of one group, so that a value it rejects
+    (``mode``, ``baseline``, ``train_role``, ...) is named now rather than at the first advantage."""
+    import numpy as np
+
+    from verl_ext.advantages import compute_with_returns
+
+    probe = {"uid": np.array(["probe", "probe"], dtype=object), "traj_uid": np.array(["t0", "t1"], dtype=object),
+             "step_idx": np.array([0, 0]), "anchor": np.array(["s", "s"], dtype=object),
+             "step_reward": np.array([0.0, 1.0]), "role": np.array(["planner", "planner"], dtype=object),
+             "values": np.zeros(2)}
+    try:
+        compute_with_returns(name, **probe, **params)
+    except (TypeError, ValueError) as exc:
+        return [f"algorithm.{name}.*: {exc} (docs/plugins/advantages.md)"]
+    return []
+
+
+def agent_loops(config: Any) -> dict[str, tuple[str | None, str]]:
+    """The agent loops a run will use: ``name -> (class path or None where unknown, where it is set)``;
+    the rows' ``agent_name`` column of ``data.train_files`` where present, else ``default_agent_loop``."""
+    agent = select(config, "actor_rollout_ref.rollout.agent")
+    names: dict[str, str] = {}
+    for path in _data_files(config, "train_files"):
+        for name in _agent_names(path):
+            names.setdefault(name, f"agent_name in {path}")
+    if not names:
+        default = select(agent, "default_agent_loop", "single_turn_agent")
+        names[str(default)] = "actor_rollout_ref.rollout.agent.default_agent_loop"
+    targets = {name: entry.get("_target_") for name, entry in _registered_agent_loops().items()}
+    try:
+        targets.update({entry.name: entry.get("_target_") for entry in _agent_loop_file(config)})
+    except Exception:  # noqa: BLE001 - agent_loop_settings reports an unreadable file; this check then knows less
+        pass
+    return {name: (targets.get(name), source) for name, source in names.items()}
+
+
+AGENT_LOOP_FILE_KEY = "actor_rollout_ref.rollout.agent.agent_loop_config_path"
+
+
+def _agent_loop_file(config: Any) -> list[Any]:
+    """The entries of ``agent_loop_config_path``, loaded as verl loads them (none when unset)."""
+    path = select(config, AGENT_LOOP_FILE_KEY)
+    if not path:
+        return []
+    from omegaconf import OmegaConf
+    from verl.utils.import_utils import resolve_config_path
+
+    return list(OmegaConf.load(resolve_config_path(path)))
+
+
+@check
+def agent_loop_settings(config: Any) -> list[str]:
+    """``agent_loop_config_path`` loads, each ``_target_`` imports, and every kwarg is a parameter of
+    its class: verl's ``AgentLoopBase`` takes ``**kwargs``, so a misspelt one would be dropped silently."""
+    import inspect
+
+    from hydra.utils import get_class
+
+    path = select(config, AGENT_LOOP_FILE_KEY)
+    try:
+        entries = _agent_loop_file(config)
+    except Exception as exc:  # noqa: BLE001 - missing file, bad YAML: verl would fail in the agent-loop workers
+        return [f"{AGENT_LOOP_FILE_KEY}={path}: cannot be loaded ({exc}); fix the path or the YAML"]
+    found = []
+    for entry in entries:
+        try:
+            cls = get_class(entry._target_)
+        except Exception as exc:  # noqa: BLE001 - ImportError, AttributeError, a missing _target_
+            found.append(f"{AGENT_LOOP_FILE_KEY}={path}: agent loop {entry.get('name')!r}: cannot import its "
+                         f"_target_ {entry.get('_target_')!r} ({exc})")
+            continue
+        declared = {
+            p.name
+            for klass in cls.__mro__ if "__init__" in vars(klass)
+            for p in inspect.signature(vars(klass)["__init__"]).parameters.values()
+            if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        }
+        unknown = sorted(set(entry) - {"name", "_target_"} - declared)
+        if unknown:
+            found.append(f"{AGENT_LOOP_FILE_KEY}={path}: agent loop {entry.name!r} has no parameter(s) {unknown}; "
+                         f"{cls.__name__} takes {sorted(declared - {'self'})}")
+    return found
+
+
+def _registered_agent_loops() -> dict[str, dict]:
+    plugin.load_all()
+    from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
+
+    return dict(_agent_loop_registry)
+
+
+def _data_files(config: Any, key: str) -> list[str]:
+    value = select(config, f"data.{key}")
+    if value is None:
+        return []
+    return [str(value)] if isinstance(value, str) else [str(v) for v in value]
+
+
+def _column(path: str, name: str) -> list[Any]:
+    """Column ``name`` of a parquet data file; empty when the file or the column is absent."""
+    if not os.path.exists(path) or not path.endswith(".parquet"):
+        return []
+    import pyarrow.parquet as pq
+
+    if name not in pq.read_schema(path).names:
+        return []
+    return pq.read_table(path, columns=[name]).column(0).to_pylist()
+
+
+def _agent_names(path: str) -> list[str]:
+    return sorted({str(v) for v in _column(path, "agent_name") if v})
+
+
+def env_backends(config: Any) -> set[str]:
+    """The ``hybrid_gui_tool`` env backends the training rows name (``extra_info.env.backend``; the
+    loop's default ``minidesk`` where a row names none or no data file is readable)."""
+    backends = set()
+    for path in _data_files(config, "train_files"):
+        for extra_info in _column(path, "extra_info"):
+            env = (extra_info or {}).get("env") or {}
+            backends.add(env.get("backend") or (extra_info or {}).get("env_backend") or "minidesk")
+    return backends or {"minidesk"}
+
+
+@check
+def agent_loops_write_steps(config: Any) -> list[str]:
+    """A step-aware estimator needs an agent loop that writes step metadata, and ``himac``/``hiper``
+    one that records a role per step; verl's own loops write none, verl-ext's write no roles."""
+    from verl_ext.advantages import ESTIMATORS
+
+    estimator = select(config, "algorithm.adv_estimator")
+    if estimator not in ESTIMATORS:
+        return []
+    found = []
+    for name, (target, source) in agent_loops(config).items():
+        if target is None:
+            continue  # unregistered: plugins_registered names it; a custom class: assume it writes them
+        if target.startswith("verl.") and target not in STEP_METADATA_LOOPS:
+            found.append(
+                f"algorithm.adv_estimator={estimator} needs per-step metadata, but agent loop {name!r} ({source}) is "
+                "verl's own and writes none (a single-turn task has no steps): use a step-aware loop (text_env, "
+                "hybrid_gui_tool, or one that writes verl_ext.steps.StepMetadata: docs/bring_your_own_env.md), or "
+                "a verl estimator such as algorithm.adv_estimator=grpo"
+            )
+        elif estimator in ROLE_ESTIMATORS and (target in STEP_METADATA_LOOPS or target.startswith("verl.")):
+            found.append(
+                f"algorithm.adv_estimator={estimator} needs role=planner/executor on every step, but agent loop "
+                f"{name!r} ({source}) records no roles: use an agent loop that sets StepMetadata.role "
+                "(docs/plugins/advantages.md), or gigpo/hgpo/step_grouped"
+            )
+    return found
+
+
+@check
+def data_files_exist(config: Any) -> list[str]:
+    return [f"data.{key}={path}: no such file; write it with `verl-ext prepare-data` or fix the path"
+            for key in ("train_files", "val_files") for path in _data_files(config, key)
+            if "://" not in path and not os.path.exists(os.path.expanduser(path))]
+
+
+def model_path_problem(key: str, path: str) -> str | None:
+    """None when ``path`` is an existing local directory, a remote URL or a Hugging Face hub id."""
+    if "://" in path or os.path.exists(os.path.expanduser(path)):
+        return None
+    if path.startswith(("/", "./", "../", "~", ".")) or path.count("/") > 1:
+        return (f"{key}={path}: no such local directory (and not a Hugging Face hub id, which is 'org/name'); "
+                "fix the path, or build a tiny test model with `verl-ext make-tiny-model DIR`")
+    if not HUB_ID.fullmatch(path):
+        return f"{key}={path}: neither an existing local directory nor a Hugging Face hub id ('org/name'); fix the path"
+    return None
+
+
+@check
+def model_paths_exist(config: Any) -> list[str]:
+    keys = ["actor_rollout_ref.model.path"]
+    if gpu_checks._critic_used(config):
+        keys.append("critic.model.path")
+    if select(config, "reward.reward_model.enable", False):
+        keys.append("reward.reward_model.model_path")
+    found = (model_path_problem(key, str(select(config, key))) for key in keys if select(config, key))
+    return [p for p in found if p]
+
+
+@check
+def dvreward_settings(config: Any) -> list[str]:
+    """``reward.reward_kwargs.dvreward.*`` parses as the manager parses it (unknown keys, bad values,
+    a judge to ask, ``env_weight`` with an environment score) and every question set in the data
+    files is well formed (``verl_ext.rewards.dvreward.startup.check_config``; no network)."""
+    if select(config, "reward.reward_manager.name") != "dvreward":
+        return []
+    from verl_ext.rewards.dvreward.startup import check_config
+
+    try:
+        check_config(config)
+    except (TypeError, ValueError) as exc:
+        return [str(exc)]
+    return []
+
+
+def _run_env(config: Any) -> dict[str, str]:
+    """The environment the workers see: this process's plus ``ray_kwargs.ray_init.runtime_env.env_vars``."""
+    extra = select(config, "ray_kwargs.ray_init.runtime_env.env_vars") or {}
+    return {**os.environ, **{str(k): str(v) for k, v in dict(extra).items()}}
+
+
+@check
+def browser_found(config: Any) -> list[str]:
+    """The ``hybrid_gui_tool`` loop starts Chromium in every episode of a browser env (MiniDesk,
+    MiniWoB++): the binaries must exist."""
+    if "hybrid_gui_tool" not in agent_loops(config) or not env_backends(config) & BROWSER_BACKENDS:
+        return []
+    env = _run_env(config)
+    return [f"{var}={env[var]}: no such file; point it at the {what} or unset it to use the one on PATH "
+            "(apt-get install -y chromium chromium-driver)"
+            for var, what in (("VERL_EXT_CHROMIUM", "Chromium binary"), ("VERL_EXT_CHROMEDRIVER", "chromedriver"))
+            if env.get(var) and not os.path.exists(env[var])]
+
+
+def machine_problems(config: Any) -> list[str]:
+    """This machine's readiness for the config (the trainers; ``verl-ext doctor --gpu``): the
+    accelerator stack (``gpu_checks.machine_problems``) and Chromium where browser envs run."""
+    found = gpu_checks.machine_problems(config)
+    if not browser_found(config) and "hybrid_gui_tool" in agent_loops(config) and env_backends(config) & BROWSER_BACKENDS:
+        from verl_ext.envs.browser import chromium_missing_reason
+
+        reason = chromium_missing_reason()
+        if reason:
+            found.append(f"agent loop hybrid_gui_tool on {sorted(env_backends(config) & BROWSER_BACKENDS)} needs Chromium: {reason}")
+    return found
+
+
+# ------------------------------------------------------------------ fragment vs explicit setting
+
+
+@dataclass(frozen=True)
+class _Override:
+    key: str
+    value: Any
+    is_fragment: bool
+
+
+# Hydra's own options that take a value (main_ppo's argv); everything else not starting with "-" is an override
+_HYDRA_OPTIONS = {"--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd", "--cfg", "-c",
+                  "--package", "-p", "--experimental-rerun"}
+
+
+def _parse(command_line: list[str]) -> list[_Override]:
+    """The overrides of ``command_line`` (Hydra's ``overrides.task``, or main_ppo's whole argv)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    overrides, skip = [], False
+    for arg in command_line:
+        if skip or arg.startswith("-"):
+            skip = not skip and arg in _HYDRA_OPTIONS
+            continue
+        overrides.append(arg)
+    parsed = []
+    for override in OverridesParser.create().parse_overrides(overrides):
+        if override.is_delete():
+            continue
+        key = override.key_or_group
+        parsed.append(_Override(key, override.value(), key.startswith("plugins/")))
+    return parsed
+
+
+def fragment_leaves(group: str, option: str) -> dict[str, Any]:
+    """``{dotted key: value}`` a shipped fragment (``plugins/<kind>/<option>.yaml``) sets."""
+    import yaml
+
+    path = Path(plugin.__file__).parent / group / f"{option}.yaml"
+    if not path.exists():
+        return {}
+
+    def leaves(tree: dict, prefix: str = "") -> Iterator[tuple[str, Any]]:
+        for key, value in tree.items():
+            dotted = f"{prefix}.{key}" if prefix else str(key)
+            if isinstance(value, dict) and value:
+                yield from leaves(value, dotted)
+            else:
+                yield dotted, value
+
+    return dict(leaves(yaml.safe_load(path.read_text()) or {}))
+
+
+def fragment_conflicts(command_line: list[str]) -> list[str]:
+    """A plugin fragment and a plain override on the same command line that pick different values for
+    the fragment's selector key (``algorithm.adv_estimator``, ``algorithm.old_logits.provider``, ...).
+    Hydra applies plain overrides after every fragment, so the fragment's choice would be dropped while
+    its settings stay: e.g. ``algorithm.adv_estimator=gigpo`` from a recipe script and a user's
+    ``+plugins/advantage=hgpo`` train gigpo. Both are explicit; the run is refused naming both."""
+    overrides = _parse(command_line)
+    plain = {o.key.lstrip("+"): o.value for o in overrides if not o.is_fragment}
+    found = []
+    for fragment in (o for o in overrides if o.is_fragment):
+        for option in fragment.value if isinstance(fragment.value, list) else [fragment.value]:
+            for key, value in fragment_leaves(fragment.key, str(option)).items():
+                if key in SELECTOR_KEYS and key in plain and plain[key] != value:
+                    found.append(
+                        f"{key}: the command line sets both {fragment.key}={option} (which sets {key}={value}) and "
+                        f"{key}={plain[key]}; Hydra would apply {key}={plain[key]} and keep the fragment's other "
+                        "settings. Drop one of the two (a recipe script's own setting, e.g. ADV=..., picks it there)"
+                    )
+    return found
+
+
+# ----------------------------------------------------------------------- the driver's start-up
+
+
+def wrap_verl_validate_config(module: Any) -> None:
+    """Post-import hook on ``verl.utils.config``: its ``validate_config``, which ``main_ppo`` calls in
+    the driver before Ray starts, also runs :func:`assert_valid` with Hydra's command line. This is
+    the one place verl-ext code sees the config under verl's own trainer modes too (patches/README.md)."""
+    original = module.validate_config
+    if getattr(original, "_verl_ext_patched", False):
+        return
+    version = gpu_checks.installed_version("verl")  # verl itself may still be importing
+    if version != VERL_VERSION:
+        logger.warning("verl-ext: verl %s is not %s; start-up validation runs only in the verl-ext trainers",
+                       version, VERL_VERSION)
+        return
+
+    @functools.wraps(original)
+    def validate_config(config, *args, **kwargs):
+        assert_valid(config, _hydra_command_line())  # first: verl's own fails on a bad model path cryptically
+        return original(config, *args, **kwargs)
+
+    validate_config._verl_ext_patched = True  # type: ignore[attr-defined]
+    module.validate_config = validate_config
+
+
+def _hydra_command_line() -> list[str] | None:
+    from hydra.core.hydra_config import HydraConfig
+
+    return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else None
