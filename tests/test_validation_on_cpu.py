@@ -257,6 +257,7 @@ def test_a_setting_that_defaults_to_a_null_staleness_bound_is_refused(base):
 
 def test_dvreward_env_weight_without_an_env_score_is_refused(base):
     found = problems(*base, "+plugins/reward=dvreward", "trainer.v1.trainer_mode=verl_ext_sync",
+                     "+reward.reward_kwargs.dvreward.judge_url=http://127.0.0.1:1/v1",  # a judge: only env_weight is wrong
                      "reward.reward_kwargs.dvreward.env_weight=0.5")
     assert found == ["reward.reward_kwargs.dvreward.env_weight=0.5 needs an environment score: set "
                      "reward.reward_kwargs.dvreward.env_score_key or reward.custom_reward_function.path"]
