@@ -26,8 +26,9 @@ call that launched it the overlap is counted twice, so the total is an upper bou
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,21 +61,21 @@ class HookTimer:
     spans: list[_Span] = field(default_factory=list)
     _open: list[int] = field(default_factory=list)  # indices of the spans entered and not exited
 
-    @contextlib.contextmanager
-    def span(self, hook: str | None, device_only: bool = False) -> Iterator[None]:
+    def enter(self, hook: str | None, device_only: bool = False) -> int | None:
+        """Opens a span; returns its index for ``exit`` (None: not recorded, see ``device_only``)."""
         parent = self._open[-1] if self._open else None
         on_device = self.spans[parent].on_device if parent is not None else _cuda_initialized()
         if device_only and not on_device:
-            yield
-            return
+            return None
         self.spans.append(_Span(hook, parent, _now(on_device), on_device=on_device))
-        index = len(self.spans) - 1
-        self._open.append(index)
-        try:
-            yield
-        finally:
+        self._open.append(len(self.spans) - 1)
+        return self._open[-1]
+
+    def exit(self, index: int | None) -> None:
+        if index is not None:
             self._open.pop()
-            self.spans[index].end = _now(on_device)
+            span = self.spans[index]
+            span.end = _now(span.on_device)
 
     def collect(self) -> dict[str, float]:
         """``{verl_ext/time/<hook>: self seconds}`` of the spans closed since the last call. A span
@@ -111,14 +112,13 @@ def timed(hook: str | None, device_only: bool = False) -> contextlib.AbstractCon
 class _TimedSpan(contextlib.ContextDecorator):
     def __init__(self, hook: str | None, device_only: bool) -> None:
         self.hook, self.device_only = hook, device_only
-        self._stack: list[contextlib.AbstractContextManager[None]] = []  # re-entrant as a decorator
+        self._open: list[int | None] = []  # re-entrant as a decorator of a recursive function
 
     def __enter__(self) -> None:
-        self._stack.append(_TIMER.span(self.hook, self.device_only))
-        self._stack[-1].__enter__()
+        self._open.append(_TIMER.enter(self.hook, self.device_only))
 
     def __exit__(self, *exc: object) -> None:
-        self._stack.pop().__exit__(*exc)
+        _TIMER.exit(self._open.pop())
 
 
 def held_bytes(what: str, tensors: Iterable[Any]) -> dict[str, float]:
@@ -164,8 +164,6 @@ def step_metrics(hooks: Mapping[str, float], step_seconds: float | None) -> dict
 
 
 def _cuda_initialized() -> bool:
-    import sys
-
     torch = sys.modules.get("torch")  # importing verl_ext stays cheap: no torch import here
     return torch is not None and torch.cuda.is_initialized()
 
