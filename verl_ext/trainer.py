@@ -166,7 +166,8 @@ class VerlExtTrainerMixin:
             from verl_ext.old_logits.host import CHECKPOINT_DIR, load_worker_state
 
             folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}", CHECKPOINT_DIR)
-            found = self._host().on_workers(load_worker_state, folder)
+            with timed("worker_state_checkpoint"):
+                found = self._host().on_workers(load_worker_state, folder)
             if not all(found):
                 logger.warning("verl-ext: resumed without old-logit state in %s (policy: %s)", folder,
                                self.old_logits_config.ewma.on_missing_state)

@@ -33,6 +33,14 @@ many runs are left. Run folders keep ``metrics.jsonl``, ``run.json`` and the log
 (checkpoints are off; the data and the models live outside ``--out``), so the results folder stays
 small enough to carry between machines.
 
+On the lent GPU machine (after installing the bundle as the README's "Run on GPUs" says), one
+command per call, the same each time, with ``runs/hook_cost`` carried in from the last call's
+returned files::
+
+    python scripts/bench/hook_cost_gpu.py --out runs/hook_cost --budget-s 540; cp -r runs/hook_cost "$OUT"/
+
+then, here, ``python scripts/bench/hook_cost_gpu.py --results runs/hook_cost --context "..."``.
+
 The table. Per model size and arm, from verl's file logger: the hooks' total share of the step
 (``verl_ext/time/share_of_step``, median over the steps after ``--warmup`` of every repeat),
 each hook's share, verl's ``timing_s/old_log_prob`` against the plain arm's (the old-log-prob
