@@ -114,7 +114,8 @@ def test_hook_cost_table_is_computed_from_the_run_metrics(tmp_path):
 
     bench = _script("hook_cost_gpu")
     (tmp_path / "machine.json").write_text(json.dumps(
-        {"card": "NVIDIA H200", "torch": "t", "vllm": "v", "verl": "0.9.1", "transformers": "x", "context": ""}))
+        {"card": "NVIDIA H200", "torch": "t", "vllm": "v", "verl": "0.9.1", "transformers": "x", "context": "",
+         "timer_overhead_us": {"cuda": {"span": 6.04, "collect": 0.52, "nested_span": 7.0}}}))
     (tmp_path / "parameters.json").write_text(json.dumps({"0.5b": 250_000_000}))  # fp32: 1e9 bytes
     point = tmp_path / "0.5b"
 
@@ -136,6 +137,7 @@ def test_hook_cost_table_is_computed_from_the_run_metrics(tmp_path):
         for i in range(7)])
     text = bench.table(tmp_path, warmup=2)
     assert "**NVIDIA H200**" in text and "### 0.5b: 250 M parameters" in text
+    assert "6.0 µs per span on the cuda clock, 0.52 µs per span to read once per step" in text
     # current: 10 steps pooled, median share 4.5% > 3%; old_log_prob 1.04 s (steps 3-7) vs plain 1.04 s
     assert "| current | 2 x 5 | 10.00 | 4.50% | hooks 4.50% > 3%: missed by 1.50 pp | 1.040 | 1.00x | 0 | 0 |" in text
     # snapshot: the save wait 0.5% of the step meets its 1% target; 2 host copies of 1e9 fp32 bytes

@@ -56,7 +56,9 @@ class _Span:
 
 @dataclass
 class HookTimer:
-    """Spans of the current step in this process, turned into seconds per hook by ``collect``."""
+    """Spans of the current step in this process, turned into seconds per hook by ``collect``.
+    Spans nest as the calls do, so hooks are timed from one thread per process (the trainer's
+    loop; an actor worker's method calls)."""
 
     spans: list[_Span] = field(default_factory=list)
     _open: list[int] = field(default_factory=list)  # indices of the spans entered and not exited

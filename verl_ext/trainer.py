@@ -180,7 +180,7 @@ class VerlExtTrainerMixin:
         algorithm = self.config.algorithm
         step_aware = algorithm.adv_estimator in ESTIMATORS
         validity_key = validity.flag_key(self.config.reward)  # a reward manager that flags faults
-        with timed("advantages"):
+        with timed("step_metadata"):  # every row's extra_fields, and the episode / judge metrics from them
             rows = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["extra_fields"])
             # `pop` gives the NonTensorStack (as verl's _validate reads it); `rows["extra_fields"]` is a plain list
             extra_fields = rows.pop("extra_fields").tolist()

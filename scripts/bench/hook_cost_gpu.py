@@ -67,7 +67,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_step_breakdown import HEADING, machine_info  # noqa: E402
+from gpu_step_breakdown import HEADING  # noqa: E402
 from learning_runs import REPO, load_steps, write_section  # noqa: E402
 
 TIME = "verl_ext/time/"
@@ -183,7 +183,7 @@ def run_all(args: argparse.Namespace) -> int:
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
     if not (args.out / "machine.json").exists():
-        (args.out / "machine.json").write_text(json.dumps(machine_info(args.context)))
+        (args.out / "machine.json").write_text(json.dumps(describe_machine(args.context)))
     start = time.perf_counter()
     walls: dict[str, float] = {}  # the last run's wall time per point: the estimate of the next
     for run in runs:
@@ -204,6 +204,23 @@ def run_all(args: argparse.Namespace) -> int:
     print(f"[hook_cost] {len(runs) - len(left)} of {len(runs)} runs done"
           + (f"; {len(left)} left: run the same command again" if left else ""))
     return 0
+
+
+def describe_machine(context: str) -> dict:
+    """The card, the versions and the timer's own cost on this machine, each measured in a child
+    process: CUDA initialised here would hold GPU memory through every run."""
+    bench = Path(__file__).resolve().parent
+
+    def child(code: str) -> str:
+        return subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(bench)!r}); {code}"],
+                              check=True, capture_output=True, text=True).stdout
+
+    info = json.loads(child(f"import json; from gpu_step_breakdown import machine_info; "
+                            f"print(json.dumps(machine_info({context!r})))"))
+    overhead = subprocess.run([sys.executable, str(bench / "hook_timer_overhead.py"), "--json"], check=True,
+                              capture_output=True, text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    info["timer_overhead_us"] = json.loads(overhead.stdout)
+    return info
 
 
 def _record_parameters(out: Path, point: str, models: Path) -> None:
@@ -278,6 +295,11 @@ def table(results: Path, warmup: int) -> str:
         "verl's `timing_s/step`. Memory: the most verl-ext's state held on any step (`verl_ext/mem/*`), as a "
         "multiple of the fp32 parameter bytes." + (f" Run context: {info['context']}" if info.get("context") else ""),
     ]
+    overhead = info.get("timer_overhead_us", {})
+    if overhead:
+        lines += ["", "Timing itself (`scripts/bench/hook_timer_overhead.py`, on this machine): "
+                  + "; ".join(f"{us['span']:.1f} µs per span on the {clock} clock, {us['collect']:.2f} µs per span "
+                              "to read once per step" for clock, us in overhead.items()) + "."]
     missed: list[str] = []
     for point in points:
         runs = {arm: [load_steps(f / "metrics.jsonl") for f in sorted((results / point).glob(f"{arm}_r*"))]

@@ -1,7 +1,7 @@
 """What timing a hook costs (``verl_ext.timing``): entering and leaving one span, and reading it
 once per step, on the CPU clock and (where CUDA is present) with CUDA events.
 
-    python scripts/bench/hook_timer_overhead.py [--spans 20000] [--repeats 5]
+    python scripts/bench/hook_timer_overhead.py [--spans 20000] [--repeats 5] [--json]
 
 Prints microseconds per span (median of the repeats): ``span`` is the hot-path cost (what a hook
 pays each time it runs), ``collect`` the per-span share of the once-per-step read. A training
@@ -11,6 +11,7 @@ step runs a few dozen spans, so multiply by that to get the timer's cost per ste
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -45,22 +46,35 @@ def per_span_us(spans: int, repeats: int, nested: bool) -> tuple[float, float]:
     return (statistics.median(enter_exit) - statistics.median(bare)) / per, statistics.median(collect) / per
 
 
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--spans", type=int, default=20000)
-    parser.add_argument("--repeats", type=int, default=5)
-    args = parser.parse_args(argv)
+def measure(spans: int, repeats: int) -> dict[str, dict[str, float]]:
+    """µs per span on each clock this machine has: ``{clock: {span, collect, nested_span}}``."""
     clocks = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
-    print(f"| clock | spans | span enter+exit (µs) | collect per span (µs) | nested span enter+exit (µs) |")
-    print("|---|---|---|---|---|")
+    out = {}
     for clock in clocks:
         if clock == "cuda":
             torch.zeros(1, device="cuda")  # initialises CUDA: spans now record events
             torch.cuda.synchronize()
-        flat, flat_collect = per_span_us(args.spans, args.repeats, nested=False)
-        nested, _ = per_span_us(args.spans, args.repeats, nested=True)
-        print(f"| {clock} | {args.spans} | {flat:.2f} | {flat_collect:.2f} | {nested:.2f} |")
-    print(f"\ntorch {torch.__version__}" + (f", {torch.cuda.get_device_name(0)}" if "cuda" in clocks else ", no CUDA"))
+        flat, collect = per_span_us(spans, repeats, nested=False)
+        nested, _ = per_span_us(spans, repeats, nested=True)
+        out[clock] = {"span": flat, "collect": collect, "nested_span": nested}
+    return out
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--spans", type=int, default=20000)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--json", action="store_true", help="print measure()'s dict as JSON only")
+    args = parser.parse_args(argv)
+    if args.json:
+        print(json.dumps(measure(args.spans, args.repeats)))
+        return 0
+    print("| clock | span enter+exit (µs) | collect per span (µs) | nested span enter+exit (µs) |")
+    print("|---|---|---|---|")
+    for clock, us in measure(args.spans, args.repeats).items():
+        print(f"| {clock} | {us['span']:.2f} | {us['collect']:.2f} | {us['nested_span']:.2f} |")
+    print(f"\n{args.spans} spans x {args.repeats} repeats, torch {torch.__version__}"
+          + (f", {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else ", no CUDA"))
     return 0
 
 

@@ -28,7 +28,7 @@ CORE_METRICS = [
 ]
 
 # verl-ext's hooks in a GRPO run with verl's own old log-probs (verl_ext.timing)
-SYNC_HOOKS = ("advantages", "reward_postprocess", "failure_check")
+SYNC_HOOKS = ("step_metadata", "reward_postprocess", "failure_check")
 
 
 @pytest.fixture(scope="module")
