@@ -160,8 +160,11 @@ def execute(run: Run, out: Path, models: Path, steps: int, timeout_s: float) -> 
     try:
         log, _ = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)  # the run's own process group: its Ray workers go with it
+        os.killpg(proc.pid, signal.SIGKILL)  # the run's own process group
         log, _ = proc.communicate()
+        # Ray's daemons leave that group; the lent machine runs no other Ray, and an orphaned vLLM
+        # worker would hold the GPU memory the next run needs
+        subprocess.run(["ray", "stop", "--force"], check=False, capture_output=True)
     wall = time.perf_counter() - start
     (folder / "run_tail.log").write_bytes(log[-200_000:])
     subprocess.run(["rm", "-rf", str(folder / "data"), str(folder / "checkpoints")], check=False)
@@ -185,12 +188,11 @@ def run_all(args: argparse.Namespace) -> int:
     if not (args.out / "machine.json").exists():
         (args.out / "machine.json").write_text(json.dumps(describe_machine(args.context)))
     start = time.perf_counter()
-    walls: dict[str, float] = {}  # the last run's wall time per point: the estimate of the next
     for run in runs:
         if is_done(run, args.out, args.steps):
             continue
         left = args.budget_s - (time.perf_counter() - start)
-        if left < walls.get(run.point, 0.0) * 1.2 or left < 60:
+        if left < expected_wall(args.out, run.point) * 1.2 or left < 60:
             break
         if not (args.models / run.point / "config.json").exists():
             subprocess.run(model_command(run.point, args.models), check=True)
@@ -198,12 +200,18 @@ def run_all(args: argparse.Namespace) -> int:
         print(f"[hook_cost] {run.point} {run.arm} repeat {run.repeat}", flush=True)
         t0 = time.perf_counter()
         ok = execute(run, args.out, args.models, args.steps, timeout_s=left)
-        walls[run.point] = time.perf_counter() - t0
-        print(f"[hook_cost]   {'done' if ok else 'FAILED or out of time'} in {walls[run.point]:.0f} s", flush=True)
+        print(f"[hook_cost]   {'done' if ok else 'FAILED or out of time'} in {time.perf_counter() - t0:.0f} s",
+              flush=True)
     left = [r for r in runs if not is_done(r, args.out, args.steps)]
     print(f"[hook_cost] {len(runs) - len(left)} of {len(runs)} runs done"
           + (f"; {len(left)} left: run the same command again" if left else ""))
     return 0
+
+
+def expected_wall(out: Path, point: str) -> float:
+    """How long a run of ``point`` takes: the longest finished one there (any point's, else 0)."""
+    walls = {p: [json.loads(f.read_text())["wall_s"] for f in (out / p).glob("*/run.json")] for p in POINTS}
+    return max(walls[point] or [w for ws in walls.values() for w in ws] or [0.0])
 
 
 def describe_machine(context: str) -> dict:
