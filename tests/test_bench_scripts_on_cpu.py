@@ -80,3 +80,74 @@ def test_text_hybrid_study_statistics_and_rates_are_computed_from_the_metrics():
     assert list(study.final(np.array([[0.1, 0.2, np.nan], [np.nan, np.nan, np.nan]]))[:1]) == [0.2]
     assert study.goal_met(np.array([0.9, 0.85]), np.array([0.1, 0.2])) == "yes"
     assert study.goal_met(np.array([0.9, 0.85]), np.array([0.3, 0.2])) == "no"
+
+
+def test_hook_cost_dry_run_prints_every_run_interleaved(capsys):
+    bench = _script("hook_cost_gpu")
+    assert bench.main(["--dry-run", "--repeats", "2", "--out", "/tmp/hc"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    models = [line for line in lines if "make-tiny-model" in line]
+    assert [line.split("--arch ")[1].split()[0] for line in models] == ["qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-7b"]
+    runs = [line for line in lines if "run_gpu.sh" in line]
+    assert len(runs) == 3 * 5 * 2
+    for line in runs:
+        assert "MODE=colocate_async" in line and "ADV=grpo" in line and "trainer.save_freq=-1" in line
+        # the 7B point's memory settings are explicit and hold in every arm, plain verl included
+        assert ("optimizer_offload=true" in line) == ("/7b/" in line) == ("MAX_STALENESS=1" in line)
+    providers = [line.split("PROVIDER=")[1].split()[0] for line in runs[:5]]
+    assert sorted(providers) == sorted(["current", "snapshot", "ewma", "loglinear", "none"])
+    repeats = [int(line.split(" OUT=")[1].split()[0].rsplit("_r", 1)[1]) for line in runs]
+    assert repeats == sorted(repeats)  # every arm of every point once before any arm runs again
+    assert runs[15].split("/hc/0.5b/")[1].split("_r")[0] == "snapshot"  # repeat 1 starts one arm later
+
+
+def _synthetic_run(folder: Path, steps: list[dict]) -> None:
+    import json
+
+    folder.mkdir(parents=True)
+    lines = [json.dumps({"step": s, "data": m}) for s, m in enumerate(steps, start=1)]
+    (folder / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+
+
+def test_hook_cost_table_is_computed_from_the_run_metrics(tmp_path):
+    import json
+
+    bench = _script("hook_cost_gpu")
+    (tmp_path / "machine.json").write_text(json.dumps(
+        {"card": "NVIDIA H200", "torch": "t", "vllm": "v", "verl": "0.9.1", "transformers": "x", "context": "",
+         "timer_overhead_us": {"cuda": {"span": 6.04, "collect": 0.52, "nested_span": 7.0}}}))
+    (tmp_path / "parameters.json").write_text(json.dumps({"0.5b": 250_000_000}))  # fp32: 1e9 bytes
+    point = tmp_path / "0.5b"
+
+    def step(i: int, total: float, old: float, **hooks: float) -> dict:
+        m = {"timing_s/step": 10.0, "timing_s/old_log_prob": old + 0.01 * i}
+        if total:
+            m |= {f"verl_ext/time/{h}": v for h, v in hooks.items()}
+            m |= {"verl_ext/time/total": total, "verl_ext/time/share_of_step": total / 10.0}
+        return m
+
+    # 2 warm-up steps (ignored: huge) + 5 counted per run; plain verl: old_log_prob 1.02..1.06
+    _synthetic_run(point / "verl_r0", [step(i, 0, 100.0 if i < 2 else 1.0) for i in range(7)])
+    for r, shift in ((0, 0.0), (1, 0.1)):  # current: shares 0.02..0.06 and 0.03..0.07 pooled: median 0.045
+        _synthetic_run(point / f"current_r{r}", [
+            {**step(i, 99.0 if i < 2 else 0.2 + shift + 0.1 * (i - 2), 1.0, advantages=0.1),
+             "verl_ext/mem/x/gpu_bytes": 0.0} for i in range(7)])
+    _synthetic_run(point / "snapshot_r0", [
+        {**step(i, 0.3, 2.0, snapshot_save_wait=0.05, extra_forwards=0.5), "verl_ext/mem/snapshots/host_bytes": 2e9}
+        for i in range(7)])
+    text = bench.table(tmp_path, warmup=2)
+    assert "**NVIDIA H200**" in text and "### 0.5b: 250 M parameters" in text
+    assert "6.0 µs per span on the cuda clock, 0.52 µs per span to read once per step" in text
+    # current: 10 steps pooled, median share 4.5% > 3%; old_log_prob 1.04 s (steps 3-7) vs plain 1.04 s
+    assert "| current | 2 x 5 | 10.00 | 4.50% | hooks 4.50% > 3%: missed by 1.50 pp | 1.040 | 1.00x | 0 | 0 |" in text
+    # snapshot: the save wait 0.5% of the step meets its 1% target; 2 host copies of 1e9 fp32 bytes
+    assert "| snapshot | 1 x 5 | 10.00 | 3.00% | save wait ≤ 1%: met | 2.040 | 1.96x | 0 | 1.86 GiB (2.00x) |" in text
+    assert "| verl | 1 x 5 | 10.00 | — | — | 1.040 | 1.00x | 0 | 0 |" in text
+    assert "| advantages | 1.00% | 0.00% |" in text and "| snapshot_save_wait | 0.00% | 0.50% |" in text
+    assert "take 0.500 s per step, 0.48x verl's own old-log-prob phase (1.040 s)" in text
+    assert "Targets missed: 0.5b current: hooks 4.50% > 3%: missed by 1.50 pp (largest hook: advantages" in text
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text("# Benchmarks\n\n## GPU: per-step breakdown\n\nold table\n\n## next\n\nkept\n")
+    assert bench.main(["--results", str(tmp_path), "--warmup", "2", "--steps", "7", "--doc", str(doc)]) == 0
+    written = doc.read_text()
+    assert "old table" not in written and "| current | 2 x 5 |" in written and "## next\n\nkept" in written

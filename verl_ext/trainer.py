@@ -29,7 +29,11 @@ Hooks added on top of verl:
   reward manager flags as unscorable (``dvreward``'s ``dv_valid=0``) are kept out of their group's
   statistics and the loss, for every estimator (``verl_ext.advantages.validity``); a batch where
   every row is such a row stops the run with the reasons; episode and DVReward judge metrics are
-  logged every step.
+  logged every step;
+- verl-ext's own cost: every hook above times itself (``verl_ext.timing``); each step logs
+  ``verl_ext/time/<hook>``, ``verl_ext/mem/<what>/*_bytes`` (the workers' reports come back with
+  the version-publishing call), ``verl_ext/time/total`` and its ``share_of_step`` of verl's
+  ``timing_s/step``.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl_ext import validation
 from verl_ext.rewards.env_rewards import training_batch_metrics
 from verl_ext.old_logits.rollout_client import VersionedFullyAsyncLLMServerClient, VersionedLLMServerClient
+from verl_ext.timing import accumulate, hook_timer, step_metrics, timed
 
 logger = logging.getLogger("verl_ext")
 
@@ -72,6 +77,7 @@ class VerlExtTrainerMixin:
         )
         self.old_logit_provider = build_provider(self.old_logits_config)
         self._old_logit_host = None  # built on first use, once the worker groups exist
+        self._worker_hook_reports: dict[str, float] = {}  # the workers' verl_ext/* of this step
         if self.old_logit_provider.name == "rollout":
             _switch_to_bypass_loss(config)
         _count_agent_loop_failures(config)
@@ -102,7 +108,8 @@ class VerlExtTrainerMixin:
         if self._old_logit_host is None:
             self._old_logit_host = VerlOldLogitHost(self)
             if self._old_logits_needs_worker_state():
-                self._old_logit_host.start_worker_state(self.old_logits_config)
+                with timed("worker_state_setup"):
+                    self._old_logit_host.start_worker_state(self.old_logits_config)
         return self._old_logit_host
 
     def on_init_end(self):
@@ -118,8 +125,11 @@ class VerlExtTrainerMixin:
     def _compute_old_log_prob(self, batch, metrics):
         if self.old_logit_provider.name == "current":
             return super()._compute_old_log_prob(batch, metrics)
-        batch = self.old_logit_provider.compute(self._host(), batch, metrics)
-        metrics.update(_rollout_vs_old_metrics(batch))
+        host = self._host()
+        with timed("old_logits"):
+            host.expect_base_forward()
+            batch = self.old_logit_provider.compute(host, batch, metrics)
+            metrics.update(_rollout_vs_old_metrics(batch))
         return batch
 
     def _update_actor(self, batch, metrics):
@@ -128,10 +138,20 @@ class VerlExtTrainerMixin:
         from verl_ext.old_logits.host import publish_worker_version, set_worker_version
 
         host = self._host()
-        host.on_workers(set_worker_version, self.global_steps - 1)
+        with timed("version_bookkeeping"):
+            host.on_workers(set_worker_version, self.global_steps - 1)
         batch = super()._update_actor(batch, metrics)
-        host.on_workers(publish_worker_version, self.global_steps)
+        with timed("version_bookkeeping"):
+            reports = host.on_workers(publish_worker_version, self.global_steps)
+        accumulate(self._worker_hook_reports, reports)
         return batch
+
+    def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
+        super()._compute_metrics(batch, metrics, timing_raw, global_steps, epoch)
+        hooks = hook_timer().collect()
+        accumulate(hooks, [self._worker_hook_reports])
+        self._worker_hook_reports = {}
+        metrics.update(step_metrics(hooks, timing_raw.get("step")))
 
     def _save_checkpoint(self):
         super()._save_checkpoint()
@@ -139,7 +159,8 @@ class VerlExtTrainerMixin:
             from verl_ext.old_logits.host import CHECKPOINT_DIR, save_worker_state
 
             folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}", CHECKPOINT_DIR)
-            self._host().on_workers(save_worker_state, folder)
+            with timed("worker_state_checkpoint"):
+                self._host().on_workers(save_worker_state, folder)
 
     def _load_checkpoint(self):
         super()._load_checkpoint()
@@ -147,7 +168,8 @@ class VerlExtTrainerMixin:
             from verl_ext.old_logits.host import CHECKPOINT_DIR, load_worker_state
 
             folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}", CHECKPOINT_DIR)
-            found = self._host().on_workers(load_worker_state, folder)
+            with timed("worker_state_checkpoint"):
+                found = self._host().on_workers(load_worker_state, folder)
             if not all(found):
                 logger.warning("verl-ext: resumed without old-logit state in %s (policy: %s)", folder,
                                self.old_logits_config.ewma.on_missing_state)
@@ -160,19 +182,24 @@ class VerlExtTrainerMixin:
         algorithm = self.config.algorithm
         step_aware = algorithm.adv_estimator in ESTIMATORS
         validity_key = validity.flag_key(self.config.reward)  # a reward manager that flags faults
-        rows = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["extra_fields"])
-        # `pop` gives the NonTensorStack (as verl's _validate reads it); `rows["extra_fields"]` is a plain list
-        extra_fields = rows.pop("extra_fields").tolist()
-        real_rows = [f for f, tag in zip(extra_fields, batch.tags) if not tag.get("is_padding")]
-        metrics.update(training_batch_metrics(real_rows))
-        metrics.update(dvreward_metrics(real_rows))
+        with timed("step_metadata"):  # every row's extra_fields, and the episode / judge metrics from them
+            rows = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["extra_fields"])
+            # `pop` gives the NonTensorStack (as verl's _validate reads it); `rows["extra_fields"]` is a plain list
+            extra_fields = rows.pop("extra_fields").tolist()
+            real_rows = [f for f, tag in zip(extra_fields, batch.tags) if not tag.get("is_padding")]
+            metrics.update(training_batch_metrics(real_rows))
+            metrics.update(dvreward_metrics(real_rows))
         estimate = _step_aware(extra_fields) if step_aware else trainer_base.compute_advantage_for_multi_trajectories
 
         def compute(data, *args, **kwargs):
             # group-level reward post-processors first: every estimator sees their rewards
-            metrics.update(postprocess.apply(data, extra_fields, algorithm, validity_key))
-            invalid = _exclude_invalid_rewards(data, extra_fields, validity_key, step_aware, metrics, self.config)
-            return validity.zero_out(estimate(data, *args, **kwargs), invalid)
+            with timed("reward_postprocess"):
+                metrics.update(postprocess.apply(data, extra_fields, algorithm, validity_key))
+                invalid = _exclude_invalid_rewards(data, extra_fields, validity_key, step_aware, metrics, self.config)
+            with timed("advantages" if step_aware else None):  # verl's own estimators are verl's time
+                advantages = estimate(data, *args, **kwargs)
+            with timed("reward_postprocess"):
+                return validity.zero_out(advantages, invalid)
 
         # verl's _compute_advantage does KL-in-reward, rollout correction and the write-back to
         # TransferQueue around one call to `compute_advantage_for_multi_trajectories`; swap in
@@ -199,7 +226,8 @@ class VerlExtTrainerMixin:
 
         manager = getattr(self, "agent_loop_manager", None)
         if hasattr(manager, "pop_run_counts"):  # a user's own manager class counts nothing
-            check_failure_rate(manager.pop_run_counts(), partition_id)
+            with timed("failure_check"):
+                check_failure_rate(manager.pop_run_counts(), partition_id)
 
 
 def _switch_to_bypass_loss(config) -> None:

@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # text_corridor on GPUs: FSDP2 training + vLLM rollout (or the `hf` rollout), one node.
+<<<<<<< HEAD
 # The GPU tests (tests/gpu) and the GPU benchmark (scripts/bench/gpu_step_breakdown.py) run this
 # script unchanged; the "Run on GPUs" commands in docs/status.md are calls of it.
+=======
+# The GPU tests (tests/gpu) and the GPU benchmarks (scripts/bench/hook_cost_gpu.py, gpu_step_breakdown.py) run this
+# script unchanged; the README's "Run on GPUs" commands are calls of it.
+>>>>>>> i22
 #   bash recipes/text_corridor/run_gpu.sh [hydra overrides...]
 # Env (defaults in brackets):
 #   MODEL     model path [random weights of Qwen2.5-0.5B's architecture, built into $OUT/model]
@@ -13,6 +18,8 @@
 #   MODE      sync | colocate_async [sync]
 #   ROLLOUT   vllm | hf [vllm]; dedicated/interrupt need hf
 #   GPU_MEM   vLLM's gpu_memory_utilization [0.3]
+#   WARMUP_BATCHES, MAX_STALENESS  colocate_async only: batches queued ahead of the trainer [2] and
+#             the staleness bound in versions [4] (snapshot keeps that many host copies)
 #   OUT, STEPS [4], SEED [0], BATCH_PER_GPU [8]
 set -euo pipefail
 
@@ -24,6 +31,8 @@ PROVIDER=${PROVIDER:-ewma}
 MODE=${MODE:-sync}
 ROLLOUT=${ROLLOUT:-vllm}
 GPU_MEM=${GPU_MEM:-0.3}
+WARMUP_BATCHES=${WARMUP_BATCHES:-2}
+MAX_STALENESS=${MAX_STALENESS:-4}
 STEPS=${STEPS:-4}
 SEED=${SEED:-0}
 BATCH_PER_GPU=${BATCH_PER_GPU:-8}
@@ -44,8 +53,9 @@ case "$ADV" in grpo) ;; *) plugins+=("+plugins/advantage=$ADV") ;; esac
 [ "$PROVIDER" = none ] || plugins+=("+plugins/old_logits=$PROVIDER")
 if [ ${#plugins[@]} -gt 0 ]; then trainer_mode="verl_ext_$MODE"; fi
 if [ "$MODE" = colocate_async ]; then
-    # two batches queued ahead of the trainer: tokens 1-2 versions old reach every provider
-    plugins+=(trainer.v1.colocate_async.num_warmup_batches=2 trainer.v1.sampler.max_off_policy_threshold=4)
+    # batches queued ahead of the trainer (default two): tokens 1-2 versions old reach every provider
+    plugins+=(trainer.v1.colocate_async.num_warmup_batches="$WARMUP_BATCHES"
+              trainer.v1.sampler.max_off_policy_threshold="$MAX_STALENESS")
 fi
 
 # Batch: BATCH_PER_GPU prompts x 4 rollouts per GPU, so every rank gets the same number of rows

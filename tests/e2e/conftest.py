@@ -71,3 +71,20 @@ def assert_finite(metrics: dict, keys: list[str]) -> None:
     for key in keys:
         assert key in metrics, f"metric {key} missing; have {sorted(metrics)[:40]}"
         assert math.isfinite(float(metrics[key])), f"metric {key} = {metrics[key]}"
+
+
+def assert_hook_metrics(metrics: dict, hooks: tuple[str, ...] = (), memory: tuple[str, ...] = ()) -> None:
+    """verl-ext's own cost on one logged step (``verl_ext.timing``): each named hook timed, the
+    total the sum of every hook's time and its share of verl's ``timing_s/step``, and each named
+    piece of state holding bytes."""
+    from verl_ext.timing import SHARE_OF_STEP, TIME_PREFIX, TOTAL
+
+    assert_finite(metrics, [TOTAL, SHARE_OF_STEP, "timing_s/step", *(TIME_PREFIX + h for h in hooks)])
+    times = {k: v for k, v in metrics.items() if k.startswith(TIME_PREFIX) and k not in (TOTAL, SHARE_OF_STEP)}
+    assert all(v >= 0 for v in times.values()), times
+    assert math.isclose(metrics[TOTAL], sum(times.values()), rel_tol=1e-9, abs_tol=1e-12), times
+    assert 0 < metrics[TOTAL] < metrics["timing_s/step"], (metrics[TOTAL], metrics["timing_s/step"])
+    assert math.isclose(metrics[SHARE_OF_STEP], metrics[TOTAL] / metrics["timing_s/step"], rel_tol=1e-9)
+    for what in memory:
+        held = sum(metrics.get(f"verl_ext/mem/{what}/{where}_bytes", 0.0) for where in ("gpu", "host"))
+        assert held > 0, f"verl_ext/mem/{what}/*_bytes missing or 0 in {sorted(k for k in metrics if 'mem' in k)}"

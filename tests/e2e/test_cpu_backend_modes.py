@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import assert_finite, read_metrics, run_recipe
+from .conftest import assert_finite, assert_hook_metrics, read_metrics, run_recipe
 
 pytestmark = pytest.mark.e2e
 
@@ -20,6 +20,7 @@ def test_colocate_async_trains_on_stale_samples(tmp_path):
     assert max(staleness.values()) >= 1, f"async mode produced no stale samples: {staleness}"
     for step, stale in staleness.items():
         assert_finite(metrics[step], ["actor/pg_loss", "actor/grad_norm", "critic/score/mean"])
+        assert_hook_metrics(metrics[step], ("step_metadata", "reward_postprocess", "failure_check"))
         diff = metrics[step]["training/rollout_probs_diff_max"]
         if stale == 0:  # same weights on both sides: the hf rollout matches the trainer exactly
             assert diff < 1e-5, (step, diff)

@@ -9,7 +9,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from .conftest import assert_finite, read_metrics, run_recipe
+from .conftest import assert_finite, assert_hook_metrics, read_metrics, run_recipe
 
 pytestmark = pytest.mark.e2e
 
@@ -27,6 +27,9 @@ CORE_METRICS = [
     "timing_s/step",
 ]
 
+# verl-ext's hooks in a GRPO run with verl's own old log-probs (verl_ext.timing)
+SYNC_HOOKS = ("step_metadata", "reward_postprocess", "failure_check")
+
 
 @pytest.fixture(scope="module")
 def sync_run(tmp_path_factory) -> Path:
@@ -38,6 +41,8 @@ def sync_run(tmp_path_factory) -> Path:
 def test_sync_run_completes_every_step_with_finite_metrics(sync_run: Path):
     metrics = read_metrics(sync_run / "metrics.jsonl")
     assert {1, 2, 3} <= set(metrics), f"steps logged: {sorted(metrics)}"
+    for step in (1, 2, 3):
+        assert_hook_metrics(metrics[step], SYNC_HOOKS)
     for step in (1, 2, 3):
         assert_finite(metrics[step], CORE_METRICS)
     # validation ran before training (step 0) and at the end
@@ -79,4 +84,5 @@ def test_resume_continues_from_the_checkpoint(sync_run: Path):
     metrics = read_metrics(sync_run / "metrics.jsonl")  # the file logger rewrites the file per run
     assert set(metrics) == {4}, f"resumed run should only train step 4, logged {sorted(metrics)}"
     assert_finite(metrics[4], CORE_METRICS)
+    assert_hook_metrics(metrics[4], SYNC_HOOKS)
     assert metrics[4]["training/rollout_probs_diff_max"] < 1e-5  # rollout got the restored weights

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import read_metrics, run_recipe
+from .conftest import assert_hook_metrics, read_metrics, run_recipe
 
 pytestmark = pytest.mark.e2e
 
@@ -36,6 +36,7 @@ def _run(tmp_path, provider: str) -> dict[int, dict]:
         assert m["training/rollout_probs_diff_max"] < 1e-6, (step, m["training/rollout_probs_diff_max"])
         assert max(abs(m["rollout_corr/log_ppl_diff_max"]), abs(m["rollout_corr/log_ppl_diff_min"])) < 1e-5
         assert m[f"old_logits/{provider}/inexact_frac"] == 0.0
+        assert_hook_metrics(m, ("old_logits", "segment_scoring"))
     return metrics
 
 

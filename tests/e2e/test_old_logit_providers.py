@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import assert_finite, read_metrics, run_recipe
+from .conftest import assert_finite, assert_hook_metrics, read_metrics, run_recipe
 
 pytestmark = pytest.mark.e2e
 
@@ -25,10 +25,15 @@ def test_snapshot_provider_recovers_exact_old_logits_for_stale_samples(tmp_path)
         m = metrics[step]
         assert m["training/rollout_probs_diff_max"] < 1e-6, (step, m["training/rollout_probs_diff_max"])
         assert m["old_logits/snapshot/missing_frac"] == 0.0
+        # the copy starts with the actor update; the optimizer step waits for what is left of it
+        assert_hook_metrics(m, ("old_logits", "snapshot_save", "snapshot_save_wait", "version_bookkeeping"),
+                            memory=("snapshots",))
     for step in stale_steps:  # the versions the tokens came from were seen and scored
         assert metrics[step]["old_logits/stale/version_gap_max"] >= 1
+        assert_hook_metrics(metrics[step], ("weight_swap",))  # snapshots swapped in for stale tokens
 
 
+EWMA_HOOKS = ("old_logits", "weight_swap", "ewma_update", "version_bookkeeping")
 PPO_EWMA = ("+plugins/old_logits=ewma", "+plugins/loss=ppo_ewma")
 
 
@@ -38,6 +43,7 @@ def test_ppo_ewma_with_the_ewma_provider_trains_and_resumes(tmp_path):
     for step in (1, 2):
         assert_finite(metrics[step], ["actor/pg_loss", "actor/ppo_ewma/approx_kl", "actor/ppo_ewma/prox_lag",
                                       "actor/ppo_ewma/is_weight_mean", "old_logits/ewma/forward_rows"])
+        assert_hook_metrics(metrics[step], EWMA_HOOKS, memory=("ewma_shadow", "swap_backup"))
     # before any update the EWMA equals the weights (bias-corrected): the proximal policy lags by 0
     assert metrics[1]["actor/ppo_ewma/prox_lag"] == 0.0
     state = tmp_path / "checkpoints" / "global_step_2" / "verl_ext_old_logits" / "rank_0.pt"
@@ -46,3 +52,4 @@ def test_ppo_ewma_with_the_ewma_provider_trains_and_resumes(tmp_path):
     metrics = read_metrics(tmp_path / "metrics.jsonl")
     assert set(metrics) == {3}
     assert metrics[3]["old_logits/ewma/forward_rows"] > 0
+    assert_hook_metrics(metrics[3], EWMA_HOOKS, memory=("ewma_shadow", "swap_backup"))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import assert_finite, read_metrics, run_recipe
+from .conftest import assert_finite, assert_hook_metrics, read_metrics, run_recipe
 
 pytestmark = pytest.mark.e2e
 
@@ -35,6 +35,7 @@ def test_every_step_trains_with_finite_nonzero_step_advantages(gigpo_run: Path):
         assert_finite(m, ["critic/advantages/mean", "critic/advantages/max", "critic/advantages/min",
                           "actor/pg_loss", "actor/grad_norm", "critic/score/mean"])
         assert m["critic/advantages/max"] > m["critic/advantages/min"], f"step {step}: all advantages equal"
+        assert_hook_metrics(m, ("step_metadata", "advantages"))  # the step-aware glue, timed
         assert 0.0 <= m["critic/score/mean"] <= 1.0  # the score is the episode success
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import REPO, assert_finite, read_metrics, run_recipe
+from .conftest import REPO, assert_finite, assert_hook_metrics, read_metrics, run_recipe
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]  # no Chromium: skipped, or failed under CI (tests/conftest.py)
 
@@ -37,6 +37,7 @@ def test_every_plugin_of_the_recipe_acts_in_the_training_step(flagship_run):
         assert m["verl_ext/episode/episodes"] + m["verl_ext/episode/faults"] == 32
         # the path reward's group term ran (reward post-processor) ...
         assert_finite(m, ["verl_ext/path_length_reward/mean"])
+        assert_hook_metrics(m, ("step_metadata", "advantages", "reward_postprocess"))
         # ... HGPO's step advantages (not all equal) and verl's PPO loss: PPO-EWMA and the EWMA
         # old logits are off in this synchronous run (LOSS=ppo_ewma; async_agentic runs them)
         assert m["critic/advantages/max"] > m["critic/advantages/min"]

@@ -72,3 +72,27 @@ def test_scatter_equals_per_version_forwards(policy, batch):
     for v, rows in calls:
         assert rows == sorted({i for i in range(6) if (batch["token_versions"][i] == v).any()})
     assert rows_per_version == {v: len(r) for v, r in calls}
+
+
+def test_saves_reuse_the_evicted_buffers_and_restore_bit_exactly(policy):
+    """The trainer's path (``begin_save`` when the update starts, ``wait_saved`` before the
+    optimizer step): after ``max_versions`` saves every save writes into an evicted version's
+    buffers, and each stored version swaps in exactly the weights it was saved with."""
+    store = SnapshotStore(max_versions=2)
+    params = list(policy.parameters())
+    saved, storages = {}, {}
+    for v in range(6):
+        store.begin_save(v, params)
+        store.wait_saved()
+        saved[v] = [p.detach().clone() for p in params]
+        storages[v] = [t.untyped_storage().data_ptr() for t in store.get(v)]
+        perturb(policy, v)  # the optimizer step
+    first_two = {tuple(storages[0]), tuple(storages[1])}
+    assert len(first_two) == 2
+    assert all(tuple(storages[v]) in first_two for v in range(2, 6))  # no new allocation
+    assert len(store.buffers) == 2 * len(params)  # nothing allocated beside the two sets
+    live = [p.detach().clone() for p in params]
+    for v in store.versions:
+        with store.swap_in(v, params):
+            assert all(torch.equal(p.detach(), s) for p, s in zip(params, saved[v]))
+        assert all(torch.equal(p.detach(), x) for p, x in zip(params, live))

@@ -44,3 +44,22 @@ def test_snapshot_of_cuda_params_is_pinned_and_exact():
         assert all(torch.equal(p, s) for p, s in zip(params, saved))
     torch.cuda.synchronize()
     assert all(torch.equal(p, x) for p, x in zip(params, live))
+
+
+def test_snapshot_copies_run_on_a_side_stream_into_reused_pinned_buffers():
+    """``begin_save`` queues the copies on a side stream; the current stream's writes after
+    ``wait_saved`` cannot reach them, and the third version lands in the first one's buffers."""
+    params = _params()
+    store = SnapshotStore(max_versions=2)
+    saved, storages = [], []
+    for v in range(3):
+        store.begin_save(v, params)
+        store.wait_saved()
+        saved.append([p.clone() for p in params])
+        for p in params:
+            p.mul_(2)  # the optimizer step, on the current stream
+        storages.append([t.untyped_storage().data_ptr() for t in store.get(v)])
+    assert storages[2] == storages[0]
+    assert all(t.is_pinned() for t in store.get(2))
+    assert all(torch.equal(t.cuda(), s) for t, s in zip(store.get(2), saved[2]))
+    assert all(torch.equal(t.cuda(), s) for t, s in zip(store.get(1), saved[1]))

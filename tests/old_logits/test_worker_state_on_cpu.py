@@ -10,6 +10,7 @@ from old_logits_tiny_policy import perturb
 from verl_ext.old_logits import OldLogitsConfig, OldLogitWorkerState, build_provider
 from verl_ext.old_logits.ewma import beta_from_com
 from verl_ext.old_logits.local_host import LocalPolicyHost
+from verl_ext.timing import hook_timer
 
 
 def _train_version(state, policy, version, steps, seed, local_updates=1):
@@ -141,3 +142,24 @@ def test_snapshot_under_the_sync_trainer_keeps_no_copies_and_scores_exactly(poli
         _train_version(state, policy, version=version, steps=2, seed=11 + version)
     with pytest.raises(RuntimeError, match="sync trainer keeps no snapshots"):
         state.weights("snapshot:0")  # a stale token would be a bug of the trainer: say so
+
+
+@pytest.mark.parametrize("provider", ["ewma", "snapshot"])
+def test_each_step_reports_the_hooks_it_ran_and_the_memory_it_holds(policy, provider):
+    """What ``publish_worker_version`` sends back per step (verl_ext.timing): the worker hooks'
+    times and the bytes of the provider's state, counted from the tensors it keeps."""
+    config = OldLogitsConfig.from_config({"provider": provider}, max_off_policy_threshold=2)
+    state = OldLogitWorkerState(config, list(policy.parameters()), first_version=0)
+    hook_timer().collect()  # spans of earlier tests in this process
+    param_bytes = sum(p.numel() * p.element_size() for p in policy.parameters())
+    for version in range(3):
+        state.set_version(version)
+        _train_version(state, policy, version, steps=2, seed=version)
+        report = state.report()
+        if provider == "ewma":
+            assert report["verl_ext/time/ewma_update"] > 0
+            assert report["verl_ext/mem/ewma_shadow/host_bytes"] == 4 * sum(p.numel() for p in policy.parameters())
+        else:
+            assert report["verl_ext/time/snapshot_save"] > 0 and "verl_ext/time/snapshot_save_wait" in report
+            assert report["verl_ext/mem/snapshots/host_bytes"] == min(version + 1, 2) * param_bytes
+        assert report["verl_ext/mem/swap_backup/gpu_bytes"] == 0

@@ -109,6 +109,11 @@ class EWMAShadow:
         return com_from_beta(self.beta)
 
     @property
+    def shadow(self) -> list[torch.Tensor]:
+        """The fp32 tensors the shadow keeps (its memory: one fp32 copy of the local shards)."""
+        return self._acc
+
+    @property
     def swapped_in(self) -> bool:
         return self._swap is not None and self._swap.active
 

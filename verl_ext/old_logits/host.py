@@ -44,9 +44,15 @@ from verl_ext.old_logits.providers import (
     ROLLOUT_LOG_PROBS,
     TOKEN_VERSIONS,
 )
+from verl_ext.old_logits.swap import WeightSwap
 from verl_ext.old_logits.worker import CURRENT
+from verl_ext.timing import held_bytes, timed
 from verl_ext.old_logits.rollout_client import TOKEN_VERSIONS_KEY
 
+# The driver times its calls that swap weights on the workers (``weight_swap``, which on the cpu
+# backend includes the copies); on CUDA the copies run asynchronously after the call returns and
+# the workers time them on the compute stream.
+WORKER_SWAP_HOOK = "weight_swap_gpu"
 STATE_ATTR = "_verl_ext_old_logits"
 CHECKPOINT_DIR = "verl_ext_old_logits"
 ROLLOUT_SIDE_PROVIDERS = ("dedicated", "interrupt")
@@ -112,27 +118,35 @@ def install_worker_state(ray_self: Any, config: OldLogitsConfig, updates_per_ver
 
 
 def set_worker_version(ray_self: Any, version: int) -> None:
-    _state(ray_self).version = version
+    _state(ray_self).set_version(version)
 
 
-def publish_worker_version(ray_self: Any, version: int) -> None:
-    _state(ray_self).on_version_published(version)
+def publish_worker_version(ray_self: Any, version: int) -> dict[str, float]:
+    """Publishes ``version`` and returns this worker's ``verl_ext/time/*`` and ``verl_ext/mem/*``
+    of the step (the trainer calls it once per actor update)."""
+    state = _state(ray_self)
+    state.on_version_published(version)
+    return state.report()
 
 
 def enter_weights(ray_self: Any, spec: str) -> None:
     state = _state(ray_self)
     if state.active is not None:
         raise RuntimeError(f"old-logit weights {spec!r} requested while another swap is active")
-    context = state.weights(spec)
-    context.__enter__()
+    with timed(WORKER_SWAP_HOOK, device_only=True):
+        context = state.weights(spec)
+        context.__enter__()
     state.active = context
+    if isinstance(context, WeightSwap):
+        state.swap_backup_bytes = held_bytes("swap_backup", context.backup)
 
 
 def exit_weights(ray_self: Any) -> None:
     state = _state(ray_self)
     context, state.active = state.active, None
     if context is not None:
-        context.__exit__(None, None, None)
+        with timed(WORKER_SWAP_HOOK, device_only=True):
+            context.__exit__(None, None, None)
 
 
 def save_worker_state(ray_self: Any, folder: str) -> None:
@@ -159,6 +173,7 @@ class VerlOldLogitHost:
     def __init__(self, trainer: Any) -> None:
         self.trainer = trainer
         self.rollout_side: DedicatedScorer | InterruptScoring | None = None
+        self._base_forward_pending = False
 
     def start_worker_state(self, config: OldLogitsConfig) -> None:
         """Creates the EWMA/snapshot state on every actor worker. The EWMA's decay starts from
@@ -189,7 +204,8 @@ class VerlOldLogitHost:
                 "algorithm.old_logits.provider=dedicated/interrupt: the rollout side was not started; "
                 "use trainer.v1.trainer_mode=verl_ext_colocate_async or verl_ext_sync"
             )
-        self.rollout_side.sync(metrics)
+        with timed("segment_scoring"):
+            self.rollout_side.sync(metrics)
 
     def on_workers(self, fn, *args: Any) -> list[Any]:
         workers = self.trainer.actor_rollout_wg.workers
@@ -219,10 +235,24 @@ class VerlOldLogitHost:
             out[PRECOMPUTED_LOG_PROBS] = precomputed_log_probs(extra, out[RESPONSE_MASK], store)
         return out
 
+    def expect_base_forward(self) -> None:
+        """A provider's ``compute`` starts: its first forward stands in for verl's own old-log-prob
+        forward (verl's work, counted in no verl-ext hook); every further one is an extra forward
+        (``verl_ext/time/extra_forwards``: one per weight version beyond the first)."""
+        self._base_forward_pending = True
+
     def old_logits_forward(self, batch: Any, weights: str, rows: torch.Tensor | None = None) -> torch.Tensor:
+        hook = None if self._base_forward_pending else "extra_forwards"
+        self._base_forward_pending = False
+        with timed(hook):
+            return self.log_probs(batch, weights, rows)
+
+    def log_probs(self, batch: Any, weights: str, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """``old_logits_forward`` without its timing (callers time it as their own hook)."""
         swapped = weights != "current"
         if swapped:
-            self.on_workers(enter_weights, weights)
+            with timed("weight_swap"):
+                self.on_workers(enter_weights, weights)
         try:
             batch.extra_info.update(
                 {
@@ -234,7 +264,8 @@ class VerlOldLogitHost:
             self.trainer.actor_rollout_wg.compute_log_prob(batch)
         finally:
             if swapped:
-                self.on_workers(exit_weights)
+                with timed("weight_swap"):
+                    self.on_workers(exit_weights)
         data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["log_probs", "response_mask"])
         # the worker returns log-probs over prompt + response; keep the response part, as verl does
         data["log_probs"] = response_from_nested(data["log_probs"], data["response_mask"])
@@ -388,7 +419,7 @@ class InterruptScoring:
         if micro is not None:
             meta.extra_info["micro_batch_size_per_gpu"] = micro
         try:
-            log_probs = self.host.old_logits_forward(meta, CURRENT)
+            log_probs = self.host.log_probs(meta, CURRENT)  # timed as segment_scoring, not as a provider forward
         finally:
             tq.kv_clear(keys=keys, partition_id=self.PARTITION)
         return [log_probs[i, : len(seg["token_ids"])] for i, seg in enumerate(segments)]

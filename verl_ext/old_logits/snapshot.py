@@ -37,9 +37,11 @@ class SnapshotMissingError(KeyError):
 class SnapshotStore:
     """Host-memory copies of (local shards of) the trainer weights, keyed by policy version.
 
-    Save the weights of version v right before the optimizer step that replaces them (then the
-    store never holds a copy of the live weights); ``save`` evicts every version that can no
-    longer be sampled once v + 1 is current, given the staleness bound.
+    Save the weights of version v before the optimizer step that replaces them (then the store
+    never holds a copy of the live weights): ``begin_save`` when the actor update of the step
+    starts, ``wait_saved`` right before its first optimizer step, so the copies overlap with the
+    forward and backward passes in between. A save evicts every version that can no longer be
+    sampled once v + 1 is current, given the staleness bound.
 
     Args:
         max_versions: staleness bound D in versions (verl: ``trainer.v1.sampler.max_off_policy_threshold``).
@@ -55,6 +57,8 @@ class SnapshotStore:
         self._snapshots: dict[int, list[torch.Tensor]] = {}
         self._aliases: dict[int, int] = {}  # version -> the stored version holding the same weights
         self._free: list[list[torch.Tensor]] = []  # evicted buffers, reused so pinning happens once
+        self._copy_stream: torch.cuda.Stream | None = None  # created on the first CUDA save
+        self._copied: torch.cuda.Event | None = None  # marks the end of the last CUDA save's copies
 
     @property
     def versions(self) -> list[int]:
@@ -76,24 +80,63 @@ class SnapshotStore:
     @torch.no_grad()
     def save(self, version: int, params: Sequence[torch.Tensor], same_since: int | None = None) -> None:
         """Copies the live parameters (local shards, in their own dtype: the forward's numerics)
-        as ``version`` and evicts versions older than ``version + 1 - max_versions``.
+        as ``version`` and returns once the copy is complete (``begin_save`` + a host wait)."""
+        self.begin_save(version, params, same_since)
+        self._wait_host()
+
+    @torch.no_grad()
+    def begin_save(self, version: int, params: Sequence[torch.Tensor], same_since: int | None = None) -> None:
+        """Starts copying the live parameters as ``version``; call ``wait_saved`` before anything
+        writes them. Versions older than ``version + 1 - max_versions`` are evicted first, so their
+        buffers take the copy: after ``max_versions`` saves no host memory is allocated again.
+
+        On CUDA the device-to-host copies run on a side stream, after the work already queued on
+        the current stream, into pinned buffers: they overlap with the step until ``wait_saved``.
+        Elsewhere they are plain copies, done on return.
 
         Args:
             same_since: versions ``same_since .. version - 1`` hold these same weights (no
                 optimizer step since ``same_since`` was published, e.g. ``trainer.critic_warmup``
                 steps); they are served from this copy.
         """
+        self.evict_older_than(version + 1 - self.max_versions)
         self._aliases.pop(version, None)
         for v in range(version if same_since is None else same_since, version):
             self._aliases[v] = version
         live = local_tensors(params)
         bufs = self._snapshots.pop(version, None) or self._buffers_like(live)
-        for b, t in zip(bufs, live, strict=True):
-            b.copy_(t, non_blocking=True)
-        if live and live[0].is_cuda:
-            torch.cuda.current_stream().synchronize()  # the host copy must be complete before params change
         self._snapshots[version] = bufs
-        self.evict_older_than(version + 1 - self.max_versions)
+        if not (live and live[0].is_cuda):
+            for b, t in zip(bufs, live, strict=True):
+                b.copy_(t)
+            return
+        if self._copy_stream is None:
+            self._copy_stream = torch.cuda.Stream(device=live[0].device)
+        # the side stream starts after the current stream's queued work: the parameters are final
+        # and earlier reads of the reused buffers (swap-ins of an evicted version) are done
+        self._copy_stream.wait_stream(torch.cuda.current_stream(live[0].device))
+        with torch.cuda.stream(self._copy_stream):
+            for b, t in zip(bufs, live, strict=True):
+                b.copy_(t, non_blocking=True)
+            self._copied = torch.cuda.Event()
+            self._copied.record(self._copy_stream)
+
+    def wait_saved(self) -> None:
+        """Makes the current stream wait until the last ``begin_save`` copy is complete; the host
+        does not block. Call before the optimizer step that overwrites the parameters."""
+        if self._copied is not None:
+            torch.cuda.current_stream(self._copied.device).wait_event(self._copied)
+
+    def _wait_host(self) -> None:
+        """Blocks the host until the last copy is complete (before the host reads the buffers)."""
+        if self._copied is not None:
+            self._copied.synchronize()
+            self._copied = None
+
+    @property
+    def buffers(self) -> list[torch.Tensor]:
+        """Every host buffer this store holds, stored or free for reuse (the memory it costs)."""
+        return [t for bufs in [*self._snapshots.values(), *self._free] for t in bufs]
 
     def evict_older_than(self, min_version: int) -> list[int]:
         """Drops snapshots of versions < ``min_version``; returns the evicted versions."""
@@ -110,6 +153,7 @@ class SnapshotStore:
         stored = self._aliases.get(version, version)
         if stored not in self._snapshots:
             raise SnapshotMissingError(version, self.versions)
+        self._wait_host()  # the copies finished long ago (the optimizer step waited for them)
         return self._snapshots[stored]
 
     def swap_in(

@@ -117,6 +117,11 @@ class WeightSwap:
         self._active = True
 
     @property
+    def backup(self) -> list[torch.Tensor]:
+        """The live values' backup while swapped (empty after ``swap_out``)."""
+        return self._backup
+
+    @property
     def active(self) -> bool:
         return self._active
 

@@ -3,11 +3,14 @@
 Pure torch: the lead's worker subclass owns one ``OldLogitWorkerState`` built from the trainer's
 parameters (local shards) and calls the four hooks below; nothing here knows about Ray or verl.
 
-    before_optimizer_step(version)  # count the step; snapshot θ_version before the first step
-                                    # that replaces it; recalibrate the EWMA decay
+    set_version(version)            # the actor update of a step starts: the snapshot of
+                                    # θ_version starts copying (overlapped with the update)
+    before_optimizer_step(version)  # count the step; the snapshot of θ_version completes before
+                                    # the first step that replaces it; recalibrate the EWMA decay
     after_optimizer_step()          # EWMA update (update_every=optimizer_step)
     on_version_published(version)   # EWMA update (update_every=version)
     with state.weights(spec): ...   # forward under "current" | "ewma" | "snapshot:<v>"
+    report()                        # this step's verl_ext/time/* and verl_ext/mem/* (verl_ext.timing)
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from verl_ext.old_logits.config import OldLogitsConfig
 from verl_ext.old_logits.ewma import EWMAShadow
 from verl_ext.old_logits.snapshot import SnapshotMissingError, SnapshotStore
 from verl_ext.old_logits.swap import fsdp_resharder
+from verl_ext.timing import held_bytes, hook_timer, timed
 
 logger = logging.getLogger("verl_ext.old_logits")
 
@@ -95,6 +99,23 @@ class OldLogitWorkerState:
         # in progress (entered and exited by two separate calls into the worker).
         self.version = 0
         self.active: AbstractContextManager[Any] | None = None
+        self._saving: int | None = None  # the version whose snapshot copy was started last
+        # bytes of the live values' backup during the last swap (set by the trainer glue)
+        self.swap_backup_bytes = held_bytes("swap_backup", [])
+
+    def set_version(self, version: int) -> None:
+        """The live weights hold ``version`` and the actor update that replaces them starts: the
+        snapshot's copies start now and overlap with the update until ``before_optimizer_step``."""
+        self.version = version
+        self._start_snapshot(version)
+
+    def _start_snapshot(self, version: int) -> None:
+        if self.snapshots is None or version in (self._saving, self._step_version):
+            return
+        same_since = None if self._step_version is None else self._step_version + 1
+        with timed("snapshot_save"):
+            self.snapshots.begin_save(version, self.params, same_since=same_since)
+        self._saving = version
 
     def before_optimizer_step(self, version: int) -> None:
         """Counts the step; at the first step of ``version``, snapshots the weights of ``version``
@@ -104,20 +125,23 @@ class OldLogitWorkerState:
             if self._step_version is not None and self._steps_in_version:
                 self.calibrate(self._steps_in_version)
             if self.snapshots is not None:
-                same_since = None if self._step_version is None else self._step_version + 1
-                self.snapshots.save(version, self.params, same_since=same_since)
+                self._start_snapshot(version)  # unless set_version started it
+                with timed("snapshot_save_wait"):  # what is left of the copy on the critical path
+                    self.snapshots.wait_saved()
             self._step_version, self._steps_in_version = version, 0
         self._steps_in_version += 1
 
     def after_optimizer_step(self) -> None:
         if self.ewma is not None and self.config.ewma.update_every == "optimizer_step":
-            self.ewma.update()
+            with timed("ewma_update"):
+                self.ewma.update()
 
     def on_version_published(self, version: int) -> None:
         # verl publishes once per local update (trainer.v1.<mode>.parameter_sync_step of them per
         # version): update once per version
         if self.ewma is not None and self.config.ewma.update_every == "version" and version != self._published:
-            self.ewma.update()
+            with timed("ewma_update"):
+                self.ewma.update()
         self._published = version
 
     def calibrate(self, steps_per_version: int) -> None:
@@ -152,6 +176,20 @@ class OldLogitWorkerState:
                 raise
             logger.warning("verl-ext: no snapshot of version %s; scoring its tokens with the current weights", version)
             return nullcontext()
+
+    def memory(self) -> dict[str, float]:
+        """``verl_ext/mem/*``: the EWMA shadow, the snapshot buffers (stored and free for reuse)
+        and the backup of the live values during the last swap, in GPU and host bytes."""
+        out = dict(self.swap_backup_bytes)
+        if self.ewma is not None:
+            out.update(held_bytes("ewma_shadow", self.ewma.shadow))
+        if self.snapshots is not None:
+            out.update(held_bytes("snapshots", self.snapshots.buffers))
+        return out
+
+    def report(self) -> dict[str, float]:
+        """This worker's hook times since the last report and the memory it holds now."""
+        return {**hook_timer().collect(), **self.memory()}
 
     def state_dict(self) -> dict[str, Any]:
         """Checkpoint state: the EWMA and its calibration (snapshots are not checkpointed, see

@@ -1,0 +1,382 @@
+"""verl-ext's own cost per training step on one H200 (issue 22): every hook's time as a share of
+verl's step, per old-logit provider, at three model sizes, against plain verl with the same estimator.
+
+    python scripts/bench/hook_cost_gpu.py --dry-run                      # print every run's command
+    python scripts/bench/hook_cost_gpu.py --out runs/hook_cost           # run what is not done yet
+    python scripts/bench/hook_cost_gpu.py --results runs/hook_cost       # (re)write the docs table
+
+What runs. ``recipes/text_corridor/run_gpu.sh`` (FSDP2 training + vLLM rollout on one GPU,
+``colocate_async`` with batches queued ahead of the trainer, so stale tokens reach every provider),
+GRPO and verl's PPO loss in every arm, random weights of Qwen2.5-0.5B's, 1.5B's and 7B's shapes
+(``verl-ext make-tiny-model --arch ...``, bf16 checkpoint, fp32 FSDP2 shards). Arms: the
+providers ``current``, ``snapshot``, ``ewma``, ``loglinear`` (verl-ext's trainer) and ``verl``
+(verl's own ``colocate_async`` trainer, no verl-ext hook). Each arm runs ``--repeats`` times;
+repeats are interleaved (every arm once, in a rotated order, before any arm again) so that host
+noise hits every arm alike. ``dedicated`` and ``interrupt`` are left out: their rollout side runs
+on the ``hf`` rollout only.
+
+The 7B point on one 139 GB card: FSDP2's fp32 parameters (30 GB), gradients (30 GB) and Adam
+state (61 GB) plus the EWMA's fp32 shadow (30 GB) do not fit beside vLLM, so the 7B point sets
+``actor_rollout_ref.actor.fsdp_config.optimizer_offload=true`` (Adam state in host memory) in
+every arm, plain verl included. Host memory then holds the Adam state, one fp32 snapshot per
+version kept and the live shards while a swap is in: the 7B point bounds the staleness to one
+version (``MAX_STALENESS=1``, ``WARMUP_BATCHES=1``) so ``snapshot`` keeps one copy. On a machine
+with 128 GiB of host memory that is about 61 + 30 + 30 GB at the snapshot arm's peak; where it
+runs out of host memory, run the 7B point on a host with more (e.g. ``--points 7b`` on an
+``nvidia-h200-x2`` machine with ``CUDA_VISIBLE_DEVICES=0``) and say so with ``--context``.
+
+Device time. A run takes minutes (vLLM and FSDP start-up, then ``--steps``); all of them take
+hours. ``--budget-s`` stops before a run that would not finish in the time left; runs already
+done in ``--out`` (their ``metrics.jsonl`` reaches the last step) are skipped, so the same
+command, run again with the same ``--out``, continues where the last one stopped and prints how
+many runs are left. Run folders keep ``metrics.jsonl``, ``run.json`` and the log's tail only
+(checkpoints are off; the data and the models live outside ``--out``), so the results folder stays
+small enough to carry between machines.
+
+On the lent GPU machine (after installing the bundle as the README's "Run on GPUs" says), one
+command per call, the same each time, with ``runs/hook_cost`` carried in from the last call's
+returned files::
+
+    python scripts/bench/hook_cost_gpu.py --out runs/hook_cost --budget-s 540; cp -r runs/hook_cost "$OUT"/
+
+then, here, ``python scripts/bench/hook_cost_gpu.py --results runs/hook_cost --context "..."``.
+
+The table. Per model size and arm, from verl's file logger: the hooks' total share of the step
+(``verl_ext/time/share_of_step``, median over the steps after ``--warmup`` of every repeat),
+each hook's share, verl's ``timing_s/old_log_prob`` against the plain arm's (the old-log-prob
+phase; ``snapshot``'s extra forwards, one per weight version present, against verl's own
+forward, their floor), and the bytes verl-ext's state holds (``verl_ext/mem/*``, largest over the
+steps) in GPU and host memory and as a multiple of the fp32 parameter bytes. Targets (issue 22):
+``current``, ``ewma``, ``loglinear`` at most 3% of the step; ``snapshot``'s save wait at most 1%.
+It replaces the section "GPU: per-step breakdown" of ``docs/benchmarks.md``; nothing in it is
+typed by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_step_breakdown import HEADING  # noqa: E402
+from learning_runs import REPO, load_steps, write_section  # noqa: E402
+
+TIME = "verl_ext/time/"
+MEM = "verl_ext/mem/"
+SHARE = f"{TIME}share_of_step"
+TOTAL = f"{TIME}total"
+PLAIN = "verl"
+ARMS = {"current": "current", "snapshot": "snapshot", "ewma": "ewma", "loglinear": "loglinear", PLAIN: "none"}
+TARGET_SHARE = {"current": 0.03, "ewma": 0.03, "loglinear": 0.03}  # of the step, all hooks together
+SNAPSHOT_WAIT_TARGET = 0.01  # the save wait left on the critical path
+COMMON_ENV = {"ADV": "grpo", "LOSS": "vanilla", "MODE": "colocate_async", "ROLLOUT": "vllm", "N_GPUS": "1"}
+# every arm: no checkpoint (a 7B one is ~100 GB and no part of a step)
+COMMON_OVERRIDES = ("trainer.save_freq=-1",)
+
+
+@dataclass(frozen=True)
+class Point:
+    """One model size: its ``make-tiny-model`` architecture and the settings it needs on one card."""
+
+    arch: str
+    env: tuple[tuple[str, str], ...] = ()
+    overrides: tuple[str, ...] = ()
+    note: str = ""
+
+
+POINTS = {
+    "0.5b": Point("qwen2.5-0.5b"),
+    "1.5b": Point("qwen2.5-1.5b"),
+    "7b": Point(
+        "qwen2.5-7b",
+        env=(("MAX_STALENESS", "1"), ("WARMUP_BATCHES", "1")),
+        overrides=("actor_rollout_ref.actor.fsdp_config.optimizer_offload=true",),
+        note="Adam state offloaded to host memory (optimizer_offload=true) and staleness bounded to 1 version "
+        "(one snapshot copy) in every arm, to fit one 139 GB card and the host's memory",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Run:
+    point: str
+    arm: str
+    repeat: int
+
+    def folder(self, out: Path) -> Path:
+        return out / self.point / f"{self.arm}_r{self.repeat}"
+
+    def env(self, out: Path, models: Path, steps: int) -> dict[str, str]:
+        return {**COMMON_ENV, **dict(POINTS[self.point].env), "PROVIDER": ARMS[self.arm],
+                "MODEL": str(models / self.point), "OUT": str(self.folder(out)), "STEPS": str(steps)}
+
+    def overrides(self) -> list[str]:
+        return [*COMMON_OVERRIDES, *POINTS[self.point].overrides]
+
+    def command(self, out: Path, models: Path, steps: int) -> str:
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env(out, models, steps).items())
+        return f"{env} bash recipes/text_corridor/run_gpu.sh {' '.join(map(shlex.quote, self.overrides()))}"
+
+
+def plan(points: list[str], arms: list[str], repeats: int) -> list[Run]:
+    """Every (point, arm, repeat), repeats interleaved: all arms of repeat r (in an order rotated by
+    r, so no arm always runs first after a model's start) before any arm of repeat r + 1."""
+    runs = []
+    for repeat in range(repeats):
+        for point in points:
+            order = arms[repeat % len(arms):] + arms[: repeat % len(arms)]
+            runs += [Run(point, arm, repeat) for arm in order]
+    return runs
+
+
+def model_command(point: str, models: Path) -> list[str]:
+    return ["verl-ext", "make-tiny-model", str(models / point), "--arch", POINTS[point].arch,
+            "--dtype", "bfloat16", "--seed", "0"]
+
+
+def is_done(run: Run, out: Path, steps: int) -> bool:
+    return steps in load_steps(run.folder(out) / "metrics.jsonl")
+
+
+def execute(run: Run, out: Path, models: Path, steps: int, timeout_s: float) -> bool:
+    """One run; keeps ``metrics.jsonl``, ``run.json`` and the log's tail. False if it failed or ran
+    out of time (its folder is then cleared so that the next call starts it again)."""
+    folder = run.folder(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "metrics.jsonl").unlink(missing_ok=True)  # verl's file logger appends
+    env = {**os.environ, **run.env(out, models, steps)}
+    start = time.perf_counter()
+    proc = subprocess.Popen(["bash", str(REPO / "recipes/text_corridor/run_gpu.sh"), *run.overrides()], cwd=REPO,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        log, _ = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # the run's own process group
+        log, _ = proc.communicate()
+        # Ray's daemons leave that group; the lent machine runs no other Ray, and an orphaned vLLM
+        # worker would hold the GPU memory the next run needs
+        subprocess.run(["ray", "stop", "--force"], check=False, capture_output=True)
+    wall = time.perf_counter() - start
+    (folder / "run_tail.log").write_bytes(log[-200_000:])
+    subprocess.run(["rm", "-rf", str(folder / "data"), str(folder / "checkpoints")], check=False)
+    ok = proc.returncode == 0 and is_done(run, out, steps)
+    if ok:
+        (folder / "run.json").write_text(json.dumps({"wall_s": wall, "load_avg_5min": os.getloadavg()[1]}))
+    else:
+        (folder / "metrics.jsonl").unlink(missing_ok=True)
+    return ok
+
+
+def run_all(args: argparse.Namespace) -> int:
+    runs = plan(args.points, args.arms, args.repeats)
+    if args.dry_run:
+        for point in args.points:
+            print(" ".join(model_command(point, args.models)))
+        for run in runs:
+            print(run.command(args.out, args.models, args.steps))
+        return 0
+    args.out.mkdir(parents=True, exist_ok=True)
+    if not (args.out / "machine.json").exists():
+        (args.out / "machine.json").write_text(json.dumps(describe_machine(args.context)))
+    start = time.perf_counter()
+    for run in runs:
+        if is_done(run, args.out, args.steps):
+            continue
+        left = args.budget_s - (time.perf_counter() - start)
+        if left < expected_wall(args.out, run.point) * 1.2 or left < 60:
+            break
+        if not (args.models / run.point / "config.json").exists():
+            subprocess.run(model_command(run.point, args.models), check=True)
+        _record_parameters(args.out, run.point, args.models)
+        print(f"[hook_cost] {run.point} {run.arm} repeat {run.repeat}", flush=True)
+        t0 = time.perf_counter()
+        ok = execute(run, args.out, args.models, args.steps, timeout_s=left)
+        print(f"[hook_cost]   {'done' if ok else 'FAILED or out of time'} in {time.perf_counter() - t0:.0f} s",
+              flush=True)
+    left = [r for r in runs if not is_done(r, args.out, args.steps)]
+    print(f"[hook_cost] {len(runs) - len(left)} of {len(runs)} runs done"
+          + (f"; {len(left)} left: run the same command again" if left else ""))
+    return 0
+
+
+def expected_wall(out: Path, point: str) -> float:
+    """How long a run of ``point`` takes: the longest finished one there (any point's, else 0)."""
+    walls = {p: [json.loads(f.read_text())["wall_s"] for f in (out / p).glob("*/run.json")] for p in POINTS}
+    return max(walls[point] or [w for ws in walls.values() for w in ws] or [0.0])
+
+
+def describe_machine(context: str) -> dict:
+    """The card, the versions and the timer's own cost on this machine, each measured in a child
+    process: CUDA initialised here would hold GPU memory through every run."""
+    bench = Path(__file__).resolve().parent
+
+    def child(code: str) -> str:
+        return subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(bench)!r}); {code}"],
+                              check=True, capture_output=True, text=True).stdout
+
+    info = json.loads(child(f"import json; from gpu_step_breakdown import machine_info; "
+                            f"print(json.dumps(machine_info({context!r})))"))
+    overhead = subprocess.run([sys.executable, str(bench / "hook_timer_overhead.py"), "--json"], check=True,
+                              capture_output=True, text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    info["timer_overhead_us"] = json.loads(overhead.stdout)
+    return info
+
+
+def _record_parameters(out: Path, point: str, models: Path) -> None:
+    path = out / "parameters.json"
+    known = json.loads(path.read_text()) if path.exists() else {}
+    if point not in known:
+        known[point] = json.loads((models / point / "verl_ext_tiny_model.json").read_text())["parameters"]
+        path.write_text(json.dumps(known))
+
+
+# ----------------------------------------------------------------------------- the table
+
+
+def after_warmup(runs: list[dict[int, dict]], warmup: int) -> list[dict]:
+    """Every logged step after the first ``warmup`` of each repeat (CUDA graphs, caches, the queue
+    of stale batches filling up), pooled over the repeats."""
+    return [m for steps in runs for s, m in sorted(steps.items()) if s > warmup]
+
+
+def median_of(steps: list[dict], value) -> float:
+    """Median of ``value(step_metrics)`` over the steps where it is defined (NaN if none)."""
+    values = [v for v in (value(m) for m in steps) if v is not None]
+    return statistics.median(values) if values else float("nan")
+
+
+def hook_share(hook: str):
+    """A step's share of ``timing_s/step`` spent in ``hook`` (0 on a step where it did not run)."""
+    return lambda m: m.get(f"{TIME}{hook}", 0.0) / m["timing_s/step"] if TOTAL in m else None
+
+
+def memory(steps: list[dict], where: str) -> float:
+    """Largest bytes verl-ext's state held in ``where`` (gpu | host) on any step, all state summed."""
+    return max((sum(v for k, v in m.items() if k.startswith(MEM) and k.endswith(f"/{where}_bytes"))
+                for m in steps), default=0.0)
+
+
+def _pct(x: float) -> str:
+    return "—" if x != x else f"{x:.2%}"
+
+
+def _bytes(n: float, fp32_bytes: float) -> str:
+    return f"{n / 2**30:.2f} GiB ({n / fp32_bytes:.2f}x)" if n else "0"
+
+
+def target_cell(arm: str, share: float, wait_share: float) -> tuple[str, str | None]:
+    """(table cell, sentence for the closing note when the target is missed)."""
+    if arm in TARGET_SHARE:
+        limit, value, what = TARGET_SHARE[arm], share, "hooks"
+    elif arm == "snapshot":
+        limit, value, what = SNAPSHOT_WAIT_TARGET, wait_share, "save wait"
+    else:
+        return "—", None
+    if value != value:
+        return "no data", None
+    if value <= limit:
+        return f"{what} ≤ {limit:.0%}: met", None
+    miss = f"{what} {value:.2%} > {limit:.0%}: missed by {(value - limit) * 100:.2f} pp"
+    return miss, miss
+
+
+def table(results: Path, warmup: int) -> str:
+    info = json.loads((results / "machine.json").read_text())
+    parameters = json.loads((results / "parameters.json").read_text())
+    points = [p for p in POINTS if (results / p).is_dir()]
+    lines = [
+        HEADING, "",
+        f"`python scripts/bench/hook_cost_gpu.py` on **{info['card']}** (torch {info['torch']}, vLLM {info['vllm']}, "
+        f"verl {info['verl']}, transformers {info['transformers']}): `recipes/text_corridor/run_gpu.sh`, FSDP2 + vLLM "
+        "on one GPU, `colocate_async` with stale tokens, GRPO and verl's PPO loss in every arm; random weights of "
+        "Qwen2.5 shapes. `verl` is verl's own trainer (no verl-ext hook). Shares are medians over the steps after "
+        f"step {warmup} of every repeat (repeats interleaved); a hook's share is its `verl_ext/time/<hook>` over "
+        "verl's `timing_s/step`. Memory: the most verl-ext's state held on any step (`verl_ext/mem/*`), as a "
+        "multiple of the fp32 parameter bytes." + (f" Run context: {info['context']}" if info.get("context") else ""),
+    ]
+    overhead = info.get("timer_overhead_us", {})
+    if overhead:
+        lines += ["", "Timing itself (`scripts/bench/hook_timer_overhead.py`, on this machine): "
+                  + "; ".join(f"{us['span']:.1f} µs per span on the {clock} clock, {us['collect']:.2f} µs per span "
+                              "to read once per step" for clock, us in overhead.items()) + "."]
+    missed: list[str] = []
+    for point in points:
+        runs = {arm: [load_steps(f / "metrics.jsonl") for f in sorted((results / point).glob(f"{arm}_r*"))]
+                for arm in ARMS}
+        runs = {arm: r for arm, r in runs.items() if any(r)}
+        steps = {arm: after_warmup(r, warmup) for arm, r in runs.items()}
+        fp32 = 4.0 * parameters[point]
+        plain_old = median_of(steps.get(PLAIN, []), lambda m: m.get("timing_s/old_log_prob"))
+        lines += ["", f"### {point}: {parameters[point] / 1e6:.0f} M parameters ({POINTS[point].arch})"
+                  + (f"; {POINTS[point].note}" if POINTS[point].note else ""), "",
+                  "| arm | runs x steps | step (s) | verl-ext hooks, share of step | target | old_log_prob (s) "
+                  "| vs plain verl | GPU memory | host memory |", "|---|---|---|---|---|---|---|---|---|"]
+        hooks = sorted({k.removeprefix(TIME) for s in steps.values() for m in s for k in m
+                        if k.startswith(TIME) and k not in (SHARE, TOTAL)})
+        for arm, arm_steps in steps.items():
+            share = median_of(arm_steps, lambda m: m.get(SHARE))
+            wait = median_of(arm_steps, hook_share("snapshot_save_wait"))
+            cell, miss = target_cell(arm, share, wait)
+            if miss:
+                top = max(hooks, key=lambda h: median_of(arm_steps, hook_share(h)))
+                missed.append(f"{point} {arm}: {miss} (largest hook: {top}, "
+                              f"{_pct(median_of(arm_steps, hook_share(top)))} of the step)")
+            old = median_of(arm_steps, lambda m: m.get("timing_s/old_log_prob"))
+            lines.append(
+                f"| {arm} | {len(runs[arm])} x {len(arm_steps) // max(1, len(runs[arm]))} "
+                f"| {median_of(arm_steps, lambda m: m.get('timing_s/step')):.2f} | {_pct(share)} | {cell} "
+                f"| {old:.3f} | {old / plain_old:.2f}x | {_bytes(memory(arm_steps, 'gpu'), fp32)} "
+                f"| {_bytes(memory(arm_steps, 'host'), fp32)} |"
+            )
+        ext_arms = [a for a in steps if a != PLAIN]
+        lines += ["", "| hook: share of step | " + " | ".join(ext_arms) + " |", "|---|" + "---|" * len(ext_arms)]
+        for hook in hooks:
+            lines.append(f"| {hook} | " + " | ".join(_pct(median_of(steps[a], hook_share(hook))) for a in ext_arms) + " |")
+        if "snapshot" in steps:
+            extra = median_of(steps["snapshot"], lambda m: m.get(f"{TIME}extra_forwards", 0.0) if TOTAL in m else None)
+            lines += ["", f"`snapshot`'s extra forwards (one per weight version present beyond the first) take "
+                      f"{extra:.3f} s per step, {extra / plain_old:.2f}x verl's own old-log-prob phase "
+                      f"({plain_old:.3f} s), which is their floor."]
+    lines += ["", "Targets missed: " + "; ".join(missed) + "." if missed else
+              "Every target is met: `current`, `ewma` and `loglinear` hooks at most 3% of the step, `snapshot`'s "
+              "save wait at most 1%.", ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--points", nargs="+", choices=list(POINTS), default=list(POINTS))
+    parser.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS))
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=8, help="steps per run (the first --warmup are not counted)")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=REPO / "runs" / "hook_cost")
+    parser.add_argument("--models", type=Path, default=Path("/tmp/verl_ext_hook_cost_models"))
+    parser.add_argument("--budget-s", type=float, default=540.0, help="start no run that would end after this")
+    parser.add_argument("--dry-run", action="store_true", help="print every run's command and exit")
+    parser.add_argument("--results", type=Path, help="a folder written by --out: (re)write the docs table")
+    parser.add_argument("--doc", type=Path, default=REPO / "docs" / "benchmarks.md")
+    parser.add_argument("--context", default="", help="how the runs were made (machine kind, other load), printed "
+                        "under the table")
+    args = parser.parse_args(argv)
+    if args.steps - args.warmup < 5:
+        parser.error(f"--steps {args.steps} - --warmup {args.warmup} < 5: the medians need >= 5 steps per run")
+    if args.results is None:
+        return run_all(args)
+    section = table(args.results, args.warmup)
+    print(section)
+    write_section(args.doc, HEADING, section)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
