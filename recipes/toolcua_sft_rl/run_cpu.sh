@@ -7,7 +7,8 @@
 #      the loop's prompts, `verl-ext prepare-data text_hybrid_decisions`) with `main_ppo`, GRPO, the
 #      decision_turn loop and the per-decision reward (verl_ext.rewards.decision_reward), from stage 1;
 #   3. online RL from stage 2 with `main_ppo`: hybrid_gui_tool in the function-call format (hermes
-#      <tool_call>), env rewards (Tool-Efficient Path Reward), GRPO, verl-ext's sync trainer.
+#      <tool_call>), the Tool-Efficient Path Reward (+plugins/reward=tool_path; R_tool per task or, with
+#      TOOL_TERM=decision, per decision), GRPO, verl-ext's sync trainer.
 # Each stage hands its HF checkpoint to the next; SKIP_SFT=1 / SKIP_RFT=1 / SKIP_RL=1 skip a stage
 # (a skipped stage hands on what it was given: the fresh tiny model, or INIT_MODEL).
 #   bash recipes/toolcua_sft_rl/run_cpu.sh [main_ppo overrides of stage 3...]
@@ -32,6 +33,10 @@ RFT_RESPONSE_LENGTH=${RFT_RESPONSE_LENGTH:-128}   # one call is ~30-60 tokens wi
 RFT_ROWS=${RFT_ROWS:-128}            # decision rows for training
 RFT_VAL_ROWS=${RFT_VAL_ROWS:-16}     # decision rows of held-out task instances, greedy before and after RFT
 STEPS=${STEPS:-4}                    # online RL training steps
+RL_VAL_SIZE=${RL_VAL_SIZE:-8}        # held-out tasks validated (greedy) before online RL
+RL_TEST_FREQ=${RL_TEST_FREQ:--1}     # validate every N online RL steps as well (-1: only before)
+RL_VAL_ONLY=${RL_VAL_ONLY:-false}    # true: validate the model handed to stage 3 and stop (no online RL)
+TOOL_TERM=${TOOL_TERM:-task}         # R_tool of the path reward: task (ToolCUA's) | decision (per decision)
 SKIP_SFT=${SKIP_SFT:-0}
 SKIP_RFT=${SKIP_RFT:-0}
 SKIP_RL=${SKIP_RL:-0}
@@ -145,9 +150,11 @@ MODEL="$OUT/rft/global_step_$RFT_STEPS/actor/huggingface"
 # --- 3. online RL from the RFT (or SFT) checkpoint. Validation before training is greedy: it measures
 # the model it starts from on held-out tasks (val-aux/verl_ext/text_hybrid/{valid_call_rate,format_ok,success}).
 rl_stage() {
-verl-ext prepare-data text_hybrid "$OUT/rl_data" --train-size 64 --val-size 8 --seed "$SEED" --templates "$TEMPLATES"
+verl-ext prepare-data text_hybrid "$OUT/rl_data" --train-size 64 --val-size "$RL_VAL_SIZE" --seed "$SEED" \
+    --templates "$TEMPLATES"
 VERL_FILE_LOGGER_PATH="$OUT/metrics.jsonl" python -m verl.trainer.main_ppo \
-    +plugins/backend=cpu +plugins/env=minidesk \
+    +plugins/backend=cpu +plugins/env=minidesk +plugins/reward=tool_path \
+    reward.custom_reward_function.reward_kwargs.tool_term="$TOOL_TERM" \
     algorithm.adv_estimator=grpo \
     data.train_files="$OUT/rl_data/train.parquet" \
     data.val_files="$OUT/rl_data/val.parquet" \
@@ -168,8 +175,9 @@ VERL_FILE_LOGGER_PATH="$OUT/metrics.jsonl" python -m verl.trainer.main_ppo \
     trainer.default_local_dir="$OUT/checkpoints" \
     trainer.total_training_steps="$STEPS" \
     trainer.save_freq=-1 \
-    trainer.test_freq=-1 \
+    trainer.test_freq="$RL_TEST_FREQ" \
     trainer.val_before_train=true \
+    trainer.val_only="$RL_VAL_ONLY" \
     trainer.resume_mode=disable \
     "$@"
 }

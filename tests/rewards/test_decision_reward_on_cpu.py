@@ -70,6 +70,7 @@ def test_best_and_worse_choices_and_malformed_replies(tiny_model_dir, row):
     assert sum(out.response_mask) == len(out.response_ids) > 0
     assert result["score"] == 2.0 and result["chose_better"] == 1.0 and result["exact"] == 1.0
     assert result["tool_call"] == float(better == "tool") and result["extra_steps"] == 0.0
+    assert result["tool_call_tool_shorter"] == float(better == "tool") and result["tool_call_gui_shorter"] == 0.0
 
     result, _ = score(tiny_model_dir, row, hermes(**first[worse]))
     assert result["score"] == pytest.approx(1 + best / remaining[worse]) and result["chose_better"] == 0.0

@@ -61,8 +61,11 @@ def decision_reward(calls: list[dict[str, Any]], decision: dict[str, Any], forma
     Returns:
         ``score`` and ``format_ok``, ``path`` (``R_path``), ``exact`` (the call is an option's first
         call), ``chose_better``, ``tool_call`` (the call's mode is ``tool``), ``better_tool`` /
-        ``better_gui`` (which option is shorter here; mean(``tool_call`` where ``better_tool``) is the
-        per-decision T rate), ``extra_steps`` (``remaining - best``; 0 for a malformed reply).
+        ``better_gui`` (which option is shorter here), ``tool_call_tool_shorter`` /
+        ``tool_call_gui_shorter`` (``tool_call`` where tools / the GUI are shorter, else 0: verl
+        averages each extra over the batch, so mean(``tool_call_tool_shorter``) / mean(``better_tool``)
+        is the per-decision T rate where tools are shorter), ``extra_steps`` (``remaining - best``;
+        0 for a malformed reply).
     """
     remaining = {mode: int(n) for mode, n in decision["remaining"].items()}
     best = int(decision["best"])
@@ -80,6 +83,8 @@ def decision_reward(calls: list[dict[str, Any]], decision: dict[str, Any], forma
             cost = remaining[mode] if exact else 1 + (remaining[mode] if mode in remaining else max(remaining.values()))
             out.update(format_ok=1.0, path=best / cost, exact=float(exact), chose_better=float(mode == decision["better"]),
                        tool_call=float(mode == "tool"), extra_steps=float(cost - best))
+    out["tool_call_tool_shorter"] = out["tool_call"] * out["better_tool"]
+    out["tool_call_gui_shorter"] = out["tool_call"] * out["better_gui"]
     out["score"] = format_weight * out["format_ok"] + out["path"]
     return out
 
