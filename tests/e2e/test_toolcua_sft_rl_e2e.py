@@ -20,11 +20,11 @@ pytestmark = pytest.mark.e2e
 
 def test_sft_checkpoint_feeds_rl_with_function_call_metrics(tmp_path, monkeypatch):
     short = {"SFT_STEPS": "2", "SFT_BATCH": "2", "MAX_TURNS": "3", "SFT_EVAL_ROWS": "1",
-             "RFT_STEPS": "1", "RFT_BATCH": "2", "RFT_N": "2", "RFT_ROWS": "4", "RFT_VAL_ROWS": "2"}
+             "RFT_STEPS": "1", "RFT_BATCH": "2", "RFT_N": "2", "RFT_ROWS": "4", "RFT_VAL_ROWS": "2",
+             "RL_RESPONSE_LENGTH": "768", "RL_VAL_SIZE": "2"}
     for key, value in short.items():
         monkeypatch.setenv(key, value)
-    proc = run_recipe("toolcua_sft_rl/run_cpu.sh", tmp_path, "data.max_response_length=768",
-                      "data.val_max_samples=2", steps=2, timeout=600)
+    proc = run_recipe("toolcua_sft_rl/run_cpu.sh", tmp_path, steps=2, timeout=1500)
     sft_model = tmp_path / "sft" / "global_step_2" / "huggingface"
     assert (sft_model / "config.json").is_file() and list(sft_model.glob("*.safetensors"))
     sft_metrics = read_metrics(tmp_path / "sft_metrics.jsonl")
