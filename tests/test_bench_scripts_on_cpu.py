@@ -92,7 +92,7 @@ def test_toolcua_pipeline_study_dry_run_and_paired_report(tmp_path, capsys):
     no_rft = next(line for line in runs if line.startswith("no RFT seed 1"))
     assert f"INIT_MODEL={tmp_path}/seed1/full/sft/global_step_150/huggingface" in no_rft and "SKIP_RFT=1" in no_rft
     per_decision = next(line for line in runs if line.startswith("per-decision tool term seed 2"))
-    assert "TOOL_TERM=decision" in per_decision and "seed2/full/rft/global_step_20/actor/huggingface" in per_decision
+    assert "TOOL_TERM=decision" in per_decision and "seed2/full/rft/global_step_10/actor/huggingface" in per_decision
 
     # three seeds of metrics: the full pipeline calls tools at 0.8/0.9/1.0 of the decisions where tools
     # are shorter after online RL (0.5 before it: the "no online RL" arm), no RFT at 0.2/0.3/0.4

@@ -13,7 +13,7 @@
 # Each stage hands its HF checkpoint to the next; SKIP_SFT=1 / SKIP_RFT=1 / SKIP_RL=1 skip a stage
 # (a skipped stage hands on what it was given: the fresh tiny model, or INIT_MODEL).
 #   bash recipes/toolcua_sft_rl/run_cpu.sh [main_ppo overrides of stages 2 and 3...]
-#   SEED=0 SFT_STEPS=150 RFT_STEPS=20 STEPS=4 TEMPLATES=settings_panel OUT=runs/... bash recipes/toolcua_sft_rl/run_cpu.sh
+#   SEED=0 SFT_STEPS=150 RFT_STEPS=10 STEPS=4 TEMPLATES=settings_panel OUT=runs/... bash recipes/toolcua_sft_rl/run_cpu.sh
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -28,8 +28,8 @@ SFT_ROWS=${SFT_ROWS:-$((SFT_STEPS * SFT_BATCH < 64 ? SFT_STEPS * SFT_BATCH : 64)
 SFT_LR=${SFT_LR:-6e-3}
 SFT_WARMUP=${SFT_WARMUP:-10}         # linear warmup steps, then cosine decay to 0 at SFT_STEPS
 SFT_EVAL_ROWS=${SFT_EVAL_ROWS:-4}    # held-out transcripts for `verl-ext eval-sft` (0: skip)
-RFT_STEPS=${RFT_STEPS:-20}           # single-turn RL steps on critical switching steps
-RFT_BATCH=${RFT_BATCH:-8}            # decisions per RFT step (x RFT_N samples each: GRPO groups)
+RFT_STEPS=${RFT_STEPS:-10}           # single-turn RL steps on critical switching steps
+RFT_BATCH=${RFT_BATCH:-4}            # decisions per RFT step (x RFT_N samples each: GRPO groups)
 RFT_N=${RFT_N:-4}
 RFT_LR=${RFT_LR:-1e-4}
 RFT_ROWS=${RFT_ROWS:-128}            # decision rows for training

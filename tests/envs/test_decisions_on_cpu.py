@@ -143,3 +143,11 @@ def test_prepare_data_splits_by_task_instance_and_the_dataset_decodes_prompts(tm
     dataset = DecisionDataset([str(tmp_path / "val.parquet")], tokenizer, config)
     item = dataset[0]
     assert item["raw_prompt"] == json.loads(frames["val"].prompt[0]) and item["agent_name"] == "decision_turn"
+
+
+def test_too_many_rows_for_the_tasks_is_an_error(monkeypatch):
+    from verl_ext.envs import decisions
+
+    monkeypatch.setattr(decisions, "SPARE_TASKS", -39)  # 40 rows asked of 1 task (it has at most 6 decisions)
+    with pytest.raises(RuntimeError, match="ask for fewer rows"):
+        decision_rows(40, seed=0, split="val", templates=["settings_panel"])

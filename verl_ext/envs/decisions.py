@@ -41,6 +41,7 @@ from verl_ext.envs.text_hybrid_apps import Subgoal
 DATA_SOURCE = "verl_ext/text_hybrid_decisions"
 AGENT_NAME = "decision_turn"
 MODES = ("gui", "tool")
+SPARE_TASKS = 16  # tasks drawn beyond n: some tasks have no critical switching step
 
 
 @dataclass(frozen=True)
@@ -131,12 +132,12 @@ def play_to(template: str, seed: int, state: DecisionState, prompt: list[dict[st
 def decision_rows(n: int, seed: int, split: str, templates: list[str] | None = None,
                   max_steps: int = 30) -> list[dict[str, Any]]:
     """``n`` single-turn decision rows: every critical switching step of the tasks of
-    ``text_hybrid_rows(n, seed, split)``, task after task, until ``n`` rows (the tasks' seeds keep
-    train and validation instances apart)."""
+    ``text_hybrid_rows(n + SPARE_TASKS, seed, split)``, task after task, until ``n`` rows (the
+    tasks' seeds keep train and validation instances apart; a task may have no such step)."""
     from verl_ext.envs.text_hybrid import text_hybrid_rows
 
     rows: list[dict[str, Any]] = []
-    for task_row in text_hybrid_rows(n, seed, split, templates):
+    for task_row in text_hybrid_rows(n + SPARE_TASKS, seed, split, templates):
         spec = task_row["extra_info"]["env"]
         app, _, _ = make_task(spec["task"], spec["seed"])
         for state in decision_states(app.subgoals, app.view):
@@ -162,7 +163,8 @@ def decision_rows(n: int, seed: int, split: str, templates: list[str] | None = N
             })
             if len(rows) == n:
                 return rows
-    return rows
+    raise RuntimeError(f"only {len(rows)} critical switching steps in {n + SPARE_TASKS} text_hybrid tasks "
+                       f"({split}, seed {seed}, templates {templates or 'all'}); ask for fewer rows")
 
 
 def decoded_prompt(value: Any) -> Any:
