@@ -54,7 +54,7 @@ class DecisionTurnAgentLoop(AgentLoopBase):
         from verl_ext.envs.decisions import decoded_prompt
 
         tools = self.tools_of(kwargs.get("extra_info") or {})
-        prompt_ids = await self.prompt_ids(decoded_prompt(kwargs["raw_prompt"]), tools)
+        prompt_ids = await self.prompt_ids(list(decoded_prompt(kwargs["raw_prompt"])), tools)
         if self.tool_parser.stop_token_ids:  # parsers whose models do not stop after a call
             stops = set(sampling_params.get("stop_token_ids") or []) | set(self.tool_parser.stop_token_ids)
             sampling_params = {**sampling_params, "stop_token_ids": sorted(stops)}
