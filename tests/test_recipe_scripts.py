@@ -272,3 +272,21 @@ def test_staged_pipeline_gpu_stages_compose_and_hand_on_the_checkpoint(stage, dr
         assert config.actor_rollout_ref.rollout.agent.default_agent_loop == "hybrid_gui_tool"
         assert config.reward.custom_reward_function.reward_kwargs.tool_term == "decision"
         assert config.algorithm.path_length_reward.weight == 0.2
+
+
+def test_staged_pipeline_gpu_sft_stage_composes(tmp_path):
+    """The SFT stage of recipes/toolcua_sft_rl/run_gpu.sh: verl's sft_trainer composes its config
+    (Hydra's ``--cfg job``: printed, nothing trained) from the script's settings; the stage hands
+    on its HF checkpoint path."""
+    env = {**os.environ, "OUT": str(tmp_path), "HF_HUB_OFFLINE": "1", "SKIP_RFT": "1", "SKIP_RL": "1",
+           "SFT_ROWS": "2", "SFT_LAUNCHER": sys.executable, "SFT_ARGS": "--cfg job",
+           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    proc = subprocess.run(["bash", str(TOOLCUA_SFT_RL_GPU)], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    printed = proc.stdout[:proc.stdout.index("verl-ext toolcua_sft_rl: sft took")]
+    after_data = printed.index("\n", printed.index("text_hybrid_sft val:")) + 1  # prepare-data prints first
+    config = OmegaConf.create(printed[after_data:])
+    assert config.model.path == "Qwen/Qwen2.5-1.5B-Instruct" and config.engine.strategy == "fsdp2"
+    assert config.data.custom_cls.name == "JsonMultiTurnSFTDataset" and "hf_model" in config.checkpoint.save_contents
+    assert f"model: {tmp_path}/sft/global_step_300/huggingface" in proc.stdout  # what stage 2 would start from

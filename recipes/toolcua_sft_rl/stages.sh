@@ -15,6 +15,10 @@ RL_TEST_FREQ=${RL_TEST_FREQ:--1}     # validate every N online RL steps as well 
 RL_VAL_ONLY=${RL_VAL_ONLY:-false}    # true: validate the model handed to stage 3 and stop (no online RL)
 TOOL_TERM=${TOOL_TERM:-task}         # R_tool of the path reward: task (ToolCUA's) | decision (per decision)
 RFT_ARGS=${RFT_ARGS:-}               # extra main_ppo overrides of stage 2 only (space-separated)
+SFT_ARGS=${SFT_ARGS:-}               # extra sft_trainer overrides of stage 1 (space-separated)
+if [ -n "${SFT_LAUNCHER:-}" ]; then  # another launcher of the SFT trainer (space-separated), e.g. `python`
+    read -ra SFT_LAUNCH <<< "$SFT_LAUNCHER"
+fi
 
 # --- 1. SFT: verl's multi-turn SFT trainer on oracle demonstrations (the hybrid_gui_tool loop's
 # function-call transcripts); the rows' messages/tools are JSON text, decoded by
@@ -23,6 +27,7 @@ RFT_ARGS=${RFT_ARGS:-}               # extra main_ppo overrides of stage 2 only 
 sft_stage() {
     verl-ext prepare-data text_hybrid_sft "$OUT/sft_data" --train-size "$SFT_ROWS" --val-size 4 --seed "$SEED" \
         --templates "$TEMPLATES"
+    # shellcheck disable=SC2086  # SFT_ARGS: space-separated overrides
     VERL_FILE_LOGGER_PATH="$OUT/sft_metrics.jsonl" "${SFT_LAUNCH[@]}" -m verl.trainer.sft_trainer \
         "${SFT_BACKEND[@]}" \
         data.train_files="$OUT/sft_data/train.parquet" \
@@ -50,7 +55,8 @@ sft_stage() {
         trainer.save_freq="$SFT_STEPS" \
         trainer.test_freq="$SFT_STEPS" \
         trainer.default_local_dir="$OUT/sft" \
-        trainer.resume_mode=disable
+        trainer.resume_mode=disable \
+        $SFT_ARGS
     MODEL="$OUT/sft/global_step_$SFT_STEPS/huggingface"   # weights + tokenizer in HF format (hf_model)
     # What SFT taught: greedy replies at every turn of held-out transcripts (the oracle's earlier
     # turns as context), parsed with verl's hermes parser as the agent loop parses them.
