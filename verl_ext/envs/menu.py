@@ -204,7 +204,8 @@ class DecisionFollower:
     def observe(self, action: Action | None, obs: Observation) -> dict[str, str] | None:
         """Account for ``action`` (None: a call that is no valid action) taken on ``obs``; returns
         the decision record when the action starts a decision."""
-        if self.lost:
+        if self.lost or action is None:
+            self.lost = True
             return None
         expected = self._menu.follow_up(obs)  # the committed option's next step, None once it is done
         if expected is not None:
