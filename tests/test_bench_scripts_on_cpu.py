@@ -151,3 +151,40 @@ def test_hook_cost_table_is_computed_from_the_run_metrics(tmp_path):
     assert bench.main(["--results", str(tmp_path), "--warmup", "2", "--steps", "7", "--doc", str(doc)]) == 0
     written = doc.read_text()
     assert "old table" not in written and "| current | 2 x 5 |" in written and "## next\n\nkept" in written
+
+
+def test_toolcua_pipeline_study_dry_run_and_paired_report(tmp_path, capsys):
+    import json
+
+    study = _script("toolcua_pipeline_study")
+    assert study.main(["--dry-run", "--out", str(tmp_path), "--seeds", "0", "1", "2", "--steps", "3"]) == 0
+    runs = [line for line in capsys.readouterr().out.splitlines() if " seed " in line and "OUT=" in line]
+    assert len(runs) == 9  # per seed: full pipeline, then no RFT and per-decision from its checkpoints
+    no_rft = next(line for line in runs if line.startswith("no RFT seed 1"))
+    assert f"INIT_MODEL={tmp_path}/seed1/full/sft/global_step_150/huggingface" in no_rft and "SKIP_RFT=1" in no_rft
+    per_decision = next(line for line in runs if line.startswith("per-decision tool term seed 2"))
+    assert "TOOL_TERM=decision" in per_decision and "seed2/full/rft/global_step_10/actor/huggingface" in per_decision
+
+    # three seeds of metrics: the full pipeline calls tools at 0.8/0.9/1.0 of the decisions where tools
+    # are shorter after online RL (0.5 before it: the "no online RL" arm), no RFT at 0.2/0.3/0.4
+    def write(arm: str, seed: int, tool_rate: dict[int, float]) -> None:
+        out = tmp_path / f"seed{seed}" / arm
+        out.mkdir(parents=True)
+        val = study.VAL.format
+        lines = [json.dumps({"step": step, "data": {
+            val("success"): 0.5, val("len_gain"): 0.25, val("used_tool"): 0.5, val("tool_beneficial"): 0.5,
+            val("used_tool_beneficial"): 0.5, val("decisions_tool"): 2.0, val("decisions_tool_tool"): 2.0 * rate,
+            val("decisions_gui"): 1.0, val("decisions_gui_tool"): 0.1}}) for step, rate in tool_rate.items()]
+        (out / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+
+    for seed, rate in enumerate((0.8, 0.9, 1.0)):
+        write("full", seed, {0: 0.5, 3: rate})
+        write("no_rft", seed, {0: 0.1, 3: rate - 0.6})
+    study.main(["--dry-run", "--out", str(tmp_path), "--seeds", "0", "1", "2", "--steps", "3"])
+    text = capsys.readouterr().out
+    assert "| full pipeline | 0.90 ± 0.06 | 0.10 ± 0.00 |" in text  # mean ± SE of 0.8, 0.9, 1.0
+    assert "| no online RL | 0.50 ± 0.00 |" in text and "T 0.30 short of 0.8" in text
+    assert "| full pipeline |" in text and "| met |" in text.split("| full pipeline |")[1].splitlines()[0]
+    assert ("- T where tools shorter (decision), no RFT - full pipeline: -0.60 (2 SE = 0.00, 3 seeds): "
+            "**exceeds** 2 SE") in text
+    assert "env steps per success" in text and "| 15.0 ± 0.0 |" in text  # S_max 30 * (1 - 0.25 / 0.5)

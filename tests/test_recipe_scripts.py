@@ -33,8 +33,13 @@ REPO = Path(__file__).resolve().parents[1]
 GPU_SCRIPTS = sorted(p for p in REPO.glob("recipes/*/run_*.sh") if "cpu" not in p.stem)
 QWEN_1P5B = REPO / "recipes/toolcua_hybrid/run_fsdp_qwen25_1p5b.sh"
 TEXT_CORRIDOR_GPU = REPO / "recipes/text_corridor/run_gpu.sh"
-# scripts that build a model unless MODEL names one: a hub id here (never downloaded)
-SCRIPT_ENV = {TEXT_CORRIDOR_GPU: {"MODEL": "Qwen/Qwen2.5-0.5B-Instruct"}}
+TOOLCUA_SFT_RL_GPU = REPO / "recipes/toolcua_sft_rl/run_gpu.sh"
+# scripts that build a model unless MODEL names one: a hub id here (never downloaded); the staged
+# pipeline without its SFT stage (torchrun would really train) and with small datasets
+SCRIPT_ENV = {
+    TEXT_CORRIDOR_GPU: {"MODEL": "Qwen/Qwen2.5-0.5B-Instruct"},
+    TOOLCUA_SFT_RL_GPU: {"SKIP_SFT": "1", "RFT_ROWS": "4", "RFT_VAL_ROWS": "2", "RL_ROWS": "4", "RL_VAL_SIZE": "2"},
+}
 
 # (id, script, extra overrides, text the failure must contain): each layer rejects its own kind of typo.
 BROKEN = [
@@ -222,3 +227,44 @@ def test_a_misspelt_agent_loop_kwarg_fails(dry_run, tmp_path):
     assert code == 0, err[-4000:]
     with pytest.raises(validation.ConfigError, match=re.escape("no parameter(s) ['screenshot']")):
         check_config(OmegaConf.create(out))
+
+
+@pytest.mark.parametrize("stage", ["rft", "rl"])
+def test_staged_pipeline_gpu_stages_compose_and_hand_on_the_checkpoint(stage, dry_run):
+    """recipes/toolcua_sft_rl/run_gpu.sh: the single-turn RL stage on critical switching steps
+    (decision_turn rows and reward) and the online stage that starts from its HF checkpoint. Only
+    the last main_ppo call is taken over, so the RFT stage is checked with the online stage skipped."""
+    env = {**SCRIPT_ENV[TOOLCUA_SFT_RL_GPU], **({"SKIP_RL": "1"} if stage == "rft" else {"TOOL_TERM": "decision"})}
+    code, out, err = dry_run(TOOLCUA_SFT_RL_GPU, [], **env)
+    assert code == 0, err[-4000:]
+    config = OmegaConf.create(out)
+    check_config(config)
+    if stage == "rft":
+        assert config.actor_rollout_ref.model.path == "Qwen/Qwen2.5-1.5B-Instruct"  # SFT skipped: MODEL
+        assert config.actor_rollout_ref.rollout.agent.default_agent_loop == "decision_turn"
+        assert config.reward.custom_reward_function.path == "pkg://verl_ext.rewards.decision_reward"
+        assert config.data.custom_cls.name == "DecisionDataset" and not config.data.filter_overlong_prompts
+        assert "hf_model" in config.actor_rollout_ref.actor.checkpoint.save_contents
+    else:
+        assert config.actor_rollout_ref.model.path.endswith("/rft/global_step_50/actor/huggingface")
+        assert config.actor_rollout_ref.rollout.agent.default_agent_loop == "hybrid_gui_tool"
+        assert config.reward.custom_reward_function.reward_kwargs.tool_term == "decision"
+        assert config.algorithm.path_length_reward.weight == 0.2
+
+
+def test_staged_pipeline_gpu_sft_stage_composes(tmp_path):
+    """The SFT stage of recipes/toolcua_sft_rl/run_gpu.sh: verl's sft_trainer composes its config
+    (Hydra's ``--cfg job``: printed, nothing trained) from the script's settings; the stage hands
+    on its HF checkpoint path."""
+    env = {**os.environ, "OUT": str(tmp_path), "HF_HUB_OFFLINE": "1", "SKIP_RFT": "1", "SKIP_RL": "1",
+           "SFT_ROWS": "2", "SFT_LAUNCHER": sys.executable, "SFT_ARGS": "--cfg job",
+           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    proc = subprocess.run(["bash", str(TOOLCUA_SFT_RL_GPU)], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    printed = proc.stdout[:proc.stdout.index("verl-ext toolcua_sft_rl: sft took")]
+    after_data = printed.index("\n", printed.index("text_hybrid_sft val:")) + 1  # prepare-data prints first
+    config = OmegaConf.create(printed[after_data:])
+    assert config.model.path == "Qwen/Qwen2.5-1.5B-Instruct" and config.engine.strategy == "fsdp2"
+    assert config.data.custom_cls.name == "JsonMultiTurnSFTDataset" and "hf_model" in config.checkpoint.save_contents
+    assert f"model: {tmp_path}/sft/global_step_300/huggingface" in proc.stdout  # what stage 2 would start from

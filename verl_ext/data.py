@@ -85,6 +85,14 @@ def _text_hybrid_sft_rows(n: int, seed: int, split: str, templates: list[str] | 
     return text_hybrid_sft_rows(n, seed, split, templates)
 
 
+def _text_hybrid_decision_rows(n: int, seed: int, split: str, templates: list[str] | None = None) -> list[dict]:
+    """Critical switching steps for the single-turn RL stage: ``n`` GUI-vs-tool decisions of the ``text_hybrid``
+    tasks of the same seed, each prompt the ``hybrid_gui_tool`` transcript up to it (``verl_ext.envs.decisions``)."""
+    from verl_ext.envs.decisions import decision_rows
+
+    return decision_rows(n, seed, split, templates)
+
+
 def _dv_describe_rows(n: int, seed: int, split: str) -> list[dict]:
     """Templated description prompts with their DVReward questions (``recipes/dvreward_judge``)."""
     from verl_ext.rewards.dvreward.describe_task import describe_rows
@@ -98,8 +106,10 @@ DATASETS: dict[str, Callable[[int, int, str], list[dict]]] = {
     "minidesk": _minidesk_rows,
     "text_hybrid": _text_hybrid_rows,
     "text_hybrid_sft": _text_hybrid_sft_rows,
+    "text_hybrid_decisions": _text_hybrid_decision_rows,
     "dv_describe": _dv_describe_rows,
 }
+TEMPLATED = ("minidesk", "text_hybrid", "text_hybrid_sft", "text_hybrid_decisions")  # take --templates
 
 
 def write_parquet(rows: list[dict], path: str) -> str:
@@ -118,13 +128,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--val-size", type=positive_int, default=32)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--templates", default=None,
-                        help="minidesk and text_hybrid(_sft) only: comma-separated task templates (default: all)")
+                        help=f"{', '.join(TEMPLATED)} only: comma-separated task templates (default: all)")
     args = parser.parse_args(argv)
     make_rows = DATASETS[args.dataset]
     options = {}
     if args.templates:
-        if args.dataset not in ("minidesk", "text_hybrid", "text_hybrid_sft"):
-            parser.error("--templates applies to the minidesk and text_hybrid(_sft) datasets only")
+        if args.dataset not in TEMPLATED:
+            parser.error(f"--templates applies to the {', '.join(TEMPLATED)} datasets only")
         options["templates"] = [t.strip() for t in args.templates.split(",") if t.strip()]
     for split, size in (("train", args.train_size), ("val", args.val_size)):
         rows = make_rows(size, args.seed, split, **options)

@@ -74,6 +74,8 @@ PLUGINS: tuple[PluginSpec, ...] = (
     # tasks, PIL turns screenshots into images for VL models
     PluginSpec("hybrid_gui_tool", "agent_loop", "verl_ext.agent_loops.registration", extra="gui",
                requires=("selenium", "psutil", "miniwob", "PIL")),
+    PluginSpec("decision_turn", "agent_loop", "verl_ext.agent_loops.registration", extra="gui",
+               requires=("selenium", "psutil", "miniwob", "PIL")),
     PluginSpec("text_env", "agent_loop", "verl_ext.agent_loops.text_env"),
 )
 

@@ -9,6 +9,7 @@ already reaches the last step is reused, so a sweep can be resumed or re-reporte
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -20,6 +21,21 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[2]
 Runs = dict[int, dict[int, dict[str, float]]]  # seed -> step -> metrics
+
+
+def study_parser(description: str, out: Path, steps: int, seeds: list[int]) -> argparse.ArgumentParser:
+    """The run arguments every study takes: budget (``--steps``), ``--seeds``, where runs go
+    (``--out``), where the report goes (``--doc``, ``--img``), ``--attempts`` and ``--report-only``.
+    A study adds its own options to the parser it gets back."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--steps", type=int, default=steps)
+    parser.add_argument("--seeds", type=int, nargs="+", default=seeds)
+    parser.add_argument("--out", type=Path, default=out)
+    parser.add_argument("--doc", type=Path, default=REPO / "docs/benchmarks.md")
+    parser.add_argument("--img", type=Path, default=REPO / "docs/img")
+    parser.add_argument("--attempts", type=int, default=2, help="tries per run before giving up")
+    parser.add_argument("--report-only", action="store_true", help="run nothing; report the runs under --out")
+    return parser
 
 
 def load_steps(path: Path) -> dict[int, dict[str, float]]:

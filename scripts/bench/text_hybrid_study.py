@@ -20,7 +20,6 @@ Writes the section ``## text_hybrid study: ...`` of ``docs/benchmarks.md`` and P
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -30,7 +29,7 @@ from itertools import combinations
 from pathlib import Path
 
 import numpy as np
-from learning_runs import REPO, Runs, load_note, load_steps, run_once, series, write_section
+from learning_runs import REPO, Runs, load_note, load_steps, run_once, series, study_parser, write_section
 
 HEADING = "## text_hybrid study: which plugin earns its place"
 SCRIPT = "text_hybrid/run_cpu.sh"
@@ -72,22 +71,23 @@ def ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
     return out
 
 
-def derived(runs: Runs, steps: list[int]) -> dict[str, np.ndarray]:
+def derived(runs: Runs, steps: list[int], max_steps: int = MAX_STEPS, val: str = VAL) -> dict[str, np.ndarray]:
     """Validation rates at ``steps``, each of shape (seeds, steps). verl averages every reward
     extra over the validation episodes, so a conditional rate is a ratio of two such means:
 
-    - ``steps_per_success``: mean steps of successful episodes, from ``len_gain`` = success * (1 - s/S_max);
+    - ``steps_per_success``: mean steps of successful episodes, from ``len_gain`` = success * (1 - s/S_max)
+      (``max_steps``: the reward's S_max);
     - ``tool_when_beneficial`` / ``tool_when_not``: share of episodes that called a tool among
       tasks whose oracle uses a tool / uses none;
     - ``decision_tool_when_shorter`` / ``decision_tool_when_gui_shorter``: share of decisions
       answered by tools among those where tools / the GUI are strictly shorter from that state.
     """
-    get = {key: series(runs, VAL.format(key), steps).reshape(len(runs), len(steps)) for key in (
+    get = {key: series(runs, val.format(key), steps).reshape(len(runs), len(steps)) for key in (
         "success", "len_gain", "used_tool", "tool_beneficial", "used_tool_beneficial", "decisions_tool",
         "decisions_tool_tool", "decisions_gui", "decisions_gui_tool")}
     return {
         "success": get["success"],
-        "steps_per_success": MAX_STEPS * (1 - ratio(get["len_gain"], get["success"])),
+        "steps_per_success": max_steps * (1 - ratio(get["len_gain"], get["success"])),
         "tool_when_beneficial": ratio(get["used_tool_beneficial"], get["tool_beneficial"]),
         "tool_when_not": ratio(get["used_tool"] - get["used_tool_beneficial"], 1 - get["tool_beneficial"]),
         "decision_tool_when_shorter": ratio(get["decisions_tool_tool"], get["decisions_tool"]),
@@ -371,15 +371,8 @@ def report(results: dict[str, dict[str, Runs]], steps: int, command: str, runs_i
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=25)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser = study_parser(__doc__.split("\n\n")[0], REPO / "runs/text_hybrid_study", steps=25, seeds=[0, 1, 2])
     parser.add_argument("--parts", nargs="+", default=list(PARTS), choices=list(PARTS))
-    parser.add_argument("--out", type=Path, default=REPO / "runs/text_hybrid_study")
-    parser.add_argument("--doc", type=Path, default=REPO / "docs/benchmarks.md")
-    parser.add_argument("--img", type=Path, default=REPO / "docs/img")
-    parser.add_argument("--attempts", type=int, default=2, help="tries per run before giving up")
-    parser.add_argument("--report-only", action="store_true", help="run nothing; report the runs under --out")
     args = parser.parse_args(argv)
     # the command that makes these runs (``--report-only`` and output paths only re-report them)
     command = (f"python scripts/bench/text_hybrid_study.py --steps {args.steps} --seeds {' '.join(map(str, args.seeds))}"

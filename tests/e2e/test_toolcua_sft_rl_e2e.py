@@ -1,8 +1,11 @@
 """recipes/toolcua_sft_rl/run_cpu.sh, short: oracle demonstrations -> verl's SFT trainer (2 steps)
--> verl's main_ppo from the SFT checkpoint (2 steps) with hybrid_gui_tool writing function calls.
+-> single-turn RL on critical switching steps with verl's main_ppo (RFT, 1 step) -> verl's main_ppo
+from the RFT checkpoint (2 steps) with hybrid_gui_tool writing function calls.
 Checks the pipeline's joints, not learning: the SFT checkpoint is written in HF format, its held-out
-call rates are measured (``verl-ext eval-sft``), the RL run loads it, and the function-call metrics of
-the RL stage are reported. (That the default SFT teaches the format is measured in the recipe's README.)"""
+call rates are measured (``verl-ext eval-sft``), the RFT stage starts from it, scores decisions and
+writes an HF checkpoint, the online RL run loads that, and the function-call and per-decision
+metrics of the online stage are reported. (That the default SFT teaches the format is measured in
+the recipe's README.)"""
 
 from __future__ import annotations
 
@@ -17,19 +20,32 @@ pytestmark = [pytest.mark.e2e, pytest.mark.needs_extra("gui")]
 
 
 def test_sft_checkpoint_feeds_rl_with_function_call_metrics(tmp_path, monkeypatch):
-    for key, value in {"SFT_STEPS": "2", "SFT_BATCH": "2", "MAX_TURNS": "3", "SFT_EVAL_ROWS": "1"}.items():
+    short = {"SFT_STEPS": "2", "SFT_BATCH": "2", "MAX_TURNS": "3", "SFT_EVAL_ROWS": "1",
+             "RFT_STEPS": "1", "RFT_BATCH": "2", "RFT_N": "2", "RFT_ROWS": "4", "RFT_VAL_ROWS": "2",
+             "RL_RESPONSE_LENGTH": "768", "RL_VAL_SIZE": "2"}
+    for key, value in short.items():
         monkeypatch.setenv(key, value)
-    proc = run_recipe("toolcua_sft_rl/run_cpu.sh", tmp_path, "data.max_response_length=768",
-                      "data.val_max_samples=2", steps=2, timeout=600)
+    proc = run_recipe("toolcua_sft_rl/run_cpu.sh", tmp_path, steps=2, timeout=1500)
     sft_model = tmp_path / "sft" / "global_step_2" / "huggingface"
     assert (sft_model / "config.json").is_file() and list(sft_model.glob("*.safetensors"))
     sft_metrics = read_metrics(tmp_path / "sft_metrics.jsonl")
     assert_finite(sft_metrics[2], ["train/loss", "val/loss"])
     rates = json.loads((tmp_path / "sft_eval.json").read_text())
     assert rates["turns"] > 0 and 0.0 <= rates["exact_call_rate"] <= rates["valid_call_rate"] <= 1.0
-    assert f"'path': '{sft_model}'" in proc.stdout  # main_ppo's printed config: the actor starts from it
+    assert f"'path': '{sft_model}'" in proc.stdout  # main_ppo's printed config: RFT starts from it
+    rft_model = tmp_path / "rft" / "global_step_1" / "actor" / "huggingface"
+    assert (rft_model / "config.json").is_file() and (rft_model / "tokenizer_config.json").is_file()
+    rft = read_metrics(tmp_path / "rft_metrics.jsonl")
+    decision_val = "val-aux/verl_ext/text_hybrid_decisions/{}/mean@1"
+    for step in (0, 1):  # held-out decisions, greedy, before and after the RFT step
+        assert_finite(rft[step], [decision_val.format(k) for k in ("format_ok", "path", "chose_better", "better_tool")])
+    assert_finite(rft[1], ["actor/pg_loss", "critic/score/mean"])
+    assert f"'path': '{rft_model}'" in proc.stdout  # the online stage starts from the RFT checkpoint
+    assert [line.split(":")[1].split()[0] for line in (tmp_path / "stage_times.txt").read_text().splitlines()] == [
+        "sft", "rft", "rl"]
     metrics = read_metrics(tmp_path / "metrics.jsonl")
-    assert any(key.endswith("/valid_call_rate/mean@1") for key in metrics[0])  # greedy val of the SFT model
+    assert any(key.endswith("/valid_call_rate/mean@1") for key in metrics[0])  # greedy val of the RFT model
+    assert any(key.endswith("/decisions_tool/mean@1") for key in metrics[0])  # per-decision counts of calls
     for step in (1, 2):
         assert_finite(metrics[step], ["verl_ext/episode/valid_call_rate", "verl_ext/episode/format_ok",
                                       "verl_ext/episode/accuracy", "actor/pg_loss"])

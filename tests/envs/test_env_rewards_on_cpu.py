@@ -99,3 +99,30 @@ def test_dataset_rows_are_balanced_and_splits_disjoint():
     assert not tasks(train) & tasks(val)
     assert all(r["agent_name"] == "hybrid_gui_tool" and r["prompt"][-1]["role"] == "user" for r in train)
     assert minidesk_rows(76, 0, "train") == train
+
+
+def decided(success: bool, decisions: list[tuple[str, str]], tools: int = 1, beneficial: bool = True) -> dict:
+    """A text_hybrid episode with ``(choice, better)`` per decision."""
+    fields = row(success, 7, tools, beneficial)
+    fields["verl_ext"]["extras"]["decisions"] = [{"choice": c, "better": b} for c, b in decisions]
+    return fields
+
+
+def test_per_decision_tool_term_is_the_share_of_decisions_done_the_shorter_way():
+    # 4 decisions: 3 have a strictly shorter way (tool, tool, gui), 2 of them done that way; one has no tool
+    decisions = [("tool", "tool"), ("gui", "tool"), ("gui", "gui"), ("gui", "none")]
+    per_task = compute_score("text_hybrid", "", None, decided(True, decisions))
+    assert per_task["score"] == pytest.approx(1 + 1 + 0.4 * 1)  # default: ToolCUA's per-task term (a tool was used)
+    per_decision = compute_score("text_hybrid", "", None, decided(True, decisions), tool_term="decision")
+    assert per_decision["decision_tool_ok"] == pytest.approx(2 / 3)
+    assert per_decision["score"] == pytest.approx(1 + 1 + 0.4 * 2 / 3)  # 2.2667
+    # gated by success, as the per-task term
+    failed = compute_score("text_hybrid", "", None, decided(False, decisions), tool_term="decision")
+    assert failed["score"] == 1.0 and failed["decision_tool_ok"] == 0.0
+    # every decision right: the full bonus; no decision with a shorter way: the per-task term
+    right = compute_score("text_hybrid", "", None, decided(True, [("tool", "tool"), ("gui", "gui")]), tool_term="decision")
+    assert right["score"] == pytest.approx(2.4)
+    no_scored = decided(True, [("gui", "none"), ("tool", "tie")], tools=1, beneficial=False)
+    assert compute_score("text_hybrid", "", None, no_scored, tool_term="decision")["score"] == pytest.approx(2.0)
+    with pytest.raises(ValueError, match="reward_kwargs.tool_term"):
+        compute_score("text_hybrid", "", None, decided(True, decisions), tool_term="step")

@@ -341,3 +341,26 @@ def tokenizer(tmp_path_factory: pytest.TempPathFactory):
     from verl_ext.tiny_model import make_tiny_model
 
     return AutoTokenizer.from_pretrained(make_tiny_model(str(tmp_path_factory.mktemp("tiny")), seed=0))
+
+
+def test_function_call_episodes_record_the_decisions_their_calls_take(tokenizer):
+    """``menu.DecisionFollower`` in the function-call loop: the oracle's calls take every decision
+    the oracle's way; a wasted first call takes none (the record stops at the first unplanned call)."""
+    from verl_ext.steps import step_metadata
+
+    template, seed = "contacts_book", 4
+    _, info = TextHybridEnv().reset(template, seed)
+    model = PlanModel(template, seed, "oracle")
+    out = run_loop(tokenizer, ScriptedServer(tokenizer, [model] * len(model.plan)), template, seed)
+    decisions = step_metadata(out.extra_fields).extras["decisions"]
+    assert [d["choice"] for d in decisions] == [d["oracle"] for d in info["decisions"]]
+    view, table = next(iter(info["decision_table"][0])), info["decision_table"]
+    for i, d in enumerate(decisions):  # `better` is the table's at the view the oracle's choices reach
+        option = table[i][view]
+        assert d["better"] == option["better"]
+        view = option["after"] if d["choice"] == "gui" else view
+
+    model = PlanModel(template, seed, "oracle")
+    wasted = lambda prompt: call("no_such_tool", query="x")  # noqa: E731
+    out = run_loop(tokenizer, ScriptedServer(tokenizer, [wasted] + [model] * len(model.plan)), template, seed)
+    assert step_metadata(out.extra_fields).extras["decisions"] == []

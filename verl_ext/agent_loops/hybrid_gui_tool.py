@@ -51,7 +51,7 @@ from verl.experimental.agent_loop.tool_parser import ToolParser
 from verl.utils.profiler import simple_timer
 
 from verl_ext.envs import menu
-from verl_ext.envs.core import EnvFault, Observation
+from verl_ext.envs.core import ActionError, EnvFault, Observation, action_from_call
 from verl_ext.envs.policies import SYSTEM_PROMPT
 from verl_ext.envs.pool import get_pool
 from verl_ext.envs.tools import ToolDef
@@ -82,7 +82,8 @@ class _Episode:
     artifact: dict[str, Any] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
     server_fields: dict[str, Any] = field(default_factory=dict)  # the first reply's extra_fields
-    decisions: list[dict[str, str]] = field(default_factory=list)  # menu answers per decision (text_hybrid)
+    decisions: list[dict[str, str]] = field(default_factory=list)  # {choice, better} per decision (text_hybrid)
+    follower: menu.DecisionFollower | None = None  # tool_call format: which decisions the calls take
 
 
 @dataclass
@@ -169,6 +170,7 @@ class HybridGuiToolAgentLoop(AgentLoopBase):
                 if self.action_format == "menu":
                     rows = await self._play_menu(env, sampling_params, episode)
                 else:
+                    episode.follower = menu.decision_follower(episode.reset_info)
                     tools = {t.name: EnvTool.from_def(t) for t in env.tool_defs()}
                     if self.tool_parser.stop_token_ids:  # parsers whose models do not stop after a call
                         stops = set(sampling_params.get("stop_token_ids") or []) | set(self.tool_parser.stop_token_ids)
@@ -355,6 +357,8 @@ class HybridGuiToolAgentLoop(AgentLoopBase):
         # An unknown name still costs a step and gets a readable error from the env.
         tool = tools.get(call.name) or EnvTool.from_def(ToolDef(call.name, "not offered in this episode"))
         arguments = json.loads(call.arguments)
+        if episode.follower is not None:
+            self._follow(episode, call.name, arguments)
         with simple_timer("tool_calls", episode.metrics):
             response, reward, info = await tool.execute("", arguments if isinstance(arguments, dict) else {},
                                                         env=env, with_image=self.screenshots)
@@ -369,6 +373,17 @@ class HybridGuiToolAgentLoop(AgentLoopBase):
             episode.stop_reason = "terminated" if info["terminated"] else "max_steps"
             return content, call, None
         return content, call, response
+
+    @staticmethod
+    def _follow(episode: _Episode, name: str, arguments: Any) -> None:
+        """Record the decision this call takes, if any (text_hybrid; ``menu.DecisionFollower``)."""
+        try:
+            action = action_from_call(name, arguments)
+        except ActionError:
+            action = None
+        decision = episode.follower.observe(action, episode.obs)
+        if decision is not None:
+            episode.decisions.append(decision)
 
     # --- messages and outputs ---------------------------------------------------------------
     def _images(self, obs: Observation) -> list[Any]:
@@ -434,7 +449,7 @@ def write_step_metadata(episode: _Episode, traj_uid: str, step: int | None = Non
             "env_fault": episode.fault,
             "artifact": episode.artifact,
             "dv_questions": episode.reset_info.get("dv_questions"),  # DVReward questions (MiniDesk)
-            "decisions": episode.decisions,  # action_format=menu on text_hybrid: {choice, better} per decision
+            "decisions": episode.decisions,  # text_hybrid: {choice, better} per decision (menu answers, or calls)
         },
     )
 

@@ -49,6 +49,22 @@ class _Call:
         self.name, self.arguments, self.tool_call_id = name, json.dumps(arguments, ensure_ascii=False), None
 
 
+def take_turn(env: Any, action: Action, messages: list[dict[str, Any]],
+              max_tool_response_length: int = MAX_TOOL_RESPONSE_LENGTH) -> tuple[Any, bool, dict[str, Any]]:
+    """Take ``action`` on ``env`` as one model turn of the ``hybrid_gui_tool`` loop: append the call
+    (the loop's ``assistant_message``) to ``messages`` and, unless the episode ended, the observation
+    (its ``tool_message``). Returns ``(observation, episode over, step info)``."""
+    from verl_ext.agent_loops.hybrid_gui_tool import assistant_message, tool_message
+
+    call = call_of(action)
+    messages.append(assistant_message("", _Call(call["name"], call["arguments"])))
+    obs, _, terminated, truncated, info = env.step(action)
+    done = terminated or truncated
+    if not done:
+        messages.append(tool_message(obs.render(include_instruction=False), None, None, max_tool_response_length))
+    return obs, done, info
+
+
 def play_transcript(task: str, seed: int, policy: str = "oracle", prompt: list[dict[str, Any]] | None = None,
                     max_steps: int = 30,
                     max_tool_response_length: int = MAX_TOOL_RESPONSE_LENGTH) -> dict[str, Any]:
@@ -56,7 +72,7 @@ def play_transcript(task: str, seed: int, policy: str = "oracle", prompt: list[d
     ``actions`` (the policy's) and ``success``. ``prompt`` is the dataset row's prompt
     (``text_hybrid_rows``); the transcript ends with the call that finished the episode."""
     import verl.experimental.agent_loop  # noqa: F401  (first: its plugin hook imports the agent loop module)
-    from verl_ext.agent_loops.hybrid_gui_tool import assistant_message, first_messages, tool_message, tool_schemas
+    from verl_ext.agent_loops.hybrid_gui_tool import first_messages, tool_schemas
     from verl_ext.envs.policies import ScriptedPolicy
     from verl_ext.envs.pool import make_env
 
@@ -72,13 +88,10 @@ def play_transcript(task: str, seed: int, policy: str = "oracle", prompt: list[d
         for _ in range(max_steps):
             action = scripted.act(obs)
             actions.append(action)
-            call = call_of(action)
-            messages.append(assistant_message("", _Call(call["name"], call["arguments"])))
-            obs, _, terminated, truncated, step_info = env.step(action)
+            obs, done, step_info = take_turn(env, action, messages, max_tool_response_length)
             success = bool(step_info.get("success", False))
-            if terminated or truncated:
+            if done:
                 break
-            messages.append(tool_message(obs.render(include_instruction=False), None, None, max_tool_response_length))
     finally:
         env.close()
     return {"messages": messages, "tools": tools, "actions": actions, "success": success}

@@ -186,7 +186,50 @@ class DecisionMenu:
         return f"Decision {self._decision + 1}/{len(self._table)}\n" if self._decision < len(self._table) else ""
 
 
+class DecisionFollower:
+    """Per-decision record of a *function-call* episode on text_hybrid: follows the model's calls
+    through the decisions of ``decision_table`` (as :class:`DecisionMenu` would play them) and
+    records ``{"choice", "better"}`` for each decision the calls take as one of its two options.
+
+    A decision is taken by the call that equals the first step of its tool or GUI option from the
+    current view; the rest of that option's steps must follow call by call. The first call that
+    does neither (another order of subgoals, a wrong argument, a wasted call) ends the record:
+    later calls are not attributed to decisions, and the decisions recorded so far stand.
+    """
+
+    def __init__(self, table: list[dict[int, dict[str, Any]]], start_view: int):
+        self._menu = DecisionMenu(table, start_view)
+        self.lost = False
+
+    def observe(self, action: Action | None, obs: Observation) -> dict[str, str] | None:
+        """Account for ``action`` (None: a call that is no valid action) taken on ``obs``; returns
+        the decision record when the action starts a decision."""
+        if self.lost or action is None:
+            self.lost = True
+            return None
+        expected = self._menu.follow_up(obs)  # the committed option's next step, None once it is done
+        if expected is not None:
+            self.lost = expected != action
+            return None
+        for mode in CHOICES.values():
+            steps = self._menu.steps(mode)
+            if steps is not None and plan_step_action(steps[0], obs) == action:
+                return self._menu.advance(mode)
+        self.lost = True
+        return None
+
+
 Menu = PlanMenu | DecisionMenu
+
+
+def _start_view(table: list[dict[int, dict[str, Any]]]) -> int:
+    return next(iter(table[0])) if table else 0  # row 0 holds the start view only
+
+
+def decision_follower(reset_info: dict[str, Any]) -> DecisionFollower | None:
+    """A follower of the episode's decisions where the env hands out a ``decision_table`` (text_hybrid)."""
+    table = reset_info.get("decision_table")
+    return None if table is None else DecisionFollower(table, _start_view(table))
 
 
 def make_menu(reset_info: dict[str, Any]) -> Menu:
@@ -194,5 +237,5 @@ def make_menu(reset_info: dict[str, Any]) -> Menu:
     per plan step otherwise (MiniDesk's ``plans``)."""
     if "decision_table" in reset_info:
         table = reset_info["decision_table"]
-        return DecisionMenu(table, next(iter(table[0])) if table else 0)  # row 0 holds the start view only
+        return DecisionMenu(table, _start_view(table))
     return PlanMenu(reset_info.get("plans") or {})

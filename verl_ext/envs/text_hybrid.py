@@ -71,7 +71,7 @@ def plan_task(subgoals: list[Subgoal], start_view: int) -> Plans:
             steps, view = goal.gui(view)
         tool += steps
 
-    best = _cost_to_go(subgoals)
+    best = cost_to_go(subgoals)
     oracle: list[Step] = []
     decisions: list[dict[str, Any]] = []
     view = start_view
@@ -91,7 +91,7 @@ def plan_task(subgoals: list[Subgoal], start_view: int) -> Plans:
     return Plans(gui, tool, oracle, decisions)
 
 
-def _cost_to_go(subgoals: list[Subgoal]) -> Callable[[int, int], tuple[int, str]]:
+def cost_to_go(subgoals: list[Subgoal]) -> Callable[[int, int], tuple[int, str]]:
     """``best(i, view)`` -> (fewest steps to finish subgoals ``i..`` from ``view``, the first
     choice on such a path: ``gui`` on a tie)."""
 
@@ -118,7 +118,7 @@ def decision_table(subgoals: list[Subgoal], start_view: int) -> list[dict[int, d
     end of the task after each choice: ``tool``/``gui`` when one is strictly shorter, ``tie``,
     or ``none`` when there is no tool.
     """
-    best = _cost_to_go(subgoals)
+    best = cost_to_go(subgoals)
     table: list[dict[int, dict[str, Any]]] = []
     views = {start_view}
     for i, goal in enumerate(subgoals):

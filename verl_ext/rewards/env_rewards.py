@@ -29,6 +29,7 @@ import numpy as np
 from verl_ext.steps import step_metadata
 
 DEFAULT_MAX_STEPS = 30
+TOOL_TERMS = {"task": "tool_ok", "decision": "decision_tool_ok"}  # reward_kwargs.tool_term -> component
 
 
 def reward_components(extras: dict[str, Any], valid: bool, max_steps: int = DEFAULT_MAX_STEPS) -> dict[str, float]:
@@ -44,7 +45,7 @@ def reward_components(extras: dict[str, Any], valid: bool, max_steps: int = DEFA
     where tools help) and, per decision of a text_hybrid menu episode (``extras["decisions"]``),
     counts ``decisions_<better>`` and ``decisions_<better>_tool`` for ``better`` = ``tool``/``gui``
     (which answer was strictly shorter from that state; their ratio of means is the per-decision
-    tool-use rate).
+    tool-use rate), and ``decision_tool_ok``, the per-decision tool term (``decision_tool_term``).
     """
     success = bool(extras.get("success")) and valid
     turns = len(extras.get("actions") or [])
@@ -65,7 +66,22 @@ def reward_components(extras: dict[str, Any], valid: bool, max_steps: int = DEFA
         "valid_call_rate": float(extras.get("valid_calls") or 0) / turns if turns else 0.0,
         "used_tool_beneficial": float(calls > 0 and beneficial),
         **decision_counts(extras.get("decisions") or []),
+        "decision_tool_ok": decision_tool_term(extras.get("decisions") or [], success, tool_ok),
     }
+
+
+def decision_tool_term(decisions: list[dict[str, str]], success: bool, task_tool_ok: bool) -> float:
+    """Per-decision ``R_tool``: ``I_succ * (decisions done the shorter way) / (decisions where one
+    way was strictly shorter)``, over the episode's decision records (``{choice, better}``: menu
+    answers, or the calls ``menu.DecisionFollower`` attributed). With no such decision recorded it
+    falls back to the per-task indicator ``task_tool_ok``.
+
+    Gated by success like ToolCUA's per-task term (an unsuccessful trajectory gets no tool bonus).
+    """
+    scored = [d for d in decisions if d["better"] in ("tool", "gui")]
+    if not scored:
+        return float(task_tool_ok)
+    return float(success) * sum(d["choice"] == d["better"] for d in scored) / len(scored)
 
 
 def decision_counts(decisions: list[dict[str, str]]) -> dict[str, float]:
@@ -86,6 +102,7 @@ def compute_score(
     mode: str = "path",
     tool_weight: float = 0.4,
     max_steps: int = DEFAULT_MAX_STEPS,
+    tool_term: str = "task",
     **kwargs: Any,
 ) -> dict[str, float]:
     """verl reward function for ``hybrid_gui_tool`` rows.
@@ -95,18 +112,24 @@ def compute_score(
             ``R_fmt + R_acc + tool_weight * R_tool`` (the group length term is left to
             ``group_path_reward`` / the advantages plugin).
         tool_weight: lambda of ToolCUA (0.4). max_steps: ``S_max`` for ``len_gain``.
+        tool_term: ``R_tool`` of ``mode="path"``: ``"task"`` (ToolCUA's, default: tools used on
+            the episode exactly when the task benefits, ``tool_ok``) or ``"decision"`` (the share
+            of decisions done the shorter way, ``decision_tool_ok``; text_hybrid episodes).
 
     Raises:
         verl_ext.steps.MissingStepMetadataError: the row was not produced by ``hybrid_gui_tool``.
     """
     if mode not in ("path", "verifier"):
         raise ValueError(f"env reward mode must be 'path' or 'verifier', got {mode!r} (reward_kwargs.mode)")
+    if tool_term not in TOOL_TERMS:
+        raise ValueError(f"env reward tool_term must be one of {sorted(TOOL_TERMS)}, got {tool_term!r} "
+                         "(reward.custom_reward_function.reward_kwargs.tool_term)")
     meta = step_metadata(extra_info)
     parts = reward_components(meta.extras, meta.valid, max_steps)
     if mode == "verifier":
         score = parts["success"]
     else:
-        score = parts["format_ok"] + parts["success"] + tool_weight * parts["tool_ok"]
+        score = parts["format_ok"] + parts["success"] + tool_weight * parts[TOOL_TERMS[tool_term]]
     return {"score": score, **parts}
 
 

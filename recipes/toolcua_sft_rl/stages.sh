@@ -1,0 +1,169 @@
+# ToolCUA's staged pipeline, SFT -> RFT -> online RL: the stages, shared by run_cpu.sh and run_gpu.sh
+# (sourced, not run). The caller sets MODEL (what stage 1 starts from), OUT, SEED, TEMPLATES, the
+# stage knobs below and three arrays of backend settings:
+#   SFT_LAUNCH   the launcher of verl's SFT trainer (torchrun ...)
+#   SFT_BACKEND  sft_trainer settings of the backend (device, engine, precision, attention)
+#   PPO_BACKEND  main_ppo settings of the backend (+plugins/backend=cpu, or rollout/GPU counts)
+# then calls run_stages "$@": the script's arguments are extra main_ppo overrides of stages 2 and 3.
+# Each stage hands its HF checkpoint to the next through MODEL; SKIP_SFT=1 / SKIP_RFT=1 / SKIP_RL=1
+# skip a stage (it then hands on what it was given).
+
+SKIP_SFT=${SKIP_SFT:-0}
+SKIP_RFT=${SKIP_RFT:-0}
+SKIP_RL=${SKIP_RL:-0}
+RL_TEST_FREQ=${RL_TEST_FREQ:--1}     # validate every N online RL steps as well (-1: only before)
+RL_VAL_ONLY=${RL_VAL_ONLY:-false}    # true: validate the model handed to stage 3 and stop (no online RL)
+TOOL_TERM=${TOOL_TERM:-task}         # R_tool of the path reward: task (ToolCUA's) | decision (per decision)
+RFT_ARGS=${RFT_ARGS:-}               # extra main_ppo overrides of stage 2 only (space-separated)
+SFT_ARGS=${SFT_ARGS:-}               # extra sft_trainer overrides of stage 1 (space-separated)
+if [ -n "${SFT_LAUNCHER:-}" ]; then  # another launcher of the SFT trainer (space-separated), e.g. `python`
+    read -ra SFT_LAUNCH <<< "$SFT_LAUNCHER"
+fi
+
+# --- 1. SFT: verl's multi-turn SFT trainer on oracle demonstrations (the hybrid_gui_tool loop's
+# function-call transcripts); the rows' messages/tools are JSON text, decoded by
+# verl_ext.envs.demos.JsonMultiTurnSFTDataset (parquet would add null keys to the tool schemas).
+# total_epochs is only a bound: the run stops at SFT_STEPS.
+sft_stage() {
+    verl-ext prepare-data text_hybrid_sft "$OUT/sft_data" --train-size "$SFT_ROWS" --val-size 4 --seed "$SEED" \
+        --templates "$TEMPLATES"
+    # shellcheck disable=SC2086  # SFT_ARGS: space-separated overrides
+    VERL_FILE_LOGGER_PATH="$OUT/sft_metrics.jsonl" "${SFT_LAUNCH[@]}" -m verl.trainer.sft_trainer \
+        "${SFT_BACKEND[@]}" \
+        data.train_files="$OUT/sft_data/train.parquet" \
+        data.val_files="$OUT/sft_data/val.parquet" \
+        data.custom_cls.path=pkg://verl_ext.envs.demos \
+        data.custom_cls.name=JsonMultiTurnSFTDataset \
+        data.train_batch_size="$SFT_BATCH" \
+        data.micro_batch_size_per_gpu=1 \
+        data.max_length=8192 \
+        data.max_token_len_per_gpu=16384 \
+        data.num_workers=0 \
+        model.path="$MODEL" \
+        engine.strategy=fsdp2 \
+        optim.lr="$SFT_LR" \
+        optim.lr_warmup_steps="$SFT_WARMUP" \
+        optim.lr_scheduler_type=cosine \
+        'optim.betas=[0.9,0.95]' \
+        'checkpoint.save_contents=[model,optimizer,extra,hf_model]' \
+        trainer.seed="$SEED" \
+        'trainer.logger=[console,file]' \
+        trainer.project_name=toolcua_sft_rl \
+        trainer.experiment_name="sft_seed$SEED" \
+        trainer.total_training_steps="$SFT_STEPS" \
+        trainer.total_epochs=1000 \
+        trainer.save_freq="$SFT_STEPS" \
+        trainer.test_freq="$SFT_STEPS" \
+        trainer.default_local_dir="$OUT/sft" \
+        trainer.resume_mode=disable \
+        $SFT_ARGS
+    MODEL="$OUT/sft/global_step_$SFT_STEPS/huggingface"   # weights + tokenizer in HF format (hf_model)
+    # What SFT taught: greedy replies at every turn of held-out transcripts (the oracle's earlier
+    # turns as context), parsed with verl's hermes parser as the agent loop parses them.
+    if [ "$SFT_EVAL_ROWS" -gt 0 ]; then
+        verl-ext eval-sft "$MODEL" "$OUT/sft_data/val.parquet" --max-rows "$SFT_EVAL_ROWS" --out "$OUT/sft_eval.json"
+    fi
+}
+
+# --- 2. RFT: single-turn RL on critical switching steps (ToolCUA's Tool-Bootstrapped GUI RFT).
+# Each row is one GUI-vs-tool decision of a TextHybrid task (on and off the oracle's path), its prompt
+# the hybrid_gui_tool transcript up to that turn with the episode's tools (decision_turn builds it with
+# verl's Continuous-Token builder, as the multi-turn loop does); the reward is 1 for one parseable call
+# plus best/remaining steps of the chosen way (verl_ext/rewards/decision_reward.py). Rows store the
+# prompt as JSON text, decoded by verl_ext.envs.decisions.DecisionDataset (data.custom_cls).
+rft_stage() {
+    verl-ext prepare-data text_hybrid_decisions "$OUT/rft_data" --train-size "$RFT_ROWS" --val-size "$RFT_VAL_ROWS" \
+        --seed "$SEED" --templates "$TEMPLATES"
+    # shellcheck disable=SC2086  # RFT_ARGS: space-separated overrides
+    VERL_FILE_LOGGER_PATH="$OUT/rft_metrics.jsonl" python -m verl.trainer.main_ppo \
+        "${PPO_BACKEND[@]}" trainer.v1.trainer_mode=verl_ext_sync \
+        algorithm.adv_estimator=grpo \
+        data.train_files="$OUT/rft_data/train.parquet" \
+        data.val_files="$OUT/rft_data/val.parquet" \
+        data.custom_cls.path=pkg://verl_ext.envs.decisions \
+        data.custom_cls.name=DecisionDataset \
+        data.filter_overlong_prompts=false \
+        data.train_batch_size="$RFT_BATCH" \
+        data.max_prompt_length="$RFT_PROMPT_LENGTH" \
+        data.max_response_length="$RFT_RESPONSE_LENGTH" \
+        data.seed="$SEED" \
+        actor_rollout_ref.model.path="$MODEL" \
+        actor_rollout_ref.actor.optim.lr="$RFT_LR" \
+        actor_rollout_ref.actor.ppo_mini_batch_size="$RFT_BATCH" \
+        'actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]' \
+        actor_rollout_ref.rollout.n="$RFT_N" \
+        actor_rollout_ref.rollout.multi_turn.format=hermes \
+        actor_rollout_ref.rollout.agent.default_agent_loop=decision_turn \
+        reward.custom_reward_function.path=pkg://verl_ext.rewards.decision_reward \
+        reward.custom_reward_function.name=compute_score \
+        trainer.logger='[console,file]' \
+        trainer.project_name=toolcua_sft_rl \
+        trainer.experiment_name="rft_seed$SEED" \
+        trainer.default_local_dir="$OUT/rft" \
+        trainer.total_training_steps="$RFT_STEPS" \
+        trainer.save_freq="$RFT_STEPS" \
+        trainer.test_freq="$RFT_STEPS" \
+        trainer.val_before_train=true \
+        trainer.resume_mode=disable \
+        $RFT_ARGS "$@"
+    MODEL="$OUT/rft/global_step_$RFT_STEPS/actor/huggingface"
+}
+
+# --- 3. online RL from the RFT (or SFT) checkpoint: hybrid_gui_tool writing function calls, the
+# Tool-Efficient Path Reward (+plugins/reward=tool_path). Validation before training is greedy: it
+# measures the model it starts from on held-out tasks (val-aux/verl_ext/text_hybrid/*).
+rl_stage() {
+    verl-ext prepare-data text_hybrid "$OUT/rl_data" --train-size "$RL_ROWS" --val-size "$RL_VAL_SIZE" --seed "$SEED" \
+        --templates "$TEMPLATES"
+    VERL_FILE_LOGGER_PATH="$OUT/metrics.jsonl" python -m verl.trainer.main_ppo \
+        "${PPO_BACKEND[@]}" +plugins/env=minidesk +plugins/reward=tool_path trainer.v1.trainer_mode=verl_ext_sync \
+        reward.custom_reward_function.reward_kwargs.tool_term="$TOOL_TERM" \
+        algorithm.adv_estimator=grpo \
+        data.train_files="$OUT/rl_data/train.parquet" \
+        data.val_files="$OUT/rl_data/val.parquet" \
+        data.train_batch_size="$RL_BATCH" \
+        data.max_prompt_length="$RL_PROMPT_LENGTH" \
+        data.max_response_length="$RL_RESPONSE_LENGTH" \
+        data.seed="$SEED" \
+        actor_rollout_ref.model.path="$MODEL" \
+        actor_rollout_ref.actor.optim.lr="$RL_LR" \
+        actor_rollout_ref.actor.ppo_mini_batch_size="$RL_BATCH" \
+        actor_rollout_ref.rollout.n="$RL_N" \
+        actor_rollout_ref.rollout.multi_turn.max_assistant_turns="$MAX_TURNS" \
+        trainer.logger='[console,file]' \
+        trainer.project_name=toolcua_sft_rl \
+        trainer.experiment_name="rl_seed$SEED" \
+        trainer.default_local_dir="$OUT/checkpoints" \
+        trainer.total_training_steps="$STEPS" \
+        trainer.save_freq=-1 \
+        trainer.test_freq="$RL_TEST_FREQ" \
+        trainer.val_before_train=true \
+        trainer.val_only="$RL_VAL_ONLY" \
+        trainer.resume_mode=disable \
+        "$@"
+}
+
+stage() {  # stage NAME SKIP FUNCTION [args]: run it (timed, in $OUT/stage_times.txt) unless skipped
+    local name=$1 skip=$2
+    shift 2
+    if [ "$skip" = 1 ]; then
+        echo "verl-ext toolcua_sft_rl: $name skipped (model: $MODEL)"
+        return
+    fi
+    local start=$SECONDS
+    "$@"
+    echo "verl-ext toolcua_sft_rl: $name took $((SECONDS - start)) s (model: $MODEL)" | tee -a "$OUT/stage_times.txt"
+}
+
+run_stages() {
+    mkdir -p "$OUT"
+    stage sft "$SKIP_SFT" sft_stage
+    stage rft "$SKIP_RFT" rft_stage "$@"
+    stage rl "$SKIP_RL" rl_stage "$@"
+    echo
+    echo "verl-ext toolcua_sft_rl finished; the last stage's model: $MODEL"
+    echo "  SFT: $OUT/sft_metrics.jsonl, held-out calls $OUT/sft_eval.json (valid_call_rate: parseable; exact_call_rate: the oracle's call)"
+    echo "  RFT: $OUT/rft_metrics.jsonl (val-aux/verl_ext/text_hybrid_decisions/{chose_better,tool_call,...}: held-out decisions)"
+    echo "  RL:  $OUT/metrics.jsonl (step 0: val-aux/... of the model it starts from; then verl_ext/episode/*)"
+    echo "  stage wall times: $OUT/stage_times.txt"
+}

@@ -1,0 +1,216 @@
+"""What each stage of ToolCUA's pipeline earns (issue 25): does single-turn RL on critical switching
+steps teach the tiny model *when* to switch between the GUI and tools? Arms of
+``recipes/toolcua_sft_rl/run_cpu.sh`` (SFT -> RFT -> online RL, function calls on TextHybrid),
+paired by seed (one SFT per seed, shared by every arm of that seed):
+
+- ``full pipeline``: SFT -> RFT -> online RL, path reward with ToolCUA's per-task tool term;
+- ``no RFT``: online RL from the SFT checkpoint (same SFT run);
+- ``no online RL``: the RFT checkpoint itself, i.e. the full pipeline's greedy validation before its
+  online stage (same held-out tasks, same run: no extra run);
+- ``per-decision tool term``: online RL from the same RFT checkpoint with ``TOOL_TERM=decision``.
+
+Metrics on held-out task instances (greedy validation of the online stage, ``val-aux/verl_ext/
+text_hybrid/*``): per-decision T rate where tools are strictly shorter and where the GUI is (the
+decisions ``menu.DecisionFollower`` attributes the calls to), per-task tool use where tools help /
+do not, success, env steps per success; and the RFT stage's own held-out decisions (T rate by which
+way is shorter). Each ablation is compared with the full pipeline seed by seed: mean paired
+difference vs two standard errors of it. Goal (issue 25): T >= 0.8 where tools are shorter and
+<= 0.2 where the GUI is, success no lower than without RFT; the table says by how much it is missed.
+
+    python scripts/bench/toolcua_pipeline_study.py --steps 20 --seeds 0 1 2
+    python scripts/bench/toolcua_pipeline_study.py --dry-run      # the runs it would make, and the report of what exists
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+from pathlib import Path
+
+import numpy as np
+from learning_runs import REPO, Runs, load_note, load_steps, run_once, series, study_parser, write_section
+from text_hybrid_study import GOAL_GUI, GOAL_TOOL, derived, final, fmt, mean_se, ratio
+
+HEADING = "## ToolCUA pipeline study: SFT -> RFT -> online RL"
+SCRIPT = "toolcua_sft_rl/run_cpu.sh"
+VAL = "val-aux/verl_ext/text_hybrid/{}/mean@1"
+RFT_VAL = "val-aux/verl_ext/text_hybrid_decisions/{}/mean@1"
+MAX_STEPS = 30  # S_max of the path reward (plugins/reward/tool_path.yaml): len_gain = success * (1 - s/S_max)
+FULL, NO_RFT, NO_RL, PER_DECISION = "full pipeline", "no RFT", "no online RL", "per-decision tool term"
+METRICS = {  # derived() name -> column title
+    "decision_tool_when_shorter": "T where tools shorter (decision)",
+    "decision_tool_when_gui_shorter": "T where GUI shorter (decision)",
+    "tool_when_beneficial": "tool use, tools help (task)",
+    "tool_when_not": "tool use, tools do not help (task)",
+    "success": "success",
+    "steps_per_success": "env steps per success",
+}
+
+
+def settings(args) -> dict[str, str]:
+    """Environment of every run: the budget and the held-out validation (``run_once`` adds STEPS and OUT)."""
+    return {"RL_TEST_FREQ": str(args.steps), "RL_VAL_SIZE": str(args.val_size),
+            "RFT_STEPS": str(args.rft_steps), "SFT_STEPS": str(args.sft_steps), "TEMPLATES": args.templates}
+
+
+def plan(args, seed: int) -> list[tuple[str, Path, dict[str, str]]]:
+    """The runs of one seed, in order: ``(arm, OUT, environment)``. The full pipeline runs every
+    stage; the other runs start from its checkpoints (so the arms of a seed share one SFT run)."""
+    full = args.out / f"seed{seed}" / "full"
+    base = {**settings(args), "SEED": str(seed)}
+    sft_model = full / "sft" / f"global_step_{args.sft_steps}" / "huggingface"
+    rft_model = full / "rft" / f"global_step_{args.rft_steps}" / "actor" / "huggingface"
+    from_sft = {"SKIP_SFT": "1", "SKIP_RFT": "1", "INIT_MODEL": str(sft_model)}
+    from_rft = {"SKIP_SFT": "1", "SKIP_RFT": "1", "INIT_MODEL": str(rft_model)}
+    return [
+        (FULL, full, base),
+        (NO_RFT, args.out / f"seed{seed}" / "no_rft", {**base, **from_sft}),
+        (PER_DECISION, args.out / f"seed{seed}" / "per_decision", {**base, **from_rft, "TOOL_TERM": "decision"}),
+    ]
+
+
+def arm_values(results: dict[str, Runs], seeds: list[int]) -> dict[str, dict[str, np.ndarray]]:
+    """Per arm and metric, shape (len(seeds),) in the order of ``seeds`` (NaN where a seed has no
+    run, so arms pair by seed): the value at the online stage's last validation, and for ``no online
+    RL`` the full pipeline's validation before its online stage (step 0)."""
+    def by_seed(runs: Runs, rates: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return {name: np.array([dict(zip(runs, rates[name])).get(s, np.nan) for s in seeds]) for name in METRICS}
+
+    out = {}
+    for arm, runs in results.items():
+        if not runs:
+            continue
+        logged = sorted({s for run in runs.values() for s, m in run.items() if VAL.format("success") in m})
+        rates = derived(runs, logged, MAX_STEPS, VAL)
+        out[arm] = by_seed(runs, {name: final(rates[name]) for name in METRICS})
+        if arm == FULL:
+            before = derived(runs, [0], MAX_STEPS, VAL)
+            out[NO_RL] = by_seed(runs, {name: before[name][:, 0] for name in METRICS})
+    return out
+
+
+def rft_decisions(rft: Runs, step: int) -> dict[str, np.ndarray]:
+    """The RFT stage's held-out decisions at ``step``: T rate where tools / the GUI are shorter, share
+    of replies that took the shorter way, and of replies with one parseable call; shape (seeds,)."""
+    get = {k: series(rft, RFT_VAL.format(k), [step])[:, 0] for k in (
+        "tool_call_tool_shorter", "better_tool", "tool_call_gui_shorter", "better_gui", "chose_better", "format_ok")}
+    return {"T where tools shorter": ratio(get["tool_call_tool_shorter"], get["better_tool"]),
+            "T where GUI shorter": ratio(get["tool_call_gui_shorter"], get["better_gui"]),
+            "shorter way taken": get["chose_better"], "one parseable call": get["format_ok"]}
+
+
+def paired(a: np.ndarray, b: np.ndarray) -> tuple[float, float, int]:
+    """Mean and standard error of the per-seed differences ``a - b`` over the seeds where both exist."""
+    diff = np.asarray(a, float) - np.asarray(b, float)
+    return mean_se(diff)
+
+
+def verdict_lines(values: dict[str, dict[str, np.ndarray]]) -> list[str]:
+    """One bullet per ablation and metric: paired difference to the full pipeline vs 2 SE."""
+    lines = []
+    for arm in (NO_RFT, NO_RL, PER_DECISION):
+        if arm not in values or FULL not in values:
+            continue
+        for name, title in METRICS.items():
+            mean, se, n = paired(values[arm][name], values[FULL][name])
+            if n == 0:
+                continue
+            if n < 2:
+                verdict = "SE undefined (fewer than 2 paired seeds)"
+            else:
+                verdict = "**exceeds** 2 SE" if abs(mean) > 2 * se else "within 2 SE"
+            two_se = f"{2 * se:.2f}" if np.isfinite(se) else "n/a"
+            lines.append(f"- {title}, {arm} - {FULL}: {mean:+.2f} (2 SE = {two_se}, {n} seeds): {verdict}")
+    return lines
+
+
+def goal_gap(values: dict[str, np.ndarray]) -> str:
+    """How far the mean per-decision rates are from the goal (0 when met)."""
+    t, g = mean_se(values["decision_tool_when_shorter"])[0], mean_se(values["decision_tool_when_gui_shorter"])[0]
+    if not (np.isfinite(t) and np.isfinite(g)):
+        return "n/a"
+    short, over = max(0.0, GOAL_TOOL - t), max(0.0, g - GOAL_GUI)
+    return "met" if short == over == 0 else f"T {short:.2f} short of {GOAL_TOOL}, {over:.2f} over {GOAL_GUI}"
+
+
+def report(results: dict[str, Runs], rft: Runs, args, command: str, runs_info: list[dict]) -> str:
+    values = arm_values(results, args.seeds)
+    arms = [arm for arm in (FULL, NO_RFT, NO_RL, PER_DECISION) if arm in values]
+    walls = [info["wall_s"] for info in runs_info]
+    lines = [
+        HEADING, "",
+        f"Machine: {platform.machine()}, {os.cpu_count()} cores visible, shared with other jobs "
+        f"({load_note({'all': runs_info})}), Python {platform.python_version()}; no GPU. `{command}`: "
+        f"`recipes/toolcua_sft_rl/run_cpu.sh` with SFT {args.sft_steps} steps, RFT {args.rft_steps} steps "
+        f"(critical switching steps, per-decision reward), online RL {args.steps} steps, templates "
+        f"{args.templates}; held-out: {args.val_size} task instances, greedy. Seeds: "
+        + "; ".join(f"{arm}: {', '.join(map(str, sorted(runs))) or 'none'}" for arm, runs in results.items())
+        + ". " + (f"Wall time per run {np.mean(walls):.0f} s ({len(walls)} runs timed here)." if walls else
+                  "Wall times not recorded (runs reused or none yet)."),
+        "",
+        "| arm | " + " | ".join(METRICS.values()) + " | goal (decision) |",
+        "|---" * (len(METRICS) + 2) + "|",
+    ]
+    for arm in arms:
+        digits = {name: 1 if name == "steps_per_success" else 2 for name in METRICS}
+        lines.append(f"| {arm} | " + " | ".join(fmt(values[arm][n], digits[n]) for n in METRICS)
+                     + f" | {goal_gap(values[arm])} |")
+    lines += ["", "Paired differences to the full pipeline (per seed, then mean and standard error over seeds):", "",
+              *verdict_lines(values), ""]
+    if rft:
+        logged = sorted({s for run in rft.values() for s, m in run.items() if RFT_VAL.format("format_ok") in m})
+        if logged:
+            lines += ["**RFT stage, held-out decisions** (greedy, before and after single-turn RL):", "",
+                      "| step | " + " | ".join(rft_decisions(rft, logged[0])) + " |", "|---" * 5 + "|"]
+            for step in (logged[0], logged[-1]):
+                lines.append(f"| {step} | " + " | ".join(fmt(v) for v in rft_decisions(rft, step).values()) + " |")
+            lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    parser = study_parser(__doc__.split("\n\n")[0], REPO / "runs/toolcua_pipeline_study", steps=20, seeds=[0, 1, 2])
+    parser.add_argument("--sft-steps", type=int, default=150)
+    parser.add_argument("--rft-steps", type=int, default=10)
+    parser.add_argument("--val-size", type=int, default=32, help="held-out task instances of the online stage")
+    parser.add_argument("--templates", default="settings_panel")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="run nothing: print the runs (arm, OUT, environment) and the report of what exists")
+    args = parser.parse_args(argv)
+    command = (f"python scripts/bench/toolcua_pipeline_study.py --steps {args.steps} --seeds "
+               f"{' '.join(map(str, args.seeds))} --sft-steps {args.sft_steps} --rft-steps {args.rft_steps}")
+    results: dict[str, Runs] = {FULL: {}, NO_RFT: {}, PER_DECISION: {}}
+    rft: Runs = {}
+    runs_info: list[dict] = []
+    for seed in args.seeds:  # seed-major: the later arms start from the full pipeline's checkpoints
+        for arm, out, env in plan(args, seed):
+            if args.dry_run:
+                print(f"{arm} seed {seed}: OUT={out} STEPS={args.steps} "
+                      + " ".join(f"{k}={v}" for k, v in sorted(env.items())))
+            elif not args.report_only:
+                try:
+                    wall = run_once(SCRIPT, env, args.steps, out, args.attempts, f"{arm} seed {seed}")
+                except RuntimeError as err:  # one broken run must not cost the others
+                    print(err, flush=True)
+                    continue
+                print(f"{arm} seed {seed}: " + ("reused" if wall is None else f"{wall:.0f} s"), flush=True)
+            if (out / "run.json").exists():
+                runs_info.append(json.loads((out / "run.json").read_text()))
+            steps = load_steps(out / "metrics.jsonl")
+            if args.steps in steps:
+                results[arm][seed] = steps
+            if arm == FULL and load_steps(out / "rft_metrics.jsonl"):
+                rft[seed] = load_steps(out / "rft_metrics.jsonl")
+    text = report(results, rft, args, command, runs_info)
+    if args.dry_run:
+        print(text)
+        return 0
+    write_section(args.doc, HEADING, text)
+    print(f"wrote {args.doc} ({HEADING!r})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
