@@ -31,10 +31,11 @@ def test_doctor_refuses_the_gui_env_without_selenium_naming_the_extra():
 
 def test_the_trainer_refuses_to_start_naming_every_missing_module():
     code = (
-        "from verl_ext.doctor import _compose\n"
+        "from verl_ext.doctor import compose\n"
         "from verl_ext.trainer import VerlExtTrainerSync\n"
-        f"config = _compose({GUI!r})\n"
-        "try:\n    VerlExtTrainerSync(config)\nexcept RuntimeError as e:\n    print(e); sys.exit(3)\n"
+        "from verl_ext.validation import ConfigError\n"
+        f"config = compose({GUI!r})\n"
+        "try:\n    VerlExtTrainerSync(config)\nexcept ConfigError as e:\n    print(e); sys.exit(3)\n"
     )
     proc = _python(code, ["selenium", "miniwob"])
     assert proc.returncode == 3, proc.stdout + proc.stderr
@@ -43,7 +44,7 @@ def test_the_trainer_refuses_to_start_naming_every_missing_module():
 
 @pytest.mark.needs_extra("gui")  # the rest of the extra, installed
 def test_with_everything_installed_the_gui_config_passes():
-    assert doctor.dependency_problems(doctor._compose(GUI)) == []
+    assert doctor.dependency_problems(doctor.compose(GUI)) == []
 
 
 @pytest.mark.needs_extra("gui")  # the rest of the extra, installed
