@@ -143,13 +143,18 @@ def test_loglinear_is_the_interpolation(policy, batch, raw, alpha_of_d):
 
 def test_config_defaults_and_errors():
     cfg = OldLogitsConfig.from_config({"provider": "ewma"}, max_off_policy_threshold=8)
-    assert cfg.ewma_beta() == pytest.approx(8 / 9)  # Hilton's 0.889 at the default bound
-    assert cfg.ewma_beta(updates_per_version=2) == pytest.approx(16 / 17)
+    assert cfg.ewma.calibrated and cfg.ewma_beta() == 0.0  # calibrated: starts at θ̄ = θ
+    assert cfg.ewma_max_com() == 8  # the calibrated age is capped at the staleness bound
+    fixed = OldLogitsConfig.from_config({"provider": "ewma", "ewma": {"com": 8}}, max_off_policy_threshold=8)
+    assert fixed.ewma_beta() == pytest.approx(8 / 9)  # Hilton's 0.889
+    assert fixed.ewma_beta(updates_per_version=2) == pytest.approx(16 / 17)
     assert cfg.snapshot_max_versions() == 8
+    with pytest.raises(ValueError, match="ewma.max_com"):
+        OldLogitsConfig.from_config({"ewma": {"com": 2, "max_com": 4}}, 8)
     with pytest.raises(ValueError, match="algorithm.old_logits.ewma.bogus"):
         OldLogitsConfig.from_config({"ewma": {"bogus": 1}}, 8)
     with pytest.raises(ValueError, match="max_off_policy_threshold is null"):
-        OldLogitsConfig.from_config({"provider": "ewma"}, None).ewma_beta()
+        OldLogitsConfig.from_config({"provider": "ewma"}, None).ewma_max_com()
     with pytest.raises(ValueError, match="only one"):
         OldLogitsConfig.from_config({"ewma": {"beta": 0.5, "com": 1}}, 8)
 
@@ -219,8 +224,9 @@ def test_declared_needs_follow_the_config(policy):
     def needs(raw):
         return build_provider(OldLogitsConfig.from_config(raw, max_off_policy_threshold=4)).requirements()
 
-    assert needs({"provider": "ewma"}).fields == ()
-    assert "token_versions" in needs({"provider": "ewma", "ewma": {"fresh_exact": True}}).fields
+    assert needs({"provider": "ewma"}).fields == ("token_versions",)  # the calibration measures token age
+    assert needs({"provider": "ewma"}).weights == ("ewma",)
+    assert needs({"provider": "ewma", "ewma": {"fresh_exact": True}}).weights == ("ewma", "current")
     assert needs({"provider": "snapshot"}).worker_hooks == ("before_optimizer_step",)
     assert needs({"provider": "rollout"}).weights == ()
     state = OldLogitWorkerState(OldLogitsConfig.from_config({"provider": "snapshot"}, 4), list(policy.parameters()))

@@ -135,6 +135,10 @@ def exit_weights(ray_self: Any) -> None:
         context.__exit__(None, None, None)
 
 
+def calibrate_worker_ewma(ray_self: Any, token_age_versions: float | None) -> dict[str, float]:
+    return _state(ray_self).ewma_calibrate(token_age_versions)
+
+
 def save_worker_state(ray_self: Any, folder: str) -> None:
     rank = int(os.environ.get("RANK", 0))
     os.makedirs(folder, exist_ok=True)
@@ -194,6 +198,9 @@ class VerlOldLogitHost:
     def on_workers(self, fn, *args: Any) -> list[Any]:
         workers = self.trainer.actor_rollout_wg.workers
         return ray.get([worker.__ray_call__.remote(fn, *args) for worker in workers])
+
+    def old_logits_ewma_calibrate(self, token_age_versions: float | None) -> dict[str, float]:
+        return self.on_workers(calibrate_worker_ewma, token_age_versions)[0]  # every rank holds the same scalars
 
     def old_logits_version(self) -> int:
         # tokens sampled after the weight sync that ended step s carry version s; during step s
