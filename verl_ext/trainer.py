@@ -115,9 +115,12 @@ class VerlExtTrainerMixin:
 
     def _compute_old_log_prob(self, batch, metrics):
         if self.old_logit_provider.name == "current":
-            return super()._compute_old_log_prob(batch, metrics)
-        batch = self.old_logit_provider.compute(self._host(), batch, metrics)
-        metrics.update(_rollout_vs_old_metrics(batch))
+            batch = super()._compute_old_log_prob(batch, metrics)
+        else:
+            batch = self.old_logit_provider.compute(self._host(), batch, metrics)
+            metrics.update(_rollout_vs_old_metrics(batch))
+        # per-token staleness and what the rollout correction removes from fresh vs stale tokens
+        metrics.update(self._host().correction_metrics(batch))
         return batch
 
     def _update_actor(self, batch, metrics):

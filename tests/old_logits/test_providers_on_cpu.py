@@ -94,7 +94,7 @@ def test_ewma_beta_zero_equals_current_bit_exactly(policy, batch):
 
 
 def test_ewma_is_the_forward_under_the_average(policy, batch):
-    old, _weights, host, _, state = _run("ewma", policy, batch, {"ewma": {"com": 1.0}})
+    old, _weights, host, _, state = _run("ewma", policy, batch, {"ewma": {"com": 1.0, "fresh_exact": False}})
     avg = copy.deepcopy(policy)
     with torch.no_grad():
         for p, a in zip(avg.parameters(), state.ewma.average()):
@@ -225,8 +225,8 @@ def test_declared_needs_follow_the_config(policy):
         return build_provider(OldLogitsConfig.from_config(raw, max_off_policy_threshold=4)).requirements()
 
     assert needs({"provider": "ewma"}).fields == ("token_versions",)  # the calibration measures token age
-    assert needs({"provider": "ewma"}).weights == ("ewma",)
-    assert needs({"provider": "ewma", "ewma": {"fresh_exact": True}}).weights == ("ewma", "current")
+    assert needs({"provider": "ewma", "ewma": {"fresh_exact": False}}).weights == ("ewma",)
+    assert needs({"provider": "ewma"}).weights == ("ewma", "current")  # fresh_exact by default
     assert needs({"provider": "snapshot"}).worker_hooks == ("before_optimizer_step",)
     assert needs({"provider": "rollout"}).weights == ()
     state = OldLogitWorkerState(OldLogitsConfig.from_config({"provider": "snapshot"}, 4), list(policy.parameters()))

@@ -43,6 +43,10 @@ class EWMAConfig:
         bias_correction: Hilton's total-weight scheme (θ̄_0 = θ_0 weighs as one update).
         fresh_exact: use the current weights for tokens of staleness 0 (exact there); costs a
             second forward over rows holding such tokens, and logs ``old_logits/abs_error``.
+            Default on: on fresh data the objective is then exactly PPO + the rollout correction
+            (brief §6.1 item 5), and the calibrated age aims at the stale tokens' mean age, which
+            stays put from version to version where the all-token mean swings with the share of
+            fresh tokens (0, 1, 0, 1 versions in the quickstart's colocated-async run).
         on_missing_state: ``error`` | ``reset`` when resuming without EWMA state.
     """
 
@@ -51,7 +55,7 @@ class EWMAConfig:
     max_com: float | None = None
     update_every: str = "optimizer_step"
     bias_correction: bool = True
-    fresh_exact: bool = False
+    fresh_exact: bool = True
     on_missing_state: str = "error"
 
     @property

@@ -291,8 +291,9 @@ class InterruptProvider(PrecomputedProvider):
 @register_provider("ewma")
 class EWMAProvider(OldLogitProvider):
     """π_prox = π_train(θ̄), θ̄ the EWMA of the trainer's parameters (revised PPO-EWMA, brief §6.1).
-    Same single forward as ``current``, other weights. With ``ewma.fresh_exact`` tokens of
-    staleness 0 use the current weights (a second forward) and the error of θ̄ on them is logged.
+    Same single forward as ``current``, other weights. With ``ewma.fresh_exact`` (default) tokens
+    of staleness 0 use the current weights (a second forward where a batch holds both kinds; one
+    forward under the current weights where nothing is stale) and the error of θ̄ on them is logged.
 
     Unless ``ewma.beta`` / ``ewma.com`` fix it, the decay is calibrated: after the forward the
     workers aim the EWMA's age at the mean age of this batch's tokens (the stale ones with
@@ -318,17 +319,21 @@ class EWMAProvider(OldLogitProvider):
         data = self._fetch_with_staleness(trainer, batch, [TOKEN_VERSIONS], metrics)
         mask = data[RESPONSE_MASK].bool() & (data[TOKEN_VERSIONS] >= 0)
         age = (trainer.old_logits_version() - data[TOKEN_VERSIONS]).clamp(min=0).float()
+        fresh = mask & (age == 0)
         with cost_meter(metrics, self.name) as cost:
-            old = trainer.old_logits_forward(batch, EWMA)
-            cost["forward_rows"] = old.shape[0]
-            if self.config.ewma.fresh_exact:
-                fresh = mask & (age == 0)
+            if self.config.ewma.fresh_exact and not (mask & (age > 0)).any():
+                # nothing stale (e.g. verl's sync trainer): the current weights are exact everywhere
+                old = trainer.old_logits_forward(batch, CURRENT)
+                cost["forward_rows"] = old.shape[0]
+            else:
+                old = trainer.old_logits_forward(batch, EWMA)
+                cost["forward_rows"] = old.shape[0]
                 rows = fresh.any(dim=-1).nonzero(as_tuple=True)[0]
-                if rows.numel():
+                if self.config.ewma.fresh_exact and rows.numel():
                     exact = trainer.old_logits_forward(batch, CURRENT, rows)
                     metrics.update(approximation_errors(old[rows], exact, fresh[rows]))
                     old[rows] = torch.where(fresh[rows], exact, old[rows])
-                cost["forward_rows"] += rows.numel()
+                    cost["forward_rows"] += rows.numel()
         stand_in = mask & (age > 0) if self.config.ewma.fresh_exact else mask  # tokens θ̄ stands in for
         target = float(age[stand_in].mean()) if stand_in.any() else None
         report = trainer.old_logits_ewma_calibrate(target)
