@@ -148,7 +148,9 @@ def run(
     targets = torch.randint(0, VOCAB, (CONTEXTS, LENGTH), generator=g)
     params = init_params(seed)
     optim = torch.optim.Adam(params, lr=lr)
-    config = OldLogitsConfig.from_config({"provider": provider}, max_off_policy_threshold=d)
+    # this section's EWMA: com = d versions (the default before issue 19), no fresh_exact
+    fixed_ewma = {"ewma": {"com": d, "fresh_exact": False}} if provider == "ewma" else {}
+    config = OldLogitsConfig.from_config({"provider": provider, **fixed_ewma}, max_off_policy_threshold=d)
     state = OldLogitWorkerState(config, params, updates_per_version=minibatches)
     actor = omega_conf_to_dataclass(
         OmegaConf.create(
@@ -329,7 +331,7 @@ def markdown(tables: dict[str, dict], stalenesses: list[int], args: argparse.Nam
             f"task; staleness d versions, {int(args.partial * 100)}% partial rollouts (switch to version n-d+1 "
             f"mid-sequence), inference logit noise σ, {args.minibatches} Adam steps (lr {args.lr}) per version, "
             f"verl's rollout correction (token TIS {TIS} + token_k1 rejection band on ρ = π_old/μ), loss `ppo_ewma` "
-            "(ε = 0.2). EWMA com = d versions (the default: the staleness bound). Medians over seeds of the "
+            "(ε = 0.2). EWMA com = d versions (the staleness bound: the default before issue 19). Medians over seeds of the "
             "second-half means; `final reward` = mean over the last 20 steps of the current policy's reward "
             "(noise-free samples; random policy: 0.125). `of which staleness` = masked with the provider's old "
             "logits but not with the exact ones."
