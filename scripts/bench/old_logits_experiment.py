@@ -745,13 +745,17 @@ def study_checks(results: dict, meta: dict) -> list[str]:
     what they claim to be (measured, not assumed)."""
     from learning_runs import paired_verdict
 
-    lines = ["**Checks** (computed from the runs below):", ""]
+    lines = ["**Checks** (computed from the runs below): does the baseline show the failure (the band on "
+             "ρ̂ = π_old/μ firing on staleness because `current` recomputes old logits with the current weights, "
+             "in every cell with mismatch), and are the knobs what they claim (measured token age; the "
+             "calibrated EWMA's age against it)?", ""]
     for key, runs in results.items():
         if "current" in runs and "snapshot" in runs and "sigma=0 " not in key:
             rows = study_rows(runs, meta["steps"])
-            lines.append(f"- Failure present, {key}: `current` masks {_fmt(rows['current']['masked_staleness'], 4)} "
+            lines.append(f"- Baseline failure, {key}: `current` masks {_fmt(rows['current']['masked_staleness'], 4)} "
                          f"of the tokens *because of staleness* (band on ρ̂ out, on exact ρ in); snapshot − current "
-                         f"masked fraction: {paired_verdict(rows['snapshot']['masked'], rows['current']['masked'], 4)}.")
+                         f"masked fraction: {paired_verdict(rows['snapshot']['masked'], rows['current']['masked'], 4)} "
+                         "(the failure is present where this difference exceeds 2 SE).")
     for key, runs in results.items():
         rows = study_rows(runs, meta["steps"])
         arm = rows.get("ewma calibrated, no fresh_exact")
