@@ -119,8 +119,9 @@ class VerlExtTrainerMixin:
         else:
             batch = self.old_logit_provider.compute(self._host(), batch, metrics)
             metrics.update(_rollout_vs_old_metrics(batch))
-        # per-token staleness and what the rollout correction removes from fresh vs stale tokens
-        metrics.update(self._host().correction_metrics(batch))
+        if self.old_logits_config.stale_tokens:  # verl's sync trainer: every token is fresh
+            # per-token staleness and what the rollout correction removes from fresh vs stale tokens
+            metrics.update(self._host().correction_metrics(batch))
         return batch
 
     def _update_actor(self, batch, metrics):
