@@ -93,7 +93,7 @@ def test_hook_cost_dry_run_prints_every_run_interleaved(capsys):
     for line in runs:
         assert "MODE=colocate_async" in line and "ADV=grpo" in line and "trainer.save_freq=-1" in line
         # the 7B point's memory settings are explicit and hold in every arm, plain verl included
-        assert ("optimizer_offload=true" in line) == ("/7b/" in line) == ("MAX_STALENESS=1" in line)
+        assert ("optimizer_offload=true" in line) == ("/7b/" in line) == ("BOUND=1" in line)
     providers = [line.split("PROVIDER=")[1].split()[0] for line in runs[:5]]
     assert sorted(providers) == sorted(["current", "snapshot", "ewma", "loglinear", "none"])
     repeats = [int(line.split(" OUT=")[1].split()[0].rsplit("_r", 1)[1]) for line in runs]
@@ -188,3 +188,37 @@ def test_toolcua_pipeline_study_dry_run_and_paired_report(tmp_path, capsys):
     assert ("- T where tools shorter (decision), no RFT - full pipeline: -0.60 (2 SE = 0.00, 3 seeds): "
             "**exceeds** 2 SE") in text
     assert "env steps per success" in text and "| 15.0 ± 0.0 |" in text  # S_max 30 * (1 - 0.25 / 0.5)
+
+
+def test_old_logit_study_batches_seeds_exactly_and_measures_against_exact_old_logits():
+    import torch
+
+    study = _script("old_logits_experiment")
+    # the seed-stacked embedding form of the first layer is the one-hot policy of each seed
+    params = study.stack_init([3, 4])
+    ctx = torch.arange(study.CONTEXTS).repeat_interleave(2)
+    tokens = torch.randint(0, study.VOCAB, (2, len(ctx), study.LENGTH), generator=torch.Generator().manual_seed(0))
+    stacked = study.stacked_log_probs(params, ctx, tokens)
+    for s in range(2):
+        single = [params[0][s], params[1][s, 0], params[2][s], params[3][s, 0]]
+        torch.testing.assert_close(stacked[s], study.token_log_probs(single, ctx, tokens[s]), rtol=0, atol=1e-6)
+    # exact old logits score zero error and never mask for staleness; `current` lags stale tokens
+    runs = {arm: study.run_cell(study.STUDY_ARMS[arm], [0, 1], steps=4, mean_staleness=2.0, bound=4, sigma=0.3,
+                                lr=3e-2, epochs=1, contexts=2)
+            for arm in ("snapshot", "current", "ewma calibrated")}
+    assert runs["snapshot"]["abs_error_stale"][1:].abs().max() == 0
+    assert runs["snapshot"]["masked_staleness"].max() == 0
+    assert runs["current"]["abs_error_stale"][2:].min() > 0
+    ewma = runs["ewma calibrated"]
+    assert ewma["ewma_age_steps"][0].eq(0).all() and ewma["ewma_age_steps"][-1].gt(0).all()
+    rows = study.study_rows({k: {key: v.tolist() for key, v in h.items()} for k, h in runs.items()}, 4)
+    assert rows["snapshot"]["collapsed"].tolist() == [0.0, 0.0]
+
+
+def test_paired_verdict_uses_the_per_seed_differences():
+    learning_runs = _script("learning_runs")
+    a, b = np.array([1.0, 2.0, 3.0, 4.0]), np.array([0.9, 1.9, 2.9, 3.8])  # spread large, differences tight
+    d = a - b
+    se = d.std(ddof=1) / 2
+    assert learning_runs.paired_verdict(a, b) == f"{d.mean():+.3f} ± {se:.3f} (**exceeds 2 SE**)"
+    assert "within 2 SE" in learning_runs.paired_verdict(a, a[::-1])

@@ -39,6 +39,8 @@ def test_fragment_composes_with_verls_config(fragment: Path, tiny_model_dir: str
             f"actor_rollout_ref.model.path={tiny_model_dir}", f"critic.model.path={tiny_model_dir}",
         ])
     for key, value in _leaves(yaml.safe_load(fragment.read_text())):
+        if isinstance(value, str) and value.startswith("${"):  # an interpolation: the value it names
+            value = OmegaConf.select(config, value[2:-1])
         assert OmegaConf.select(config, key) == value, f"{override}: {key} did not reach the composed config"
     # verl's own typed configs for the sections the fragments touch
     from verl.utils.config import omega_conf_to_dataclass

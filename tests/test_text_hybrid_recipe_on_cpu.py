@@ -47,3 +47,55 @@ def test_a_wrong_loss_is_refused_by_name(tmp_path):
     proc = subprocess.run(["bash", str(SCRIPT)], env={**os.environ, "LOSS": "ppo", "OUT": str(tmp_path)},
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "LOSS must be vanilla or ppo_ewma, got 'ppo'" in proc.stderr
+
+
+def _leaves(node, prefix: str = "") -> dict:
+    if isinstance(node, dict):
+        return {k: v for key, value in node.items() for k, v in _leaves(value, f"{prefix}{key}.").items()}
+    return {prefix[:-1]: node}
+
+
+@pytest.fixture(scope="module")
+def fair_arm(dry_run, tmp_path_factory):  # noqa: F811
+    """``fair_arm(provider, loss)``: the resolved config of one arm of the old-logit comparison, as
+    flat ``{key: value}``; every arm shares OUT so paths do not differ."""
+    out = tmp_path_factory.mktemp("fair_arms")
+    cache = {}
+
+    def compose(provider: str, loss: str = "ppo_ewma") -> dict:
+        if (provider, loss) not in cache:
+            code, text, err = dry_run(SCRIPT, [], MODE="colocate_async", LOSS=loss, PROVIDER=provider, OUT=str(out))
+            assert code == 0, err[-4000:]
+            config = OmegaConf.create(text)
+            check_config(config)
+            flat = _leaves(OmegaConf.to_container(config, resolve=True))
+            for key in ("trainer.experiment_name", "actor_rollout_ref.rollout.trace.experiment_name"):
+                flat.pop(key)  # names the arm, changes nothing else
+            cache[provider, loss] = flat
+        return cache[provider, loss]
+
+    return compose
+
+
+@pytest.mark.parametrize("provider", ["snapshot", "ewma_bound", "rollout"])
+def test_fair_arms_differ_only_in_the_old_logit_source(provider, fair_arm):
+    """Issue 19: the arms of an old-logit comparison share loss and rollout correction (token IS
+    truncated at 2 + the token_k1 band); only ``algorithm.old_logits`` differs. (``rollout`` is
+    verl's bypass: the verl-ext trainer switches its loss to ``bypass_mode`` at start-up, where
+    π_old = μ makes the same IS weights and band the identity.)"""
+    base, arm = fair_arm("current"), fair_arm(provider)
+    differ = sorted(k for k in base.keys() | arm.keys() if base.get(k) != arm.get(k))
+    assert differ and all(k.startswith("algorithm.old_logits.") for k in differ), differ
+    correction = {k: v for k, v in base.items() if k.startswith("algorithm.rollout_correction.")}
+    assert correction["algorithm.rollout_correction.rollout_is"] == "token"
+    assert correction["algorithm.rollout_correction.rollout_is_threshold"] == 2.0
+    assert correction["algorithm.rollout_correction.rollout_rs"] == "token_k1"
+
+
+def test_the_vanilla_loss_keeps_the_rollout_correction(fair_arm):
+    """LOSS=vanilla used to drop the whole loss fragment, `rollout_is: token` included: its arms then
+    trained without importance weights while the ppo_ewma arms had them."""
+    vanilla, ppo_ewma = fair_arm("current", "vanilla"), fair_arm("current")
+    for key, value in ppo_ewma.items():
+        if key.startswith("algorithm.rollout_correction."):
+            assert vanilla[key] == value, key

@@ -124,12 +124,17 @@ class VerlExtTrainerMixin:
 
     def _compute_old_log_prob(self, batch, metrics):
         if self.old_logit_provider.name == "current":
-            return super()._compute_old_log_prob(batch, metrics)
-        host = self._host()
-        with timed("old_logits"):
-            host.expect_base_forward()
-            batch = self.old_logit_provider.compute(host, batch, metrics)
-            metrics.update(_rollout_vs_old_metrics(batch))
+            batch = super()._compute_old_log_prob(batch, metrics)
+        else:
+            host = self._host()
+            with timed("old_logits"):
+                host.expect_base_forward()
+                batch = self.old_logit_provider.compute(host, batch, metrics)
+                metrics.update(_rollout_vs_old_metrics(batch))
+        if self.old_logits_config.stale_tokens:  # verl's sync trainer: every token is fresh
+            # per-token staleness and what the rollout correction removes from fresh vs stale tokens
+            with timed("version_bookkeeping"):
+                metrics.update(self._host().correction_metrics(batch))
         return batch
 
     def _update_actor(self, batch, metrics):

@@ -1,12 +1,7 @@
 #!/usr/bin/env bash
 # text_corridor on GPUs: FSDP2 training + vLLM rollout (or the `hf` rollout), one node.
-<<<<<<< HEAD
-# The GPU tests (tests/gpu) and the GPU benchmark (scripts/bench/gpu_step_breakdown.py) run this
-# script unchanged; the "Run on GPUs" commands in docs/status.md are calls of it.
-=======
-# The GPU tests (tests/gpu) and the GPU benchmarks (scripts/bench/hook_cost_gpu.py, gpu_step_breakdown.py) run this
-# script unchanged; the README's "Run on GPUs" commands are calls of it.
->>>>>>> i22
+# The GPU tests (tests/gpu) and the GPU benchmarks (scripts/bench/hook_cost_gpu.py, gpu_step_breakdown.py,
+# old_logits_gpu_study.py) run this script unchanged; the "Run on GPUs" commands in docs/status.md are calls of it.
 #   bash recipes/text_corridor/run_gpu.sh [hydra overrides...]
 # Env (defaults in brackets):
 #   MODEL     model path [random weights of Qwen2.5-0.5B's architecture, built into $OUT/model]
@@ -18,8 +13,8 @@
 #   MODE      sync | colocate_async [sync]
 #   ROLLOUT   vllm | hf [vllm]; dedicated/interrupt need hf
 #   GPU_MEM   vLLM's gpu_memory_utilization [0.3]
-#   WARMUP_BATCHES, MAX_STALENESS  colocate_async only: batches queued ahead of the trainer [2] and
-#             the staleness bound in versions [4] (snapshot keeps that many host copies)
+#   ROLLOUT_DTYPE  the rollout's precision: bfloat16 | float32 [bfloat16 for vllm, float32 for hf]
+#   LR [1e-5], WARMUP [2] and BOUND [4] (colocate_async: batches queued ahead, staleness bound)
 #   OUT, STEPS [4], SEED [0], BATCH_PER_GPU [8]
 set -euo pipefail
 
@@ -31,11 +26,15 @@ PROVIDER=${PROVIDER:-ewma}
 MODE=${MODE:-sync}
 ROLLOUT=${ROLLOUT:-vllm}
 GPU_MEM=${GPU_MEM:-0.3}
-WARMUP_BATCHES=${WARMUP_BATCHES:-2}
-MAX_STALENESS=${MAX_STALENESS:-4}
 STEPS=${STEPS:-4}
 SEED=${SEED:-0}
 BATCH_PER_GPU=${BATCH_PER_GPU:-8}
+LR=${LR:-1e-5}
+WARMUP=${WARMUP:-2}                  # colocate_async: batches queued ahead of the trainer
+BOUND=${BOUND:-4}                    # colocate_async: staleness bound (max_off_policy_threshold)
+# The rollout's precision: vLLM bf16 vs the FSDP2 trainer is a real train/inference mismatch;
+# float32 is the low-mismatch control. The hf server (on the host CPU) defaults to float32.
+ROLLOUT_DTYPE=${ROLLOUT_DTYPE:-$([ "${ROLLOUT:-vllm}" = hf ] && echo float32 || echo bfloat16)}
 export RAY_DEDUP_LOGS=0
 export VERL_FILE_LOGGER_PATH="$OUT/metrics.jsonl"
 
@@ -53,9 +52,8 @@ case "$ADV" in grpo) ;; *) plugins+=("+plugins/advantage=$ADV") ;; esac
 [ "$PROVIDER" = none ] || plugins+=("+plugins/old_logits=$PROVIDER")
 if [ ${#plugins[@]} -gt 0 ]; then trainer_mode="verl_ext_$MODE"; fi
 if [ "$MODE" = colocate_async ]; then
-    # batches queued ahead of the trainer (default two): tokens 1-2 versions old reach every provider
-    plugins+=(trainer.v1.colocate_async.num_warmup_batches="$WARMUP_BATCHES"
-              trainer.v1.sampler.max_off_policy_threshold="$MAX_STALENESS")
+    # WARMUP batches queued ahead of the trainer (2: tokens 1-2 versions old reach every provider)
+    plugins+=(trainer.v1.colocate_async.num_warmup_batches="$WARMUP" trainer.v1.sampler.max_off_policy_threshold="$BOUND")
 fi
 
 # Batch: BATCH_PER_GPU prompts x 4 rollouts per GPU, so every rank gets the same number of rows
@@ -78,11 +76,12 @@ python -m verl.trainer.main_ppo "${plugins[@]}" \
     actor_rollout_ref.model.use_remove_padding=false \
     +actor_rollout_ref.model.override_config.attn_implementation=sdpa \
     actor_rollout_ref.actor.strategy=fsdp2 \
-    actor_rollout_ref.actor.optim.lr=1e-5 \
+    actor_rollout_ref.actor.optim.lr="$LR" \
     actor_rollout_ref.actor.ppo_mini_batch_size=$((BATCH / 2)) \
     actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8 \
     actor_rollout_ref.actor.use_kl_loss=false \
     actor_rollout_ref.rollout.name="$ROLLOUT" \
+    actor_rollout_ref.rollout.dtype="$ROLLOUT_DTYPE" \
     actor_rollout_ref.rollout.mode=async \
     actor_rollout_ref.rollout.n=4 \
     actor_rollout_ref.rollout.tensor_model_parallel_size=1 \

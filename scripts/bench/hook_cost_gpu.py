@@ -20,7 +20,7 @@ state (61 GB) plus the EWMA's fp32 shadow (30 GB) do not fit beside vLLM, so the
 ``actor_rollout_ref.actor.fsdp_config.optimizer_offload=true`` (Adam state in host memory) in
 every arm, plain verl included. Host memory then holds the Adam state, one fp32 snapshot per
 version kept and the live shards while a swap is in: the 7B point bounds the staleness to one
-version (``MAX_STALENESS=1``, ``WARMUP_BATCHES=1``) so ``snapshot`` keeps one copy. On a machine
+version (``BOUND=1``, ``WARMUP=1``) so ``snapshot`` keeps one copy. On a machine
 with 128 GiB of host memory that is about 61 + 30 + 30 GB at the snapshot arm's peak; where it
 runs out of host memory, run the 7B point on a host with more (e.g. ``--points 7b`` on an
 ``nvidia-h200-x2`` machine with ``CUDA_VISIBLE_DEVICES=0``) and say so with ``--context``.
@@ -98,7 +98,7 @@ POINTS = {
     "1.5b": Point("qwen2.5-1.5b"),
     "7b": Point(
         "qwen2.5-7b",
-        env=(("MAX_STALENESS", "1"), ("WARMUP_BATCHES", "1")),
+        env=(("BOUND", "1"), ("WARMUP", "1")),
         overrides=("actor_rollout_ref.actor.fsdp_config.optimizer_offload=true",),
         note="Adam state offloaded to host memory (optimizer_offload=true) and staleness bounded to 1 version "
         "(one snapshot copy) in every arm, to fit one 139 GB card and the host's memory",

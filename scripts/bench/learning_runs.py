@@ -142,3 +142,22 @@ def write_section(doc: Path, heading: str, section: str) -> None:
         end = text.find("\n## ", start + len(heading))
         text = text[:start] + section + (text[end + 1:] if end >= 0 else "")
     doc.write_text(text)
+
+
+def mean_and_se(values) -> tuple[float, float, int]:
+    """Mean, standard error (sample std / sqrt(n); NaN for fewer than 2) and n over the finite values."""
+    v = np.asarray(values, float)
+    v = v[np.isfinite(v)]
+    if len(v) == 0:
+        return float("nan"), float("nan"), 0
+    return float(v.mean()), float(v.std(ddof=1) / np.sqrt(len(v))) if len(v) > 1 else float("nan"), len(v)
+
+
+def paired_verdict(a, b, digits: int = 3) -> str:
+    """``a - b`` over paired seeds (same index = same seed): mean ± SE of the per-seed differences
+    and whether |mean| exceeds two standard errors."""
+    mean, se, n = mean_and_se(np.asarray(a, float) - np.asarray(b, float))
+    if n < 2:
+        return "n/a"
+    verdict = "**exceeds 2 SE**" if abs(mean) > 2 * se else "within 2 SE"
+    return f"{mean:+.{digits}f} ± {se:.{digits}f} ({verdict})"

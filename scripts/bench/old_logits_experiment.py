@@ -24,6 +24,12 @@ PPO clip fraction, |old - exact| errors, the reward of the current policy per st
 
 Usage: ``python scripts/bench/old_logits_experiment.py [--seeds 5] [--steps 150] [--regimes 0.1:0.5:2.0 ...]
 [--write-docs]``.
+
+``--study`` runs the mechanism study of issue 19 instead (``study`` below): the same task with
+every seed of a cell trained at once (parameters stacked along a leading seed dimension), fair
+arms (same loss and rollout correction, only the old-logit source differs), staleness drawn per
+sequence, heavy-tailed train/inference mismatch, learning rate and epochs as knobs; it writes the
+section ``## Old-logit mechanism study`` of docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+import numpy as np
 import torch
 from omegaconf import OmegaConf
 from verl.trainer.ppo.core_algos import get_policy_loss_fn
@@ -141,7 +148,9 @@ def run(
     targets = torch.randint(0, VOCAB, (CONTEXTS, LENGTH), generator=g)
     params = init_params(seed)
     optim = torch.optim.Adam(params, lr=lr)
-    config = OldLogitsConfig.from_config({"provider": provider}, max_off_policy_threshold=d)
+    # this section's EWMA: com = d versions (the default before issue 19), no fresh_exact
+    fixed_ewma = {"ewma": {"com": d, "fresh_exact": False}} if provider == "ewma" else {}
+    config = OldLogitsConfig.from_config({"provider": provider, **fixed_ewma}, max_off_policy_threshold=d)
     state = OldLogitWorkerState(config, params, updates_per_version=minibatches)
     actor = omega_conf_to_dataclass(
         OmegaConf.create(
@@ -322,7 +331,7 @@ def markdown(tables: dict[str, dict], stalenesses: list[int], args: argparse.Nam
             f"task; staleness d versions, {int(args.partial * 100)}% partial rollouts (switch to version n-d+1 "
             f"mid-sequence), inference logit noise σ, {args.minibatches} Adam steps (lr {args.lr}) per version, "
             f"verl's rollout correction (token TIS {TIS} + token_k1 rejection band on ρ = π_old/μ), loss `ppo_ewma` "
-            "(ε = 0.2). EWMA com = d versions (the default: the staleness bound). Medians over seeds of the "
+            "(ε = 0.2). EWMA com = d versions (the staleness bound: the default before issue 19). Medians over seeds of the "
             "second-half means; `final reward` = mean over the last 20 steps of the current policy's reward "
             "(noise-free samples; random policy: 0.125). `of which staleness` = masked with the provider's old "
             "logits but not with the exact ones."
@@ -381,8 +390,15 @@ def main() -> None:
     parser.add_argument("--partial", type=float, default=0.5)
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--write-docs", action="store_true")
+    parser.add_argument("--study", action="store_true", help="the mechanism study (issue 19) instead")
+    parser.add_argument("--arms", nargs="+", default=list(STUDY_ARMS), help="--study: arms to run")
+    parser.add_argument("--contexts", type=int, default=8, help="--study: contexts of the task used")
+    parser.add_argument("--report-only", action="store_true", help="--study: report the cells in --json")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    if args.study:
+        study_main(args)
+        return
     t0 = time.time()
     tables = {}
     for regime in args.regimes:
@@ -409,6 +425,423 @@ def main() -> None:
             ROOT / "docs" / "img" / "old_logits_providers.png",
         )
         write_docs(section)
+
+
+
+# ------------------------------------------------------------------------------------------------
+# Mechanism study (issue 19): fair arms, seeds batched, staleness and mismatch as knobs.
+#
+# Parameters carry a leading seed dimension (w1: (S, IN, H), b1: (S, 1, H), ...), so ``logits``
+# above evaluates every seed at once on inputs (S, N, IN) (batched matmuls), Adam and the EWMA/snapshot state (elementwise)
+# stay independent per seed, and the providers see one flattened batch of S * 128 rows. What is
+# shared between the seeds of a cell: the calibrated EWMA's target age (the mean over all rows)
+# and the staleness/partial-rollout draws' generator.
+STUDY_HEADING = "## Old-logit mechanism study"
+STUDY_ARMS = {  # label -> algorithm.old_logits (BOUND is replaced by the cell's staleness bound)
+    "current": {"provider": "current"},
+    "rollout": {"provider": "rollout"},
+    "snapshot": {"provider": "snapshot"},
+    "ewma calibrated": {"provider": "ewma", "ewma": {"fresh_exact": True}},
+    "ewma calibrated, no fresh_exact": {"provider": "ewma", "ewma": {"fresh_exact": False}},
+    "ewma com = bound (old default)": {"provider": "ewma", "ewma": {"com": "BOUND"}},
+    "loglinear": {"provider": "loglinear"},
+}
+BAND = (0.5, 2.0)  # token_k1 rejection band on rho (recipes/async_agentic); token TIS at TIS = 2
+MINIBATCHES = 2  # per epoch, as the text_hybrid study's two optimizer steps per step
+SPIKE_P, SPIKE_SCALE = 0.01, 8.0  # heavy tail of the mismatch: 1% of logits get 8x the noise
+EVAL_EVERY, EVAL_SAMPLES = 10, 16
+
+
+def stack_init(seeds: list[int]) -> list[torch.Tensor]:
+    """``init_params`` of each seed, stacked: (S, IN, H), (S, 1, H), (S, H, V), (S, 1, V)."""
+    per_seed = [init_params(seed) for seed in seeds]
+    shapes = [(IN_DIM, HIDDEN), (1, HIDDEN), (HIDDEN, VOCAB), (1, VOCAB)]
+    return [torch.stack([p[i].detach().reshape(shape) for p in per_seed]).requires_grad_()
+            for i, shape in enumerate(shapes)]
+
+
+def stacked_logits(params: list[torch.Tensor], ctx: torch.Tensor, position: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:
+    """``logits(params, features(...))`` for seed-stacked parameters, with the one-hot input
+    layer as the sum of three rows of w1 (the same numbers, 10x fewer flops on a 2-core machine).
+
+    Args:
+        params: stacked (``stack_init``).
+        ctx, position, prev: long ``(S, N)``: context, position and previous token (VOCAB = start).
+
+    Returns:
+        ``(S, N, VOCAB)``.
+    """
+    w1, b1, w2, b2 = params
+    rows = torch.stack([ctx, CONTEXTS + position, CONTEXTS + LENGTH + prev], dim=-1)  # (S, N, 3)
+    rows = rows + IN_DIM * torch.arange(w1.shape[0])[:, None, None]  # row of w1 flattened over seeds
+    pre = torch.nn.functional.embedding(rows, w1.reshape(-1, HIDDEN)).sum(2)
+    return torch.tanh(pre + b1) @ w2 + b2
+
+
+def stacked_log_probs(params: list[torch.Tensor], ctx: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """``(S, bs, T)`` log π(token | context, prefix) for ``ctx (bs,)`` and ``tokens (S, bs, T)``."""
+    n_seeds, bs, _ = tokens.shape
+    prev = torch.cat([torch.full((n_seeds, bs, 1), VOCAB), tokens[..., :-1]], dim=-1)
+    flat = (n_seeds, bs * LENGTH)
+    z = stacked_logits(params, ctx[:, None].expand(bs, LENGTH).reshape(-1).expand(flat),
+                       torch.arange(LENGTH).repeat(bs).expand(flat), prev.reshape(flat))
+    lp = torch.log_softmax(z, dim=-1).view(n_seeds, bs, LENGTH, VOCAB)
+    return lp.gather(-1, tokens[..., None]).squeeze(-1)
+
+
+def mismatch_noise(shape: tuple[int, ...], sigma: float, g: torch.Generator) -> torch.Tensor:
+    """Inference-engine logit error: Gaussian σ plus rare spikes of ``SPIKE_SCALE`` σ (the
+    heavy tail of low-precision kernels: bf16 accumulation, fp8 outliers)."""
+    if sigma == 0:
+        return torch.zeros(shape)
+    spikes = (torch.rand(shape, generator=g) < SPIKE_P).float() * SPIKE_SCALE
+    return sigma * torch.randn(shape, generator=g) * (1.0 + spikes)
+
+
+@torch.no_grad()
+def stacked_generate(engine: dict[int, list[torch.Tensor]], ctx: torch.Tensor, versions: torch.Tensor,
+                     sigma: float, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Samples ``(S, bs, T)`` tokens with each token's engine version and the mismatch noise;
+    returns tokens, μ (the engine's log-probs of them) and the exact old logits π_train(θ_v(t))
+    (the engine holds the trainer's weights of each version; the noise is the only difference)."""
+    n_seeds, bs, _ = versions.shape
+    tokens = torch.zeros(n_seeds, bs, LENGTH, dtype=torch.long)
+    mu = torch.zeros(n_seeds, bs, LENGTH)
+    exact = torch.zeros(n_seeds, bs, LENGTH)
+    seed_ctx = ctx.expand(n_seeds, bs)
+    for t in range(LENGTH):
+        prev = tokens[..., t - 1] if t else torch.full((n_seeds, bs), VOCAB)
+        position = torch.full((n_seeds, bs), t)
+        z = torch.zeros(n_seeds, bs, VOCAB)
+        for v in versions[..., t].unique().tolist():
+            z = torch.where((versions[..., t] == v)[..., None], stacked_logits(engine[v], seed_ctx, position, prev), z)
+        logp = torch.log_softmax(z + mismatch_noise(z.shape, sigma, g), dim=-1)
+        tokens[..., t] = torch.multinomial(logp.exp().view(-1, VOCAB), 1, generator=g).view(n_seeds, bs)
+        mu[..., t] = logp.gather(-1, tokens[..., t : t + 1]).squeeze(-1)
+        exact[..., t] = torch.log_softmax(z, dim=-1).gather(-1, tokens[..., t : t + 1]).squeeze(-1)
+    return tokens, mu, exact
+
+
+@torch.no_grad()
+def stacked_reward(params: list[torch.Tensor], targets: torch.Tensor, g: torch.Generator) -> torch.Tensor:
+    """``(S,)`` mean reward of EVAL_SAMPLES noise-free samples per context (of ``targets (S, C, T)``)
+    under each seed's policy."""
+    ctx = torch.arange(targets.shape[1]).repeat_interleave(EVAL_SAMPLES)
+    n_seeds = targets.shape[0]
+    live = {0: [p.detach() for p in params]}
+    tokens, _, _ = stacked_generate(live, ctx, torch.zeros(n_seeds, len(ctx), LENGTH, dtype=torch.long), 0.0, g)
+    return (tokens == targets[:, ctx]).float().mean(dim=(1, 2))
+
+
+def draw_versions(n: int, n_seeds: int, bs: int, mean: float, bound: int, g: torch.Generator) -> torch.Tensor:
+    """``(S, bs, T)`` per-token versions at trainer version n: each sequence starts d ~
+    Poisson(mean) versions back (at most ``bound``, at most n), and half of them (partial
+    rollouts) switch to the next version at a random position."""
+    d = torch.poisson(torch.full((n_seeds, bs), mean), generator=g).long().clamp(max=min(bound, n))
+    switch = torch.where(torch.rand(n_seeds, bs, generator=g) < 0.5,
+                         torch.randint(1, LENGTH, (n_seeds, bs), generator=g), torch.full((n_seeds, bs), LENGTH))
+    versions = (n - d)[..., None] + (torch.arange(LENGTH) >= switch[..., None]).long()
+    return versions.clamp(max=n)
+
+
+def per_seed_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``(S,)`` mean of ``x`` over the mask-1 entries of each seed (NaN where a seed has none)."""
+    dims = tuple(range(1, x.dim()))
+    return (x * mask).sum(dims) / mask.sum(dims).where(mask.sum(dims) > 0, torch.tensor(float("nan")))
+
+
+def run_cell(arm: dict, seeds: list[int], steps: int, mean_staleness: float, bound: int, sigma: float,
+             lr: float, epochs: int, contexts: int = CONTEXTS) -> dict[str, torch.Tensor]:
+    """One arm of one cell, every seed at once, on the first ``contexts`` contexts of the task.
+    Returns per-step ``(steps, S)`` series (rewards at the evaluation steps only, NaN elsewhere)."""
+    from verl_ext.losses.ppo_ewma import decoupled_ppo_token_losses
+    from verl_ext.old_logits.metrics import ratio_out_of_band
+
+    n_seeds, bs = len(seeds), contexts * GROUP
+    g = torch.Generator().manual_seed(1000 + seeds[0])  # common random numbers across arms
+    targets = torch.stack([torch.randint(0, VOCAB, (CONTEXTS, LENGTH), generator=torch.Generator().manual_seed(s))
+                           for s in seeds])
+    params = stack_init(seeds)
+    optim = torch.optim.Adam(params, lr=lr)
+    raw = json.loads(json.dumps(arm).replace('"BOUND"', str(bound)))
+    config = OldLogitsConfig.from_config(raw, max_off_policy_threshold=bound)
+    steps_per_version = MINIBATCHES * epochs
+    state = OldLogitWorkerState(config, params, updates_per_version=steps_per_version)
+    engine = {0: [p.detach().clone() for p in params]}
+    ctx = torch.arange(contexts).repeat_interleave(GROUP)
+
+    def log_prob_fn(batch: dict, rows: torch.Tensor) -> torch.Tensor:
+        return stacked_log_probs(params, ctx, batch["tokens"]).reshape(n_seeds * bs, LENGTH)[rows]
+
+    host = LocalPolicyHost(log_prob_fn, state)
+    provider = build_provider(config)
+    hist: dict[str, list[torch.Tensor]] = defaultdict(list)
+    for n in range(steps):
+        versions = draw_versions(n, n_seeds, bs, mean_staleness, bound, g)
+        tokens, mu, exact = stacked_generate(engine, ctx, versions, sigma, g)
+        reward = (tokens == targets[:, ctx]).float().mean(-1)  # (S, bs)
+        grouped = reward.view(n_seeds, contexts, GROUP)
+        adv = ((grouped - grouped.mean(-1, keepdim=True)) / (grouped.std(-1, keepdim=True) + 1e-6)).view(n_seeds, bs)
+        adv = adv[..., None].expand(n_seeds, bs, LENGTH)
+        flat = n_seeds * bs
+        mask = torch.ones(flat, LENGTH, dtype=torch.bool)
+        host.version = n
+        batch = {"tokens": tokens, "response_mask": mask, "token_versions": versions.reshape(flat, LENGTH),
+                 "rollout_log_probs": mu.reshape(flat, LENGTH)}
+        metrics: dict[str, float] = {}
+        provider.compute(host, batch, metrics)
+        old = batch["old_log_probs"].view(n_seeds, bs, LENGTH)
+        is_proto, rs_mask, _ = compute_rollout_correction_and_rejection_mask(
+            old.reshape(flat, LENGTH), mu.reshape(flat, LENGTH), mask, rollout_is="token",
+            rollout_is_threshold=TIS, rollout_rs="token_k1", rollout_rs_threshold=f"{BAND[0]}_{BAND[1]}")
+        is_w = is_proto.batch["rollout_is_weights"].view(n_seeds, bs, LENGTH)
+        kept = rs_mask.bool().view(n_seeds, bs, LENGTH)
+        proxy_out = ratio_out_of_band(old - mu, *BAND)
+        exact_out = ratio_out_of_band(exact - mu, *BAND)
+        stale = (versions < n).float()
+        ones = torch.ones_like(stale)
+        hist["masked"].append(per_seed_mean((~kept).float(), ones))
+        hist["masked_staleness"].append(per_seed_mean((proxy_out & ~exact_out).float(), ones))
+        hist["masked_numerics"].append(per_seed_mean(exact_out.float(), ones))
+        rho = torch.exp(old - mu)
+        hist["tis_truncated"].append(per_seed_mean((rho > TIS).float(), ones))
+        hist["max_rho"].append(rho.amax(dim=(1, 2)))
+        w = is_w * kept
+        hist["ess"].append(w.sum((1, 2)) ** 2 / (kept.sum((1, 2)) * (w**2).sum((1, 2))).clamp(min=1e-12))
+        hist["abs_error_stale"].append(per_seed_mean((old - exact).abs(), stale))
+        hist["token_age_steps"].append(per_seed_mean((n - versions).float(), ones) * steps_per_version)
+        hist["ewma_age_steps"].append(torch.full((n_seeds,), metrics.get("old_logits/ewma/age_steps", float("nan"))))
+        clipped, max_r = torch.zeros(n_seeds), torch.zeros(n_seeds)
+        for _ in range(epochs):
+            for mb in torch.randperm(bs, generator=g).chunk(MINIBATCHES):
+                state.before_optimizer_step(n)
+                logp = stacked_log_probs(params, ctx[mb], tokens[:, mb])
+                out = decoupled_ppo_token_losses(logp, old[:, mb], adv[:, mb], is_w[:, mb], 0.2, 0.2, 3.0)
+                m = kept[:, mb].float()
+                loss = per_seed_mean(out.losses, m).nan_to_num().sum()  # token-mean per seed
+                optim.zero_grad()
+                loss.backward()
+                optim.step()
+                state.after_optimizer_step()
+                clipped += per_seed_mean(out.clipped.float(), m).nan_to_num() / (epochs * MINIBATCHES)
+                max_r = torch.maximum(max_r, out.log_ratio.detach().exp().amax(dim=(1, 2)))
+        hist["clipfrac"].append(clipped)
+        hist["max_ratio"].append(max_r)
+        engine[n + 1] = [p.detach().clone() for p in params]
+        engine.pop(n - bound - 1, None)
+        state.on_version_published(n + 1)
+        nan = torch.full((n_seeds,), float("nan"))
+        hist["reward"].append(stacked_reward(params, targets[:, :contexts], g) if (n + 1) % EVAL_EVERY == 0 else nan)
+    return {key: torch.stack(values) for key, values in hist.items()}
+
+
+# One knob at a time around a base cell (the full 3 x 3 x 2 x 2 grid would take ~2 h on the shared
+# 2-core machine): staleness mean 0.5 / 2 / 4 versions, mismatch σ 0 / 0.1 / 0.3, learning rate
+# x1 / x10, 1 / 4 epochs.
+STUDY_BASE = {"staleness": 2.0, "sigma": 0.1, "lr_scale": 1, "epochs": 1}
+STUDY_VARIATIONS = {"staleness": [0.5, 4.0], "sigma": [0.0, 0.3], "lr_scale": [10], "epochs": [4]}
+
+
+def study_cells() -> list[dict]:
+    """The base cell, then each knob's other values with the rest at the base."""
+    return [STUDY_BASE] + [{**STUDY_BASE, knob: value} for knob, values in STUDY_VARIATIONS.items() for value in values]
+
+
+def cell_key(cell: dict) -> str:
+    return f"d={cell['staleness']:g} sigma={cell['sigma']:g} lr=x{cell['lr_scale']} epochs={cell['epochs']}"
+
+
+def run_study(args: argparse.Namespace) -> dict:
+    """Runs every (cell, arm); results[cell_key][arm] = {series: list (steps, S)}. Reuses the
+    cells already in ``args.json`` (a cut-short study resumes)."""
+    results = json.loads(args.json.read_text()) if args.json and args.json.exists() else {}
+    seeds = list(range(args.seeds))
+    t0 = time.time()
+    for cell in study_cells():
+        key = cell_key(cell)
+        for arm in args.arms:
+            if arm in results.get(key, {}):
+                continue
+            bound = max(1, int(2 * cell["staleness"]))  # the staleness bound, twice the mean
+            out = run_cell(STUDY_ARMS[arm], seeds, args.steps, cell["staleness"], bound, cell["sigma"],
+                           args.lr * cell["lr_scale"], cell["epochs"], args.contexts)
+            results.setdefault(key, {})[arm] = {k: v.tolist() for k, v in out.items()}
+            print(f"{key} | {arm}: {time.time() - t0:.0f} s", flush=True)
+            if args.json:
+                args.json.write_text(json.dumps(results))
+    return results
+
+
+def study_main(args: argparse.Namespace) -> None:
+    if args.json is None:
+        raise SystemExit("--study needs --json PATH (results are saved there after every run, and reused)")
+    t0 = time.time()
+    results = json.loads(args.json.read_text()) if args.report_only else run_study(args)
+    if not args.report_only:
+        meta = {"seconds": time.time() - t0, "seeds": args.seeds, "steps": args.steps, "lr": args.lr,
+                "contexts": args.contexts}
+        args.json.with_suffix(".meta.json").write_text(json.dumps(meta))
+    if args.write_docs:
+        study_report(results, json.loads(args.json.with_suffix(".meta.json").read_text()))
+
+
+
+def _per_seed(series: list, how: str, window: slice = slice(None)) -> np.ndarray:
+    """Reduce a ``(steps, S)`` series to ``(S,)``: ``mean``/``max`` over ``window`` (NaN-aware),
+    ``final`` (last finite value), ``peak`` (largest value)."""
+    import warnings
+
+    x = np.asarray(series, float)[window]
+    warnings.filterwarnings("ignore", "Mean of empty slice|All-NaN slice", RuntimeWarning)  # non-EWMA arms' age
+    if how == "final":
+        return np.array([col[np.isfinite(col)][-1] if np.isfinite(col).any() else np.nan for col in x.T])
+    return {"mean": np.nanmean, "max": np.nanmax, "peak": np.nanmax}[how](x, axis=0)
+
+
+def study_rows(runs: dict, steps: int) -> dict[str, dict[str, np.ndarray]]:
+    """Per arm, per-seed summaries: final reward, area under the reward curve (mean over the
+    evaluations), collapse (final < half the seed's peak, peak >= 0.3), and the training
+    diagnostics averaged over the second half (max ratio / max ρ: their maximum there)."""
+    half = slice(steps // 2, None)
+    out = {}
+    for arm, h in runs.items():
+        final, peak = _per_seed(h["reward"], "final"), _per_seed(h["reward"], "peak")
+        row = {"final reward": final, "reward AUC": _per_seed(h["reward"], "mean"),
+               "collapsed": ((final < 0.5 * peak) & (peak >= 0.3)).astype(float)}
+        for key in ("masked", "masked_staleness", "masked_numerics", "tis_truncated", "ess", "clipfrac",
+                    "abs_error_stale", "token_age_steps", "ewma_age_steps"):
+            row[key] = _per_seed(h[key], "mean", half)
+        row["max_rho"], row["max_ratio"] = _per_seed(h["max_rho"], "max", half), _per_seed(h["max_ratio"], "max", half)
+        out[arm] = row
+    return out
+
+
+STUDY_COLUMNS = [  # (label, row key, digits)
+    ("final reward", "final reward", 3), ("reward AUC", "reward AUC", 3), ("masked", "masked", 4),
+    ("of which staleness", "masked_staleness", 4), ("numerics (exact old)", "masked_numerics", 4),
+    ("TIS-truncated", "tis_truncated", 4), ("ESS", "ess", 3), ("max ρ", "max_rho", 1),
+    ("max r", "max_ratio", 2), ("clip frac", "clipfrac", 3), ("abs err vs exact (stale tokens)", "abs_error_stale", 3),
+    ("collapses", "collapsed", 0),
+]
+STUDY_PAIRS = [  # (a, b): paired differences reported in every cell
+    ("snapshot", "current"), ("ewma calibrated", "current"), ("ewma com = bound (old default)", "current"),
+    ("rollout", "current"), ("loglinear", "current"), ("ewma calibrated", "ewma com = bound (old default)"),
+    ("ewma calibrated", "ewma calibrated, no fresh_exact"), ("snapshot", "ewma calibrated"),
+]
+
+
+def _fmt(values, digits: int) -> str:
+    """mean ± SE; with ``digits=0`` a count of the per-seed flags (``k/n``)."""
+    from learning_runs import mean_and_se
+
+    if digits == 0:
+        return f"{int(np.nansum(values))}/{len(values)}"
+    m, se, n = mean_and_se(values)
+    return "n/a" if n == 0 else f"{m:.{digits}f} ± {se:.{digits}f}"
+
+
+def study_checks(results: dict, meta: dict) -> list[str]:
+    """The two sanity checks the section states: the baseline shows the failure, the knobs are
+    what they claim to be (measured, not assumed)."""
+    from learning_runs import paired_verdict
+
+    lines = ["**Checks** (computed from the runs below): does the baseline show the failure (the band on "
+             "ρ̂ = π_old/μ firing on staleness because `current` recomputes old logits with the current weights, "
+             "in every cell with mismatch), and are the knobs what they claim (measured token age; the "
+             "calibrated EWMA's age against it)?", ""]
+    for key, runs in results.items():
+        if "current" in runs and "snapshot" in runs and "sigma=0 " not in key:
+            rows = study_rows(runs, meta["steps"])
+            lines.append(f"- Baseline failure, {key}: `current` masks {_fmt(rows['current']['masked_staleness'], 4)} "
+                         f"of the tokens *because of staleness* (band on ρ̂ out, on exact ρ in); snapshot − current "
+                         f"masked fraction: {paired_verdict(rows['snapshot']['masked'], rows['current']['masked'], 4)} "
+                         "(the failure is present where this difference exceeds 2 SE).")
+    for key, runs in results.items():
+        rows = study_rows(runs, meta["steps"])
+        arm = rows.get("ewma calibrated, no fresh_exact")
+        if arm is not None:
+            gap = np.abs(arm["ewma_age_steps"] - arm["token_age_steps"])
+            lines.append(f"- Knobs, {key}: mean token age {_fmt(arm['token_age_steps'], 2)} optimizer steps; the "
+                         f"calibrated EWMA's age {_fmt(arm['ewma_age_steps'], 2)} (|difference| {_fmt(gap, 2)}; "
+                         "brief §6.1 item 4: com := mean lag); the old default's com = bound × steps per version.")
+    return lines + [""]
+
+
+def study_report(results: dict, meta: dict) -> None:
+    """Writes ``## Old-logit mechanism study`` of docs/benchmarks.md and its learning-curve plot."""
+    import platform
+
+    from learning_runs import paired_verdict, write_section
+
+    steps = meta["steps"]
+    command = (f"python scripts/bench/old_logits_experiment.py --study --seeds {meta['seeds']} --steps {steps} "
+               f"--lr {meta['lr']:g} --contexts {meta['contexts']} --json runs/old_logits_study.json --write-docs")
+    lines = [
+        STUDY_HEADING, "",
+        f"`{command}`: {meta['seconds'] / 60:.0f} min niced on the shared 2-core machine ({platform.machine()}, "
+        f"Python {platform.python_version()}, torch {torch.__version__}; one thread; all seeds of a cell batched). "
+        f"The tiny policy of \"Old-logit providers\" above on {meta['contexts']} contexts x {GROUP} samples, "
+        f"{meta['seeds']} paired seeds per arm (same initialisation, targets and random streams in every arm), "
+        f"{steps} steps. Each sequence's staleness d ~ Poisson(mean), at most the bound (2 x the mean, at least 1); "
+        "half of the sequences are partial rollouts that switch to the next version at a random token. The "
+        "inference engine holds the trainer's weights of each token's version plus a logit error of std σ with "
+        f"a heavy tail ({SPIKE_P:.0%} of the logits get {SPIKE_SCALE:g}x the error: low-precision kernel outliers). "
+        f"**Fair arms**: every arm uses the same decoupled PPO loss (`ppo_ewma`'s per-token losses, ε = 0.2, "
+        f"dual clip 3) and the same verl rollout correction (`compute_rollout_correction_and_rejection_mask`: "
+        f"token IS truncated at {TIS:g} + token_k1 band [{BAND[0]}, {BAND[1]}] on ρ̂ = π_old/μ); only "
+        f"`old_log_probs` differs: the providers of `verl_ext.old_logits` through the in-process host. "
+        f"{MINIBATCHES} Adam steps per epoch, base lr {meta['lr']:g}. `ewma calibrated` = the new default "
+        "(age aimed at the tokens' mean age) with `fresh_exact`; `ewma com = bound` = the old default (com = "
+        "staleness bound x optimizer steps per version). Final reward: noise-free samples of the current policy "
+        f"(every {EVAL_EVERY} steps; chance 0.125); AUC: mean over those evaluations; training diagnostics: "
+        "second-half means (max ρ, max r: second-half maxima); collapse: final < half the seed's peak (peak "
+        "≥ 0.3). Mean ± SE over seeds; differences are paired by seed (mean ± SE of per-seed differences, "
+        "**exceeds 2 SE** marked).", "",
+        "Knobs follow the brief: calibrated com = mean lag (§6.1 item 4), old default = Hilton's com rule on the "
+        "bound (§5.4), band and TIS as verl's rollout correction and the fork (§3, §7.3), `loglinear` α as "
+        "AReaL (§7.1), bypass = `rollout` (§2.2 B).", "",
+    ]
+    lines += study_checks(results, meta)
+    for key, runs in results.items():
+        rows = study_rows(runs, steps)
+        lines += [f"### {key}", "", "| arm | " + " | ".join(c for c, _, _ in STUDY_COLUMNS) + " |",
+                  "|---" * (len(STUDY_COLUMNS) + 1) + "|"]
+        for arm, row in rows.items():
+            lines.append(f"| {arm} | " + " | ".join(_fmt(row[k], d) for _, k, d in STUDY_COLUMNS) + " |")
+        lines += ["", "Paired differences (final reward; reward AUC; masked fraction):", ""]
+        for a, b in STUDY_PAIRS:
+            if a in rows and b in rows:
+                lines.append(f"- {a} − {b}: {paired_verdict(rows[a]['final reward'], rows[b]['final reward'])}; "
+                             f"{paired_verdict(rows[a]['reward AUC'], rows[b]['reward AUC'])}; "
+                             f"{paired_verdict(rows[a]['masked'], rows[b]['masked'])}")
+        lines.append("")
+    image = ROOT / "docs" / "img" / "old_logits_study.png"
+    study_plot(results, image)
+    lines += [f"![old-logit mechanism study](img/{image.name})", ""]
+    write_section(ROOT / "docs" / "benchmarks.md", STUDY_HEADING, "\n".join(lines))
+    print("\n".join(lines))
+
+
+def study_plot(results: dict, path: Path) -> None:
+    """Learning curves (evaluation reward, mean over seeds), one panel per cell."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(results), figsize=(4 * len(results), 3.6), squeeze=False)
+    for ax, (key, runs) in zip(axes[0], results.items()):
+        for i, (arm, h) in enumerate(runs.items()):
+            x = np.asarray(h["reward"], float)
+            at = np.flatnonzero(np.isfinite(x).all(axis=1))
+            ax.plot(at + 1, x[at].mean(axis=1), color=f"C{i}", label=arm, linewidth=1)
+        ax.set(title=key, xlabel="step", ylim=(0, 1))
+        ax.title.set_fontsize(8)
+    axes[0][0].set_ylabel("reward (noise-free samples)")
+    axes[0][-1].legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
 
 
 if __name__ == "__main__":

@@ -5,9 +5,13 @@ browserless hybrid GUI + tool apps, one T/G decision per subgoal, through verl's
 - ``estimators`` (synchronous, verl's PPO loss): grpo vs gigpo vs hgpo: held-out success, steps per
   successful episode, and *when to switch*: the tool-use rate where tools are strictly shorter vs
   where the GUI is, per task (any tool call on a tool-beneficial task) and per decision.
-- ``old_logits`` (verl's colocate_async, batches queued 2 ahead, hgpo): ``current`` (verl's default
-  recomputation, vanilla loss), ``snapshot`` (exact old logits, vanilla loss), ``ewma`` + ``ppo_ewma``:
-  final success, PPO clip and rejection-masked fractions, staleness, time per step.
+- ``old_logits`` (verl's colocate_async, batches queued 3 ahead, hgpo): fair arms (issue 19): every
+  arm trains with the same decoupled loss (``ppo_ewma``) and the same rollout correction (token IS
+  truncated at 2 + the token_k1 band of ``recipes/async_agentic``), only the old-logit source
+  differs: ``current`` (verl's recomputation), ``rollout`` (bypass), ``snapshot`` (exact), ``ewma``
+  (calibrated), ``ewma_bound`` (the decay used before issue 19), ``loglinear``: final success, PPO
+  clip fraction, what the correction removes from fresh and stale tokens, per-token staleness, the
+  EWMA's age, time per step.
 
 Mean and standard error over seeds per arm; every pairwise difference of an arm's final value is
 tested against two standard errors of the difference (``compare``), and the section says which
@@ -43,20 +47,23 @@ PARTS = {
         "gigpo": {"MODE": "sync", "ADV": "gigpo", "LOSS": "vanilla", "PROVIDER": "current"},
         "hgpo": {"MODE": "sync", "ADV": "hgpo", "LOSS": "vanilla", "PROVIDER": "current"},
     },
-    "old_logits": {
-        "current + vanilla": {"MODE": "colocate_async", "ADV": "hgpo", "LOSS": "vanilla", "PROVIDER": "current"},
-        "snapshot + vanilla": {"MODE": "colocate_async", "ADV": "hgpo", "LOSS": "vanilla", "PROVIDER": "snapshot"},
-        "ewma + ppo_ewma": {"MODE": "colocate_async", "ADV": "hgpo", "LOSS": "ppo_ewma", "PROVIDER": "ewma"},
+    "old_logits": {  # fair arms: one loss, one correction, only the provider differs
+        provider: {"MODE": "colocate_async", "ADV": "hgpo", "LOSS": "ppo_ewma", "PROVIDER": provider}
+        for provider in ("current", "rollout", "snapshot", "ewma", "ewma_bound", "loglinear")
     },
 }
 ASYNC_KEYS = {  # label -> (metric, how it is reduced over the training steps)
     "PPO clip fraction": ("actor/pg_clipfrac", "mean"),
     "rejection-masked fraction (token_k1 band)": ("rollout_corr/rollout_rs_token_k1_masked_fraction", "mean"),
-    "PPO-EWMA IS-masked fraction": ("actor/ppo_ewma/is_masked_frac", "mean"),
+    "masked fraction, fresh tokens (numerics)": ("old_logits/correction/masked_fresh", "mean"),
+    "masked fraction, stale tokens": ("old_logits/correction/masked_stale", "mean"),
+    "IS-truncated fraction, stale tokens": ("old_logits/correction/truncated_stale", "mean"),
     "KL(behaviour, old log-probs) (`rollout_corr/kl`)": ("rollout_corr/kl", "mean"),
-    "trajectory staleness, mean": ("training/off_policy/trajectory_staleness/mean", "mean"),
-    "trajectory staleness, max": ("training/off_policy/trajectory_staleness/max", "max"),
-    "`old_logits/stale/version_gap_max`, max": ("old_logits/stale/version_gap_max", "max"),
+    "token staleness (versions), mean": ("old_logits/stale/version_gap_mean", "mean"),
+    "token staleness (versions), max": ("old_logits/stale/version_gap_max", "max"),
+    "verl's trajectory staleness (a lower bound), max": ("training/off_policy/trajectory_staleness/max", "max"),
+    "EWMA age (optimizer steps)": ("old_logits/ewma/age_steps", "mean"),
+    "stale tokens' age (optimizer steps)": ("old_logits/token_age_steps/stale_mean", "mean"),
     "time per step (s)": ("timing_s/step", "mean"),
     "old-log-prob time per step (s)": ("timing_s/old_log_prob", "mean"),
 }
@@ -283,12 +290,12 @@ def old_logits_section(results: dict[str, Runs], steps: int, plot: str) -> list[
         "### (c) Old logits under real staleness (verl's colocate_async, hgpo)", "",
         f"Runs that reached step {steps}: {seeds_ran(results, steps)}. Three batches are queued ahead of "
         "the trainer (recipe `async_agentic` with `num_warmup_batches=3`), so tokens are several weight "
-        "versions old (the staleness rows below are measured); every arm keeps the recipe's token_k1 "
-        "rejection band on pi_old/mu (0.5-2.0). `current`: verl's default (old log-probs recomputed "
-        "with the current weights), verl's PPO loss; `snapshot`: exact old log-probs from weight "
-        "snapshots, verl's PPO loss; `ewma + ppo_ewma`: the EWMA proximal policy with the decoupled "
-        "PPO-EWMA loss. Mean ± standard error over seeds; training metrics averaged over the steps "
-        "(staleness: maximum).", "",
+        "versions old (the staleness rows below are measured per token). Fair arms: every arm trains "
+        "with the `ppo_ewma` loss and the recipe's rollout correction (token IS truncated at 2, token_k1 "
+        "band 0.5-2.0 on pi_old/mu); only the old-logit provider differs (`ewma`: calibrated decay, "
+        "`ewma_bound`: com = staleness bound, the decay before issue 19). On this backend rollout and "
+        "trainer are both fp32 unless `actor_rollout_ref.rollout.dtype=bfloat16`. Mean ± standard error "
+        "over seeds; training metrics averaged over the steps (staleness: maximum).", "",
         "| metric | " + " | ".join(arms) + " |", "|---" * (len(arms) + 1) + "|",
         f"| held-out success, step {vs[-1] if vs else '-'} | " + " | ".join(fmt(success[a]) for a in arms) + " |",
     ]
@@ -301,7 +308,8 @@ def old_logits_section(results: dict[str, Runs], steps: int, plot: str) -> list[
               *comparison_lines("final success", success, episodes=VAL_EPISODES),
               *comparison_lines("learning speed (success averaged over all validations)", speed,
                                 episodes=VAL_EPISODES * len(vs))]
-    for label in ("PPO clip fraction", "rejection-masked fraction (token_k1 band)", "time per step (s)"):
+    for label in ("PPO clip fraction", "rejection-masked fraction (token_k1 band)", "masked fraction, stale tokens",
+                  "time per step (s)"):
         key, how = ASYNC_KEYS[label]
         lines += comparison_lines(label, {a: reduce_steps(results[a], key, how) for a in arms}, 3)
     lines += ["", f"![text_hybrid old logits]({plot})", ""]

@@ -15,7 +15,7 @@ from verl_ext.backends.cpu.rollout import HFRolloutServer
 
 @pytest.fixture
 def server(tiny_model_dir):
-    config = RolloutConfig(name="hf", prompt_length=32, response_length=24, tensor_model_parallel_size=1)
+    config = RolloutConfig(name="hf", prompt_length=32, response_length=24, tensor_model_parallel_size=1, dtype="float32")
     return HFRolloutServer(config=config, model_config=HFModelConfig(path=tiny_model_dir), replica_rank=0)
 
 
@@ -106,3 +106,23 @@ async def test_update_weights_changes_the_policy(server):
 async def test_multimodal_input_is_refused_with_a_reason(server):
     with pytest.raises(NotImplementedError, match="text-only"):
         await server.generate(prompt_ids=[1], sampling_params=dict(PARAMS), request_id="m", image_data=[object()])
+
+
+def test_rollout_dtype_makes_a_small_mismatch_with_the_fp32_trainer(tiny_model_dir):
+    """``actor_rollout_ref.rollout.dtype=bfloat16``: the server computes in bf16, the trainer in fp32;
+    the log-probs of the same tokens then differ by bf16 rounding, not more."""
+    from verl_ext.backends.cpu.rollout import rollout_dtype
+
+    config = RolloutConfig(name="hf", prompt_length=32, response_length=24, tensor_model_parallel_size=1,
+                           dtype="bfloat16")
+    bf16 = HFRolloutServer(config=config, model_config=HFModelConfig(path=tiny_model_dir), replica_rank=0)
+    fp32 = HFRolloutServer(config=config, model_config=HFModelConfig(path=tiny_model_dir), replica_rank=0,
+                           dtype=torch.float32)
+    assert bf16.engine.model.dtype == torch.bfloat16 and fp32.engine.model.dtype == torch.float32
+    ids = torch.randint(0, bf16.engine.model.config.vocab_size, (4, 20), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        low, high = (s.engine.model(input_ids=ids).logits.float().log_softmax(-1) for s in (bf16, fp32))
+    gap = (low - high).abs().max().item()
+    assert 0 < gap < 0.1, gap
+    with pytest.raises(ValueError, match="actor_rollout_ref.rollout.dtype"):
+        rollout_dtype("int8")

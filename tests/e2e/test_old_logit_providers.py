@@ -38,18 +38,30 @@ PPO_EWMA = ("+plugins/old_logits=ewma", "+plugins/loss=ppo_ewma")
 
 
 def test_ppo_ewma_with_the_ewma_provider_trains_and_resumes(tmp_path):
-    run_recipe("quickstart/run_cpu.sh", tmp_path, *ASYNC, *PPO_EWMA, steps=2)
+    run_recipe("quickstart/run_cpu.sh", tmp_path, *ASYNC, *PPO_EWMA, steps=4)
     metrics = read_metrics(tmp_path / "metrics.jsonl")
-    for step in (1, 2):
+    for step in (1, 2, 3, 4):
         assert_finite(metrics[step], ["actor/pg_loss", "actor/ppo_ewma/approx_kl", "actor/ppo_ewma/prox_lag",
-                                      "actor/ppo_ewma/is_weight_mean", "old_logits/ewma/forward_rows"])
+                                      "actor/ppo_ewma/is_weight_mean", "old_logits/ewma/forward_rows",
+                                      "old_logits/ewma/beta", "old_logits/ewma/age_steps",
+                                      "old_logits/token_age_steps/mean", "old_logits/token_age_steps/max"])
         assert_hook_metrics(metrics[step], EWMA_HOOKS, memory=("ewma_shadow", "swap_backup"))
     # before any update the EWMA equals the weights (bias-corrected): the proximal policy lags by 0
     assert metrics[1]["actor/ppo_ewma/prox_lag"] == 0.0
-    state = tmp_path / "checkpoints" / "global_step_2" / "verl_ext_old_logits" / "rank_0.pt"
+    assert metrics[1]["old_logits/ewma/age_steps"] == 0.0
+    # calibrated decay (the default): after warm-up the EWMA lags the live weights as far as the
+    # tokens it stands in for (with fresh_exact, the stale ones) lag them, in optimizer steps
+    stale = [s for s in (3, 4) if "old_logits/token_age_steps/stale_mean" in metrics[s]]
+    assert stale, "no stale step after warm-up: the async path was not exercised"
+    for step in stale:
+        m = metrics[step]
+        assert abs(m["old_logits/ewma/age_steps"] - m["old_logits/token_age_steps/stale_mean"]) <= 0.5, (step, m)
+    state = tmp_path / "checkpoints" / "global_step_4" / "verl_ext_old_logits" / "rank_0.pt"
     assert state.exists()
-    run_recipe("quickstart/run_cpu.sh", tmp_path, *ASYNC, *PPO_EWMA, "trainer.resume_mode=auto", steps=3)
-    metrics = read_metrics(tmp_path / "metrics.jsonl")
-    assert set(metrics) == {3}
-    assert metrics[3]["old_logits/ewma/forward_rows"] > 0
-    assert_hook_metrics(metrics[3], EWMA_HOOKS, memory=("ewma_shadow", "swap_backup"))
+    run_recipe("quickstart/run_cpu.sh", tmp_path, *ASYNC, *PPO_EWMA, "trainer.resume_mode=auto", steps=5)
+    resumed = read_metrics(tmp_path / "metrics.jsonl")
+    assert set(resumed) == {5}
+    assert resumed[5]["old_logits/ewma/forward_rows"] > 0
+    assert_hook_metrics(resumed[5], EWMA_HOOKS, memory=("ewma_shadow", "swap_backup"))
+    # the EWMA's age came back with the checkpoint (a restart would report 0)
+    assert resumed[5]["old_logits/ewma/age_steps"] > 0.5

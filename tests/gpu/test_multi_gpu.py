@@ -22,14 +22,14 @@ def _fsdp_overrides(gpus: int) -> list[str]:
 
 @pytest.mark.parametrize("gpus", [2, 4])
 def test_sync_ewma_sharded_checkpoint_and_resume(gpus, tmp_path):
-    run_script(SCRIPT, tmp_path, *_fsdp_overrides(gpus), gpus=gpus, ADV="hgpo", LOSS="ppo_ewma", PROVIDER="ewma",
-               STEPS="3")
+    run_script(SCRIPT, tmp_path, *_fsdp_overrides(gpus), gpus=gpus, ADV="hgpo", LOSS="ppo_ewma",
+               PROVIDER="ewma_bound", STEPS="3")  # sync: the default ewma would score with the live weights
     for rank in range(gpus):  # every rank holds the EWMA of its own shard
         assert (tmp_path / "checkpoints" / "global_step_3" / "verl_ext_old_logits" / f"rank_{rank}.pt").exists()
     first = read_metrics(tmp_path / "metrics.jsonl")
     assert first[3]["actor/ppo_ewma/prox_lag"] > 0.0
     run_script(SCRIPT, tmp_path, "trainer.resume_mode=auto", *_fsdp_overrides(gpus), gpus=gpus, ADV="hgpo",
-               LOSS="ppo_ewma", PROVIDER="ewma", STEPS="4")
+               LOSS="ppo_ewma", PROVIDER="ewma_bound", STEPS="4")
     resumed = read_metrics(tmp_path / "metrics.jsonl")
     assert set(resumed) == {4}
     assert resumed[4]["actor/ppo_ewma/prox_lag"] > 0.0  # restored, not restarted from the weights

@@ -18,8 +18,10 @@ SCRIPT = "text_corridor/run_gpu.sh"
 @pytest.mark.parametrize("adv", ["gigpo", "hgpo"])
 def test_sync_step_advantages_with_ppo_ewma_and_ewma(adv, tmp_path):
     """Sync trainer, step-aware advantages + PPO-EWMA + the EWMA provider; checkpoint at step 3,
-    resume for step 4 with the EWMA state restored from the per-rank file."""
-    run_script(SCRIPT, tmp_path, ADV=adv, LOSS="ppo_ewma", PROVIDER="ewma", STEPS="3")
+    resume for step 4 with the EWMA state restored from the per-rank file. ``ewma_bound`` (fixed
+    decay, no fresh_exact): under the sync trainer no token is stale, so the default ``ewma``
+    scores every token with the live weights and its average would never reach the forward."""
+    run_script(SCRIPT, tmp_path, ADV=adv, LOSS="ppo_ewma", PROVIDER="ewma_bound", STEPS="3")
     metrics = read_metrics(tmp_path / "metrics.jsonl")
     assert sorted(metrics) == [1, 2, 3]
     for step in (1, 2, 3):
@@ -35,7 +37,8 @@ def test_sync_step_advantages_with_ppo_ewma_and_ewma(adv, tmp_path):
     assert_clean_end(tmp_path)
     if adv != "hgpo":
         return
-    run_script(SCRIPT, tmp_path, "trainer.resume_mode=auto", ADV=adv, LOSS="ppo_ewma", PROVIDER="ewma", STEPS="4")
+    run_script(SCRIPT, tmp_path, "trainer.resume_mode=auto", ADV=adv, LOSS="ppo_ewma", PROVIDER="ewma_bound",
+               STEPS="4")
     resumed = read_metrics(tmp_path / "metrics.jsonl")
     assert set(resumed) == {4}, "the resumed run must start at step 4"
     # restored, not reset: a fresh EWMA would lag by 0 again

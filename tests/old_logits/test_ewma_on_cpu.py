@@ -6,7 +6,7 @@ import logging
 import pytest
 import torch
 
-from verl_ext.old_logits.ewma import EWMAShadow, beta_from_com, com_from_beta
+from verl_ext.old_logits.ewma import EWMAShadow, beta_from_com, com_from_beta, decay_for_target_age
 
 
 def _params(seed: int = 0, dtype: torch.dtype = torch.float32) -> list[torch.nn.Parameter]:
@@ -168,3 +168,65 @@ def test_dtensor_local_shards_match_plain_tensors():
     with s_sharded.swap_in():
         assert all(torch.equal(p.to_local(), a) for p, a in zip(sharded, s_sharded.average()))
     assert all(torch.equal(p.to_local(), x) for p, x in zip(sharded, live))
+
+
+def _closed_form_age(betas: list[float]) -> float:
+    """Centre-of-mass age of a bias-corrected EWMA after updates with decays ``betas``: θ_j
+    (j = 0 the initial weights) weighs the product of the decays applied after it."""
+    n = len(betas)
+    weights = [1.0] * (n + 1)
+    for j in range(n + 1):
+        for b in betas[j:]:
+            weights[j] *= b
+    return sum(w * (n - j) for j, w in enumerate(weights)) / sum(weights)
+
+
+def test_age_is_the_centre_of_mass_of_the_weights_used():
+    params = _params()
+    shadow = EWMAShadow(params, 0.5)
+    g = torch.Generator().manual_seed(2)
+    betas = []
+    for beta in [0.5, 0.5, 0.9, 0.0, 0.7, 0.8, 0.8]:
+        shadow.set_beta(beta)
+        _step(params, g)
+        shadow.update()
+        betas.append(beta)
+        assert shadow.age == pytest.approx(_closed_form_age(betas))
+    for _ in range(200):  # a constant decay converges to Hilton's com β / (1 - β)
+        shadow.update()
+    assert shadow.age == pytest.approx(com_from_beta(0.8))
+
+
+@pytest.mark.parametrize("age,weight", [(0.0, 1.0), (1.3, 2.5), (4.0, 5.0)])
+@pytest.mark.parametrize("target", [0.0, 0.5, 2.0, 3.5])
+def test_decay_for_target_age_hits_the_target_when_reachable(age, weight, target):
+    beta = decay_for_target_age(target, age, weight, max_beta=0.99)
+    reached = beta * weight * (age + 1) / (beta * weight + 1)  # the age after one update with β
+    if target < age + 1 and target / (weight * (age + 1 - target)) <= 0.99:
+        assert reached == pytest.approx(target)
+    else:  # too far for one update: the largest decay, the age grows as fast as it can
+        assert beta == 0.99 and reached < target
+
+
+def test_decay_for_target_age_is_the_com_rule_in_steady_state():
+    for com in (0.5, 2.0, 8.0):
+        beta = beta_from_com(com)
+        assert decay_for_target_age(com, com, 1.0 / (1.0 - beta), 0.999) == pytest.approx(beta)
+    assert decay_for_target_age(3.0, 1.0, 2.0, max_beta=0.6) == 0.6  # bounded
+
+
+def test_target_age_is_followed_after_warm_up_and_survives_a_checkpoint():
+    params = _params()
+    shadow = EWMAShadow(params, 0.0)
+    shadow.set_target_age(3.0, max_beta=beta_from_com(8.0))
+    g = torch.Generator().manual_seed(3)
+    for _ in range(12):  # from age 0 the age grows by < 1 per update (β <= 8/9 here)
+        _step(params, g)
+        shadow.update()
+    assert shadow.age == pytest.approx(3.0)
+    shadow.set_target_age(1.0, max_beta=beta_from_com(8.0))  # a fresher batch: one update gets there
+    shadow.update()
+    assert shadow.age == pytest.approx(1.0)
+    resumed = EWMAShadow(params, 0.0)
+    resumed.load_state_dict(shadow.state_dict(), same_beta=False)
+    assert resumed.age == pytest.approx(1.0) and resumed.beta == shadow.beta

@@ -48,3 +48,39 @@ def test_mask_split_by_cause_adds_up():
         m["old_logits/mask/numerics_frac"] + m["old_logits/mask/staleness_frac"] - m["old_logits/mask/rescued_frac"]
     )
     assert discrepancy_mask_by_cause(exact, exact, mu, mask, 0.9, 1.1)["old_logits/mask/staleness_frac"] == 0.0
+
+
+def test_correction_by_staleness_splits_fresh_and_stale_tokens():
+    from verl_ext.old_logits.metrics import correction_by_staleness
+
+    mu = torch.zeros(2, 4)
+    # row 0 fresh (version 5), row 1 stale (version 3); the last token of each is padding
+    versions = torch.tensor([[5, 5, 5, -1], [3, 3, 3, -1]])
+    mask = versions >= 0
+    old = torch.tensor([[0.0, 1.0, 0.0, 9.0], [1.0, 1.0, -1.0, 9.0]])  # log ρ̂: e > 2 for 1.0, < 1/2 for -1.0
+    out = correction_by_staleness(old, mu, versions, 5, mask, is_threshold=2.0, band=(0.5, 2.0))
+    assert out["old_logits/correction/masked_fresh"] == pytest.approx(1 / 3)
+    assert out["old_logits/correction/masked_stale"] == pytest.approx(1.0)
+    assert out["old_logits/correction/masked_staleness_excess"] == pytest.approx(2 / 3)
+    assert out["old_logits/correction/truncated_fresh"] == pytest.approx(1 / 3)
+    assert out["old_logits/correction/truncated_stale"] == pytest.approx(2 / 3)
+    assert out["old_logits/correction/stale_token_frac"] == pytest.approx(0.5)
+    # verl's token_k1 bounds μ/π_old: ρ̂ = e^{-0.5} = 0.61 is inside [0.5, 1.5], μ/π_old = 1.65 is not
+    asym = correction_by_staleness(torch.full((1, 1), -0.5), torch.zeros(1, 1), torch.tensor([[5]]), 5,
+                                   torch.ones(1, 1, dtype=torch.bool), None, (0.5, 1.5))
+    assert asym["old_logits/correction/masked_fresh"] == 1.0 and "old_logits/correction/truncated_fresh" not in asym
+
+
+def test_rollout_correction_thresholds_read_verl_config():
+    from omegaconf import OmegaConf
+
+    from verl_ext.old_logits.host import rollout_correction_thresholds
+
+    cfg = OmegaConf.create({"rollout_is": "token", "rollout_is_threshold": 2.0, "rollout_rs": "token_k1",
+                            "rollout_rs_threshold": "0.5_2.0", "bypass_mode": False})
+    assert rollout_correction_thresholds(cfg) == (2.0, (0.5, 2.0))
+    cfg.rollout_rs_threshold = 4.0
+    assert rollout_correction_thresholds(cfg) == (2.0, (0.25, 4.0))  # verl: one value = [1/x, x]
+    cfg.rollout_is, cfg.rollout_rs = "sequence", "seq_mean_k1"
+    assert rollout_correction_thresholds(cfg) == (None, None)
+    assert rollout_correction_thresholds(None) == (None, None)

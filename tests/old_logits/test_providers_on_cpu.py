@@ -94,7 +94,7 @@ def test_ewma_beta_zero_equals_current_bit_exactly(policy, batch):
 
 
 def test_ewma_is_the_forward_under_the_average(policy, batch):
-    old, _weights, host, _, state = _run("ewma", policy, batch, {"ewma": {"com": 1.0}})
+    old, _weights, host, _, state = _run("ewma", policy, batch, {"ewma": {"com": 1.0, "fresh_exact": False}})
     avg = copy.deepcopy(policy)
     with torch.no_grad():
         for p, a in zip(avg.parameters(), state.ewma.average()):
@@ -143,13 +143,18 @@ def test_loglinear_is_the_interpolation(policy, batch, raw, alpha_of_d):
 
 def test_config_defaults_and_errors():
     cfg = OldLogitsConfig.from_config({"provider": "ewma"}, max_off_policy_threshold=8)
-    assert cfg.ewma_beta() == pytest.approx(8 / 9)  # Hilton's 0.889 at the default bound
-    assert cfg.ewma_beta(updates_per_version=2) == pytest.approx(16 / 17)
+    assert cfg.ewma.calibrated and cfg.ewma_beta() == 0.0  # calibrated: starts at θ̄ = θ
+    assert cfg.ewma_max_com() == 8  # the calibrated age is capped at the staleness bound
+    fixed = OldLogitsConfig.from_config({"provider": "ewma", "ewma": {"com": 8}}, max_off_policy_threshold=8)
+    assert fixed.ewma_beta() == pytest.approx(8 / 9)  # Hilton's 0.889
+    assert fixed.ewma_beta(updates_per_version=2) == pytest.approx(16 / 17)
     assert cfg.snapshot_max_versions() == 8
+    with pytest.raises(ValueError, match="ewma.max_com"):
+        OldLogitsConfig.from_config({"ewma": {"com": 2, "max_com": 4}}, 8)
     with pytest.raises(ValueError, match="algorithm.old_logits.ewma.bogus"):
         OldLogitsConfig.from_config({"ewma": {"bogus": 1}}, 8)
     with pytest.raises(ValueError, match="max_off_policy_threshold is null"):
-        OldLogitsConfig.from_config({"provider": "ewma"}, None).ewma_beta()
+        OldLogitsConfig.from_config({"provider": "ewma"}, None).ewma_max_com()
     with pytest.raises(ValueError, match="only one"):
         OldLogitsConfig.from_config({"ewma": {"beta": 0.5, "com": 1}}, 8)
 
@@ -219,8 +224,9 @@ def test_declared_needs_follow_the_config(policy):
     def needs(raw):
         return build_provider(OldLogitsConfig.from_config(raw, max_off_policy_threshold=4)).requirements()
 
-    assert needs({"provider": "ewma"}).fields == ()
-    assert "token_versions" in needs({"provider": "ewma", "ewma": {"fresh_exact": True}}).fields
+    assert needs({"provider": "ewma"}).fields == ("token_versions",)  # the calibration measures token age
+    assert needs({"provider": "ewma", "ewma": {"fresh_exact": False}}).weights == ("ewma",)
+    assert needs({"provider": "ewma"}).weights == ("ewma", "current")  # fresh_exact by default
     assert needs({"provider": "snapshot"}).worker_hooks == ("before_optimizer_step",)
     assert needs({"provider": "rollout"}).weights == ()
     state = OldLogitWorkerState(OldLogitsConfig.from_config({"provider": "snapshot"}, 4), list(policy.parameters()))
@@ -240,7 +246,8 @@ def test_shipped_plugin_fragments_build_a_config():
     fragments = sorted((Path(verl_ext.__file__).parent / "plugins" / "old_logits").glob("*.yaml"))
     assert fragments
     for path in fragments:
-        node = OmegaConf.load(path).algorithm.old_logits
-        config = OldLogitsConfig.from_config(node, max_off_policy_threshold=4)
-        assert config.provider == path.stem
+        fragment = OmegaConf.load(path)
+        fragment.trainer = {"v1": {"sampler": {"max_off_policy_threshold": 4}}}  # what verl's config has
+        config = OldLogitsConfig.from_config(fragment.algorithm.old_logits, max_off_policy_threshold=4)
+        assert path.stem.split("_")[0] == config.provider  # `ewma_bound`: a variant of `ewma`
         build_provider(config)

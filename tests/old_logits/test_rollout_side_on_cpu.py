@@ -52,7 +52,7 @@ class _Handle:
 
 
 def _rollout_config() -> RolloutConfig:
-    return RolloutConfig(name="hf", prompt_length=32, response_length=24, tensor_model_parallel_size=1)
+    return RolloutConfig(name="hf", prompt_length=32, response_length=24, tensor_model_parallel_size=1, dtype="float32")
 
 
 @pytest.fixture

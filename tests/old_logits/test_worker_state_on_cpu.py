@@ -163,3 +163,30 @@ def test_each_step_reports_the_hooks_it_ran_and_the_memory_it_holds(policy, prov
             assert report["verl_ext/time/snapshot_save"] > 0 and "verl_ext/time/snapshot_save_wait" in report
             assert report["verl_ext/mem/snapshots/host_bytes"] == min(version + 1, 2) * param_bytes
         assert report["verl_ext/mem/swap_backup/gpu_bytes"] == 0
+
+
+@pytest.mark.parametrize("update_every", ["optimizer_step", "version"])
+def test_calibrated_ewma_age_follows_the_tokens_age_in_optimizer_steps(policy, batch, update_every):
+    """The default decay: each version, the provider measures the batch's token age and the
+    workers aim the EWMA's centre-of-mass age at it (in optimizer steps, 3 per version here)."""
+    config = OldLogitsConfig.from_config({"provider": "ewma", "ewma": {"update_every": update_every}},
+                                         max_off_policy_threshold=4)
+    state = OldLogitWorkerState(config, list(policy.parameters()), updates_per_version=3)
+    provider = build_provider(config)
+    mask = batch["response_mask"].bool()
+    reports = []
+    for version in range(12):
+        # tokens one and two versions old, 3:1 -> mean age 1.25 versions = 3.75 optimizer steps
+        age = torch.where(torch.arange(mask.shape[1]) % 4 == 0, 2, 1).expand_as(mask)
+        versions = torch.where(mask, version - age, -1)
+        metrics: dict = {}
+        host = LocalPolicyHost(policy.response_log_probs, state, version=version)
+        provider.compute(host, {**batch, "token_versions": versions}, metrics)
+        reports.append(metrics)
+        _train_version(state, policy, version, steps=3, seed=version)
+    last = reports[-1]
+    assert last["old_logits/token_age_steps/mean"] == pytest.approx(float(age[mask].float().mean()) * 3)
+    assert last["old_logits/token_age_steps/max"] == 6
+    assert last["old_logits/ewma/age_steps"] == pytest.approx(last["old_logits/token_age_steps/mean"], abs=1e-6)
+    assert reports[0]["old_logits/ewma/age_steps"] == 0.0  # θ̄_0 = θ_0
+    assert 0 < last["old_logits/ewma/beta"] < 1

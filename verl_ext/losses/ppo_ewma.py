@@ -161,7 +161,10 @@ def _metrics(out: TokenLosses, mask: torch.Tensor) -> dict[str, float]:
     }
     if out.is_weights is not None:
         stats["actor/ppo_ewma/is_weight_mean"] = out.is_weights
-        stats["actor/ppo_ewma/is_masked_frac"] = (out.is_weights == 0).float()  # zeroed by the discrepancy band
+        # zero weights come only from an IcePop threshold ("lo_hi" rollout_is_threshold); token TIS never
+        # zeroes one, and verl's rejection (rollout_rs) drops tokens from the mask before the loss:
+        # what the correction removes, by cause, is old_logits/correction/* (trainer side)
+        stats["actor/ppo_ewma/is_masked_frac"] = (out.is_weights == 0).float()
     if out.capped is not None:
         stats["actor/ppo_ewma/is_cap_frac"] = out.capped.float()  # total ratio above imp_weight_cap
     means = torch.stack([verl_F.masked_mean(v, mask) for v in stats.values()])

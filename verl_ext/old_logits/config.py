@@ -7,7 +7,7 @@ rather than by verl's ``_target_`` instantiation.
 Example (Hydra overrides)::
 
     +algorithm.old_logits.provider=ewma
-    +algorithm.old_logits.ewma.com=4          # default: the staleness bound, see EWMAConfig
+    +algorithm.old_logits.ewma.com=4          # fixed; default: calibrated from the tokens' age, see EWMAConfig
 """
 
 from __future__ import annotations
@@ -29,30 +29,50 @@ class EWMAConfig:
     """``algorithm.old_logits.ewma``.
 
     Attributes:
-        beta: EWMA decay; give ``beta`` or ``com``, not both.
-        com: centre of mass in *versions*; β = c / (1 + c) with c = com × updates per version.
-            Default: the staleness bound ``trainer.v1.sampler.max_off_policy_threshold``
-            (brief §6.1 item 4: COM := version lag, 8 versions ⇒ β = 0.889, Hilton's default).
+        beta: fixed EWMA decay; give ``beta`` or ``com``, not both.
+        com: fixed centre of mass in *versions*; β = c / (1 + c) with c = com × updates per
+            version (Hilton's 0.889 is com = 8 updates).
+        max_com: with neither set (the default), the decay is *calibrated*: at every version the
+            EWMA aims its centre-of-mass age at the measured mean age of the batch's tokens, in
+            optimizer steps (brief §6.1 item 4: com := the mean lag; with ``fresh_exact`` the mean
+            over the stale tokens, the only ones the EWMA stands in for), capped at ``max_com``
+            versions (default: the staleness bound ``trainer.v1.sampler.max_off_policy_threshold``).
+            ``EWMAShadow.set_target_age`` / ``decay_for_target_age`` pick each update's β.
         update_every: ``optimizer_step`` (Hilton; the trainer passes its optimizer steps per
             version) or ``version`` (once per published weight version).
         bias_correction: Hilton's total-weight scheme (θ̄_0 = θ_0 weighs as one update).
         fresh_exact: use the current weights for tokens of staleness 0 (exact there); costs a
             second forward over rows holding such tokens, and logs ``old_logits/abs_error``.
+            Default on: on fresh data the objective is then exactly PPO + the rollout correction
+            (brief §6.1 item 5), and the calibrated age aims at the stale tokens' mean age, which
+            stays put from version to version where the all-token mean swings with the share of
+            fresh tokens (0, 1, 0, 1 versions in the quickstart's colocated-async run).
         on_missing_state: ``error`` | ``reset`` when resuming without EWMA state.
     """
 
     beta: float | None = None
     com: float | None = None
+    max_com: float | None = None
     update_every: str = "optimizer_step"
     bias_correction: bool = True
-    fresh_exact: bool = False
+    fresh_exact: bool = True
     on_missing_state: str = "error"
+
+    @property
+    def calibrated(self) -> bool:
+        """Whether β follows the measured token age (neither ``beta`` nor ``com`` fixed)."""
+        return self.beta is None and self.com is None
 
     def __post_init__(self) -> None:
         if self.beta is not None and self.com is not None:
             raise ValueError(f"set only one of {KEY}.ewma.beta and {KEY}.ewma.com")
         if self.beta is not None:
             com_from_beta(self.beta)
+        if self.max_com is not None and (self.max_com < 0 or not self.calibrated):
+            raise ValueError(
+                f"{KEY}.ewma.max_com={self.max_com} bounds the calibrated decay: it must be >= 0 and "
+                f"{KEY}.ewma.beta / com must be unset"
+            )
         _check_choice("ewma.update_every", self.update_every, ("optimizer_step", "version"))
         _check_choice("ewma.on_missing_state", self.on_missing_state, ("error", "reset"))
 
@@ -177,8 +197,14 @@ class OldLogitsConfig:
         bound = None if max_off_policy_threshold is None else int(max_off_policy_threshold)
         return cls(staleness_bound=bound, stale_tokens=trainer_mode != "sync", **raw, **sub)
 
+    def ewma_updates(self, versions: float, steps_per_version: int) -> float:
+        """``versions`` weight versions in EWMA updates (× the optimizer steps per version with
+        ``update_every=optimizer_step``)."""
+        return versions * (steps_per_version if self.ewma.update_every == "optimizer_step" else 1)
+
     def ewma_beta(self, updates_per_version: int = 1) -> float:
-        """The decay to build ``EWMAShadow`` with.
+        """The decay to build ``EWMAShadow`` with (0 when calibrated: nothing measured yet, and
+        θ̄_0 = θ_0 anyway).
 
         Args:
             updates_per_version: EWMA updates per published version (optimizer steps per
@@ -186,10 +212,15 @@ class OldLogitsConfig:
         """
         if self.ewma.beta is not None:
             return self.ewma.beta
-        com_versions = self.ewma.com if self.ewma.com is not None else self._bound_for("ewma.com")
-        return beta_from_com(
-            float(com_versions) * (updates_per_version if self.ewma.update_every == "optimizer_step" else 1)
-        )
+        if self.ewma.com is None:
+            return 0.0
+        return beta_from_com(self.ewma_updates(float(self.ewma.com), updates_per_version))
+
+    def ewma_max_com(self) -> float:
+        """Upper bound of the calibrated centre of mass, in versions."""
+        if self.ewma.max_com is not None:
+            return float(self.ewma.max_com)
+        return float(self._bound_for("ewma.max_com"))
 
     def snapshot_max_versions(self) -> int:
         """How many snapshots to keep; at least the staleness bound."""

@@ -7,7 +7,10 @@ n-th update is the closed form
 
     θ̄_n = Σ_{j=0..n} β^{n-j} θ_j / W_n,        W_n = Σ_{j=0..n} β^{n-j} = β W_{n-1} + 1,
 
-whose centre of mass (mean age, in updates) is β / (1 - β) once W has converged.
+whose centre of mass (mean age, in updates) is β / (1 - β) once W has converged. The shadow
+tracks that age exactly (``age``), whatever decays were used, and can choose the decay of each
+update so that the age follows a target (``target_age``, set from the measured age of the batch's
+tokens: ``decay_for_target_age``).
 See docs/plugins/old_logits.md and the research brief §5-§6 for why θ̄ stands in for the missing
 old logits π_train(θ_v) in asynchronous RL.
 
@@ -51,6 +54,31 @@ def beta_from_com(com: float) -> float:
     return com / (1.0 + com)
 
 
+def decay_for_target_age(target_age: float, age: float, total_weight: float, max_beta: float) -> float:
+    """Decay β of the next update that makes the EWMA's centre-of-mass age equal ``target_age``
+    right after it (all ages in updates).
+
+    An update with decay β turns total weight W and age a into W' = βW + 1 and
+    a' = βW (a + 1) / (βW + 1) (every earlier θ_j ages by one update, the new θ weighs 1 at age 0),
+    so a' = t for β = t / (W (a + 1 - t)). A target of at least a + 1 cannot be reached in one
+    update (the age grows by less than one per update): then the largest decay allowed. In steady
+    state (W = 1/(1-β), a = t) this is β = t / (1 + t), the usual com rule (brief §6.1 item 4).
+
+    Args:
+        target_age: wanted age in updates (>= 0); 0 gives β = 0 (the EWMA equals the weights).
+        age: the age now, in updates.
+        total_weight: W now (1 after initialisation with bias correction).
+        max_beta: upper bound on the decay, in [0, 1).
+
+    Returns:
+        β in [0, max_beta].
+    """
+    if target_age <= 0.0:
+        return 0.0
+    slack = total_weight * (age + 1.0 - target_age)
+    return max_beta if slack <= 0.0 else min(max_beta, target_age / slack)
+
+
 def com_from_beta(beta: float) -> float:
     """Centre of mass β / (1 - β) of an EWMA with decay β (Hilton et al. 2022, appendix)."""
     if not 0.0 <= beta < 1.0:
@@ -89,7 +117,13 @@ class EWMAShadow:
         self._scaled_add = make_scaled_add(self._acc, self._local(), fused)
         self._gain = 1.0
         self.total_weight = 1.0 if bias_correction or beta == 0.0 else 1.0 / (1.0 - beta)
+        # Σ_j w_j (age of θ_j in updates); without bias correction θ_0 stands for an infinite
+        # history, so the age starts at its fixed point β / (1 - β).
+        self._age_sum = 0.0 if bias_correction else self.total_weight * com_from_beta(beta)
         self.num_updates = 0
+        # age (in updates) the next updates aim at, None: keep β (``decay_for_target_age``)
+        self.target_age: float | None = None
+        self.max_beta = 0.0
         self._swap: WeightSwap | None = None
 
     def set_beta(self, beta: float) -> None:
@@ -103,6 +137,18 @@ class EWMAShadow:
         self.beta = float(beta)
         if not self.bias_correction:
             self.total_weight = 1.0 / (1.0 - beta)
+            self._age_sum = self.total_weight * com_from_beta(beta)
+
+    def set_target_age(self, age: float | None, max_beta: float) -> None:
+        """Lets every following update pick its decay so that the age right after it is ``age``
+        updates (``decay_for_target_age``, at most ``max_beta``); None keeps the current β.
+        Without bias correction the average has no finite history to re-weight: β = age/(1+age)."""
+        if age is not None and age < 0:
+            raise ValueError(f"EWMA target age must be >= 0 updates, got {age}")
+        com_from_beta(max_beta)  # validates the range
+        self.target_age, self.max_beta = age, float(max_beta)
+        if age is not None and not self.bias_correction:
+            self.set_beta(min(max_beta, beta_from_com(age)))
 
     @property
     def com(self) -> float:
@@ -112,6 +158,12 @@ class EWMAShadow:
     def shadow(self) -> list[torch.Tensor]:
         """The fp32 tensors the shadow keeps (its memory: one fp32 copy of the local shards)."""
         return self._acc
+
+    @property
+    def age(self) -> float:
+        """Centre-of-mass age of θ̄ in updates: Σ_j w_j (n - j) / Σ_j w_j over the updates so far
+        (β / (1 - β) once a constant β has converged)."""
+        return self._age_sum / self.total_weight
 
     @property
     def swapped_in(self) -> bool:
@@ -127,12 +179,16 @@ class EWMAShadow:
             raise RuntimeError("EWMAShadow.update() called while the EWMA weights are swapped in; swap_out() first")
         new = self._local()
         self.num_updates += 1
+        if self.target_age is not None and self.bias_correction:
+            self.beta = decay_for_target_age(self.target_age, self.age, self.total_weight, self.max_beta)
         if self.beta == 0.0:
             torch._foreach_copy_(self._acc, new)
-            self._gain, self.total_weight = 1.0, 1.0
+            self._gain, self.total_weight, self._age_sum = 1.0, 1.0, 0.0
             return
         w_prev = self.total_weight
         self.total_weight = self.beta * w_prev + 1.0
+        if self.bias_correction:
+            self._age_sum = self.beta * (self._age_sum + w_prev)
         # θ̄' = (β W θ̄ + θ) / W'  ⇔  A' = A + θ / (β W g),  g' = β W g / W'
         self._scaled_add(new, 1.0 / (self.beta * w_prev * self._gain))
         self._gain *= self.beta * w_prev / self.total_weight
@@ -179,13 +235,15 @@ class EWMAShadow:
             "beta": self.beta,
             "bias_correction": self.bias_correction,
             "total_weight": self.total_weight,
+            "age_sum": self._age_sum,
             "num_updates": self.num_updates,
         }
 
     @torch.no_grad()
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restores a ``state_dict()``; the decay must match the configured one."""
-        if not math.isclose(state["beta"], self.beta) or state["bias_correction"] != self.bias_correction:
+    def load_state_dict(self, state: dict[str, Any], same_beta: bool = True) -> None:
+        """Restores a ``state_dict()``. With ``same_beta`` the decay must match the configured
+        one; otherwise (a decay calibrated from the data) the checkpoint's decay is taken."""
+        if (same_beta and not math.isclose(state["beta"], self.beta)) or state["bias_correction"] != self.bias_correction:
             raise ValueError(
                 f"EWMA checkpoint has beta={state['beta']}, bias_correction={state['bias_correction']} but the config "
                 f"asks for beta={self.beta}, bias_correction={self.bias_correction}; set algorithm.old_logits.ewma.beta "
@@ -196,15 +254,18 @@ class EWMAShadow:
         for a, s in zip(self._acc, state["average"], strict=True):
             a.copy_(s)
         self._gain = 1.0
+        self.beta = float(state["beta"])
         self.total_weight = float(state["total_weight"])
+        # checkpoints from before the age was tracked: the steady-state age of their decay
+        self._age_sum = float(state.get("age_sum", self.total_weight * com_from_beta(self.beta)))
         self.num_updates = int(state["num_updates"])
 
-    def resume(self, state: dict[str, Any] | None, on_missing_state: str = "error") -> None:
+    def resume(self, state: dict[str, Any] | None, on_missing_state: str = "error", same_beta: bool = True) -> None:
         """Checkpoint resume. ``state=None`` (checkpoint saved without EWMA state) raises unless
         ``on_missing_state="reset"``, which restarts the average at the current weights (θ̄ = θ,
         W = 1; brief §6.1 item 6) and logs it."""
         if state is not None:
-            self.load_state_dict(state)
+            self.load_state_dict(state, same_beta)
             return
         if on_missing_state != "reset":
             raise RuntimeError(
@@ -217,4 +278,5 @@ class EWMAShadow:
             torch._foreach_copy_(self._acc, self._local())
         self._gain = 1.0
         self.total_weight = 1.0 if self.bias_correction else 1.0 / (1.0 - self.beta)
+        self._age_sum = 0.0 if self.bias_correction else self.total_weight * self.com
         self.num_updates = 0

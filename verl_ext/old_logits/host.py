@@ -36,7 +36,7 @@ from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 from verl.workers.utils.padding import response_from_nested, response_to_nested
 
 from verl_ext.old_logits.config import OldLogitsConfig
-from verl_ext.old_logits.metrics import PREFIX
+from verl_ext.old_logits.metrics import PREFIX, correction_by_staleness, staleness_metrics
 from verl_ext.old_logits.precomputed import SegmentStore, precomputed_log_probs
 from verl_ext.old_logits.providers import (
     PRECOMPUTED_LOG_PROBS,
@@ -149,6 +149,10 @@ def exit_weights(ray_self: Any) -> None:
             context.__exit__(None, None, None)
 
 
+def calibrate_worker_ewma(ray_self: Any, token_age_versions: float | None) -> dict[str, float]:
+    return _state(ray_self).ewma_calibrate(token_age_versions)
+
+
 def save_worker_state(ray_self: Any, folder: str) -> None:
     rank = int(os.environ.get("RANK", 0))
     os.makedirs(folder, exist_ok=True)
@@ -211,6 +215,9 @@ class VerlOldLogitHost:
         workers = self.trainer.actor_rollout_wg.workers
         return ray.get([worker.__ray_call__.remote(fn, *args) for worker in workers])
 
+    def old_logits_ewma_calibrate(self, token_age_versions: float | None) -> dict[str, float]:
+        return self.on_workers(calibrate_worker_ewma, token_age_versions)[0]  # every rank holds the same scalars
+
     def old_logits_version(self) -> int:
         # tokens sampled after the weight sync that ended step s carry version s; during step s
         # the actor holds the weights of version s - 1.
@@ -272,6 +279,30 @@ class VerlOldLogitHost:
         log_probs = data.to_padded_tensor()["log_probs"]
         return log_probs if rows is None else log_probs[rows]
 
+    def correction_metrics(self, batch: Any) -> dict[str, float]:
+        """After any provider (``current`` included): per-token staleness (``stale/*``, from the
+        recorded versions rather than verl's per-trajectory lower bound) and what the rollout
+        correction removes from fresh vs stale tokens (``metrics.correction_by_staleness``).
+        Empty when the rows carry no rollout log-probs or no versions."""
+        fields = ["old_log_probs", "rollout_log_probs", "response_mask", "extra_fields"]
+        # as verl's _compute_advantage: a field the rows lack (no rollout log-probs) is left out
+        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
+        if not {"rollout_log_probs", "extra_fields"} <= set(data.keys()):
+            return {}
+        extra = data.pop("extra_fields").tolist()
+        padded = data.to_padded_tensor()
+        mask = padded["response_mask"]
+        if any(TOKEN_VERSIONS_KEY not in (row or {}) for row in extra):
+            return {}
+        versions = token_versions(extra, mask, batch.keys)
+        n = self.old_logits_version()
+        is_threshold, band = rollout_correction_thresholds(self.trainer.config.algorithm.get("rollout_correction"))
+        out = staleness_metrics(versions, n, mask, max_bucket=8)
+        out.update(correction_by_staleness(
+            padded["old_log_probs"], padded["rollout_log_probs"], versions, n, mask, is_threshold, band
+        ))
+        return out
+
     def old_logits_store(self, batch: Any, old_log_probs: torch.Tensor) -> Any:
         mask = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["response_mask"])
         nested = response_to_nested(old_log_probs, mask["response_mask"])
@@ -280,6 +311,21 @@ class VerlOldLogitHost:
             partition_id=batch.partition_id,
             fields=TensorDict({"old_log_probs": nested}, batch_size=len(batch)),
         )
+
+
+def rollout_correction_thresholds(correction: Any) -> tuple[float | None, tuple[float, float] | None]:
+    """(token IS truncation threshold, token_k1 rejection band) of verl's
+    ``algorithm.rollout_correction``; None where that part is off, or not token-level (a
+    sequence-level IS threshold or other rejection modes are not split by token)."""
+    if correction is None or correction.get("bypass_mode", False):
+        return None, None
+    threshold = correction.get("rollout_is_threshold")
+    is_threshold = float(threshold) if correction.get("rollout_is") == "token" and isinstance(threshold, (int, float)) else None
+    band = None
+    if correction.get("rollout_rs") == "token_k1" and correction.get("rollout_rs_threshold") is not None:
+        low, _, high = str(correction.get("rollout_rs_threshold")).partition("_")
+        band = (float(low), float(high)) if high else (1.0 / float(low), float(low))
+    return is_threshold, band
 
 
 def token_versions(extra_fields: list[dict], response_mask: torch.Tensor, keys: Sequence[str]) -> torch.Tensor:

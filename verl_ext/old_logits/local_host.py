@@ -59,6 +59,9 @@ class LocalPolicyHost:
             raise RuntimeError("this LocalPolicyHost has no OldLogitWorkerState to serve non-current weights")
         return self.state
 
+    def old_logits_ewma_calibrate(self, token_age_versions: float | None) -> dict[str, float]:
+        return self._state().ewma_calibrate(token_age_versions)
+
     def old_logits_rollout_sync(self, metrics: dict[str, float]) -> None:
         """Nothing to do: here ``precomputed_old_log_probs`` comes with the batch dict."""
 

@@ -103,6 +103,57 @@ def discrepancy_mask_by_cause(
     }
 
 
+def correction_by_staleness(
+    old_log_probs: torch.Tensor,
+    rollout_log_probs: torch.Tensor,
+    token_versions: torch.Tensor,
+    current_version: int,
+    mask: torch.Tensor,
+    is_threshold: float | None,
+    band: tuple[float, float] | None,
+) -> dict[str, float]:
+    """What verl's rollout correction does to fresh and to stale tokens, from any provider's old
+    logits (no exact reference needed). On a fresh token (d = 0) every provider's old logits are
+    π_train(θ_n), exact, so the band and the truncation act on numerics only; on stale tokens they
+    act on numerics plus whatever staleness the provider left in ρ̂ = π_old/μ. The excess of the
+    stale rate over the fresh rate estimates the share removed *because of staleness* (about 0 for
+    an exact provider; brief §2.2 A for ``current``).
+
+    Args:
+        old_log_probs, rollout_log_probs: ``(bs, L)`` log π_old and log μ.
+        token_versions: ``(bs, L)`` long, -1 = no version.
+        current_version: n, the version of the weights that computed ``current`` old logits.
+        mask: ``(bs, L)`` response mask (before rejection).
+        is_threshold: token IS truncation threshold (``rollout_is_threshold``), or None.
+        band: token rejection band (``rollout_rs=token_k1``, ``rollout_rs_threshold`` "lo_hi"; verl
+            bounds μ/π_old with it), or None.
+
+    Returns:
+        ``correction/{masked,truncated}_{fresh,stale}`` (fractions of the fresh / stale tokens),
+        ``correction/{masked,truncated}_staleness_excess`` (stale minus fresh; with tokens of both
+        kinds) and ``correction/stale_token_frac``.
+    """
+    m = mask.bool() & (token_versions >= 0)
+    d = current_version - token_versions
+    groups = {"fresh": m & (d == 0), "stale": m & (d > 0)}
+    log_rho = (old_log_probs - rollout_log_probs).float()
+    removed = {}
+    if band is not None:
+        removed["masked"] = ratio_out_of_band(-log_rho, *band)  # verl's token_k1 statistic is log(μ/π_old)
+    if is_threshold is not None:
+        removed["truncated"] = log_rho > torch.log(torch.tensor(float(is_threshold)))
+    out = {f"{PREFIX}correction/stale_token_frac": _masked_mean(groups["stale"], m)}
+    for kind, hit in removed.items():
+        for name, group in groups.items():
+            if group.any():
+                out[f"{PREFIX}correction/{kind}_{name}"] = _masked_mean(hit, group)
+        if groups["fresh"].any() and groups["stale"].any():
+            out[f"{PREFIX}correction/{kind}_staleness_excess"] = (
+                out[f"{PREFIX}correction/{kind}_stale"] - out[f"{PREFIX}correction/{kind}_fresh"]
+            )
+    return out
+
+
 @contextmanager
 def cost_meter(metrics: dict[str, float], name: str) -> Iterator[dict[str, float]]:
     """Times a provider's work into ``old_logits/{name}/time_s``; the body may add counters to the

@@ -68,6 +68,11 @@ class OldLogitHost(Protocol):
     def old_logits_store(self, batch: Any, old_log_probs: torch.Tensor) -> Any:
         """Writes ``old_log_probs (bs, L)`` for the loss and returns the (updated) batch."""
 
+    def old_logits_ewma_calibrate(self, token_age_versions: float | None) -> dict[str, float]:
+        """``OldLogitWorkerState.ewma_calibrate`` on the workers (rank 0's report): the EWMA's
+        ``beta``, ``age_steps`` and ``steps_per_version``, then the calibrated decay aims at
+        ``token_age_versions``."""
+
     def old_logits_rollout_sync(self, metrics: dict[str, float]) -> None:
         """Rollout-side work that must happen while the trainer still holds the weights the rollout
         just used, before ``precomputed_old_log_probs`` is read (``interrupt``: score the segments
@@ -286,29 +291,61 @@ class InterruptProvider(PrecomputedProvider):
 @register_provider("ewma")
 class EWMAProvider(OldLogitProvider):
     """π_prox = π_train(θ̄), θ̄ the EWMA of the trainer's parameters (revised PPO-EWMA, brief §6.1).
-    Same single forward as ``current``, other weights. With ``ewma.fresh_exact`` tokens of
-    staleness 0 use the current weights (a second forward) and the error of θ̄ on them is logged."""
+    Same single forward as ``current``, other weights. With ``ewma.fresh_exact`` (default) tokens
+    of staleness 0 use the current weights (a second forward where a batch holds both kinds; one
+    forward under the current weights where nothing is stale) and the error of θ̄ on them is logged.
 
-    needs = ProviderNeeds(weights=(EWMA,), worker_hooks=("after_optimizer_step", "on_version_published"))
+    Unless ``ewma.beta`` / ``ewma.com`` fix it, the decay is calibrated: after the forward the
+    workers aim the EWMA's age at the mean age of this batch's tokens (the stale ones with
+    ``fresh_exact``), so the next versions' θ̄ lags the live weights as far as their tokens do.
+    Metrics: ``ewma/beta``, ``ewma/age_steps`` (θ̄'s centre-of-mass age in optimizer steps, as used
+    in this forward), ``token_age_steps/{mean,max,stale_mean}`` (the tokens' behaviour weights)."""
+
+    needs = ProviderNeeds(
+        fields=(TOKEN_VERSIONS,),
+        weights=(EWMA,),
+        worker_hooks=("after_optimizer_step", "on_version_published"),
+        rollout_side="record per-token versions (verl_ext.old_logits.rollout_client, extra_fields['token_global_steps'])",
+    )
 
     def requirements(self) -> ProviderNeeds:
         if not self.config.ewma.fresh_exact:
             return self.needs
-        return ProviderNeeds(fields=(TOKEN_VERSIONS,), weights=(EWMA, CURRENT), worker_hooks=self.needs.worker_hooks)
+        return ProviderNeeds(
+            self.needs.fields, (EWMA, CURRENT), self.needs.worker_hooks, self.needs.rollout_side
+        )
 
     def compute(self, trainer: OldLogitHost, batch: Any, metrics: dict[str, float]) -> Any:
+        data = self._fetch_with_staleness(trainer, batch, [TOKEN_VERSIONS], metrics)
+        mask = data[RESPONSE_MASK].bool() & (data[TOKEN_VERSIONS] >= 0)
+        age = (trainer.old_logits_version() - data[TOKEN_VERSIONS]).clamp(min=0).float()
+        fresh = mask & (age == 0)
         with cost_meter(metrics, self.name) as cost:
-            old = trainer.old_logits_forward(batch, EWMA)
-            cost["forward_rows"] = old.shape[0]
-            if self.config.ewma.fresh_exact:
-                data = self._fetch_with_staleness(trainer, batch, [TOKEN_VERSIONS], metrics)
-                fresh = data[RESPONSE_MASK].bool() & (data[TOKEN_VERSIONS] == trainer.old_logits_version())
+            if self.config.ewma.fresh_exact and not (mask & (age > 0)).any():
+                # nothing stale (e.g. verl's sync trainer): the current weights are exact everywhere
+                old = trainer.old_logits_forward(batch, CURRENT)
+                cost["forward_rows"] = old.shape[0]
+            else:
+                old = trainer.old_logits_forward(batch, EWMA)
+                cost["forward_rows"] = old.shape[0]
                 rows = fresh.any(dim=-1).nonzero(as_tuple=True)[0]
-                if rows.numel():
+                if self.config.ewma.fresh_exact and rows.numel():
                     exact = trainer.old_logits_forward(batch, CURRENT, rows)
                     metrics.update(approximation_errors(old[rows], exact, fresh[rows]))
                     old[rows] = torch.where(fresh[rows], exact, old[rows])
-                cost["forward_rows"] += rows.numel()
+                    cost["forward_rows"] += rows.numel()
+        stand_in = mask & (age > 0) if self.config.ewma.fresh_exact else mask  # tokens θ̄ stands in for
+        target = float(age[stand_in].mean()) if stand_in.any() else None
+        report = trainer.old_logits_ewma_calibrate(target)
+        steps = report["steps_per_version"]
+        metrics[f"{PREFIX}ewma/beta"] = report["beta"]
+        metrics[f"{PREFIX}ewma/age_steps"] = report["age_steps"]
+        if mask.any():
+            metrics[f"{PREFIX}token_age_steps/mean"] = float(age[mask].mean()) * steps
+            metrics[f"{PREFIX}token_age_steps/max"] = float(age[mask].max()) * steps
+        stale = mask & (age > 0)
+        if stale.any():
+            metrics[f"{PREFIX}token_age_steps/stale_mean"] = float(age[stale].mean()) * steps
         return trainer.old_logits_store(batch, old)
 
 

@@ -11,6 +11,7 @@ parameters (local shards) and calls the four hooks below; nothing here knows abo
     on_version_published(version)   # EWMA update (update_every=version)
     with state.weights(spec): ...   # forward under "current" | "ewma" | "snapshot:<v>"
     report()                        # this step's verl_ext/time/* and verl_ext/mem/* (verl_ext.timing)
+    ewma_calibrate(token_age)       # report the EWMA's age; aim it at the batch's token age
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any
 import torch
 
 from verl_ext.old_logits.config import OldLogitsConfig
-from verl_ext.old_logits.ewma import EWMAShadow
+from verl_ext.old_logits.ewma import EWMAShadow, beta_from_com
 from verl_ext.old_logits.snapshot import SnapshotMissingError, SnapshotStore
 from verl_ext.old_logits.swap import fsdp_resharder
 from verl_ext.timing import held_bytes, hook_timer, timed
@@ -94,6 +95,7 @@ class OldLogitWorkerState:
         self._step_version: int | None = first_version - 1
         self._steps_in_version = 0
         self.steps_per_version: int | None = None  # counted in the last completed version
+        self._steps_estimate = max(1, updates_per_version)
         self._published: int | None = None
         # Set by the trainer glue: the version the live weights hold now, and the weight swap
         # in progress (entered and exited by two separate calls into the worker).
@@ -145,11 +147,34 @@ class OldLogitWorkerState:
         self._published = version
 
     def calibrate(self, steps_per_version: int) -> None:
-        """Sets the EWMA decay from the optimizer steps one version took (``ewma.com`` versions
-        = ``com * steps_per_version`` updates); a no-op for a fixed ``ewma.beta``."""
+        """Sets a fixed ``ewma.com`` decay from the optimizer steps one version took (``com``
+        versions = ``com * steps_per_version`` updates); a no-op for a fixed ``ewma.beta`` and
+        for the calibrated decay, which ``ewma_calibrate`` aims at the tokens' age."""
         self.steps_per_version = steps_per_version
-        if self.ewma is not None and self.config.ewma.beta is None:
+        if self.ewma is not None and self.config.ewma.com is not None:
             self.ewma.set_beta(self.config.ewma_beta(steps_per_version))
+
+    def ewma_calibrate(self, token_age_versions: float | None) -> dict[str, float]:
+        """Reports the EWMA as the forward just done used it, then (calibrated decay only) aims
+        the following updates' age at ``token_age_versions``, the mean age of the batch's tokens
+        in versions, capped at ``ewma.max_com`` versions (brief §6.1 item 4).
+
+        Returns:
+            ``beta`` (of the last update), ``age_steps`` (θ̄'s centre-of-mass age in optimizer
+            steps behind the live weights) and ``steps_per_version`` (counted in the last
+            completed version, else the trainer's estimate).
+        """
+        if self.ewma is None:
+            raise RuntimeError(f"ewma_calibrate called but algorithm.old_logits.provider={self.config.provider}")
+        steps = self.steps_per_version or self._steps_estimate
+        updates_per_step = self.config.ewma_updates(1.0, steps) / steps  # 1, or 1/steps per version
+        report = {"beta": self.ewma.beta, "age_steps": self.ewma.age / updates_per_step, "steps_per_version": steps}
+        if self.config.ewma.calibrated and token_age_versions is not None:
+            bound = self.config.ewma_updates(self.config.ewma_max_com(), steps)
+            self.ewma.set_target_age(
+                min(self.config.ewma_updates(token_age_versions, steps), bound), beta_from_com(bound)
+            )
+        return report
 
     def weights(self, spec: str) -> AbstractContextManager[Any]:
         """Context under which the live parameters hold the weights named by ``spec``."""
@@ -196,6 +221,7 @@ class OldLogitWorkerState:
         SnapshotConfig.on_missing)."""
         return {
             "ewma": None if self.ewma is None else self.ewma.state_dict(),
+            "ewma_target_age": None if self.ewma is None else self.ewma.target_age,
             "steps_per_version": self.steps_per_version,
         }
 
@@ -205,4 +231,8 @@ class OldLogitWorkerState:
         if state.get("steps_per_version"):
             self.calibrate(state["steps_per_version"])  # the decay the saved EWMA was built with
         if self.ewma is not None:
-            self.ewma.resume(state.get("ewma"), self.config.ewma.on_missing_state)
+            calibrated = self.config.ewma.calibrated
+            self.ewma.resume(state.get("ewma"), self.config.ewma.on_missing_state, same_beta=not calibrated)
+            if calibrated and state.get("ewma_target_age") is not None:
+                bound = self.config.ewma_updates(self.config.ewma_max_com(), self.steps_per_version or self._steps_estimate)
+                self.ewma.set_target_age(state["ewma_target_age"], beta_from_com(bound))

@@ -56,10 +56,28 @@ def server_actor_name(replica_rank: int, suffix: str = "") -> str:
     return f"hf_rollout_server_{replica_rank}{suffix}"
 
 
-class HFRolloutServer:
-    """Token-in/token-out generation server for one replica (runs as a Ray actor)."""
+def rollout_dtype(name: str) -> torch.dtype:
+    """``actor_rollout_ref.rollout.dtype`` as a torch dtype: the precision the ``hf`` server
+    computes in (as vLLM's ``dtype``). The cpu backend fragment sets ``float32``, the trainer's
+    precision, so rollout and trainer agree to ~1e-9; ``bfloat16`` gives a real train/inference
+    mismatch (bf16 weights, activations and logits against the fp32 trainer)."""
+    dtypes = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+              "float16": torch.float16, "fp16": torch.float16}
+    if name not in dtypes:
+        raise ValueError(f"actor_rollout_ref.rollout.dtype={name!r} is not supported by the hf rollout; "
+                         f"use one of {sorted(dtypes)}")
+    return dtypes[name]
 
-    def __init__(self, config: RolloutConfig, model_config: HFModelConfig, replica_rank: int) -> None:
+
+class HFRolloutServer:
+    """Token-in/token-out generation server for one replica (runs as a Ray actor).
+
+    Args:
+        dtype: the precision to load the model in; None: ``config.dtype`` (``rollout_dtype``).
+    """
+
+    def __init__(self, config: RolloutConfig, model_config: HFModelConfig, replica_rank: int,
+                 dtype: torch.dtype | None = None) -> None:
         from transformers import AutoModelForCausalLM, GenerationConfig
 
         config = omega_conf_to_dataclass(config)
@@ -69,7 +87,7 @@ class HFRolloutServer:
         torch.set_num_threads(max(1, int(os.environ.get("VERL_EXT_HF_ROLLOUT_THREADS", "1"))))
         model = AutoModelForCausalLM.from_pretrained(
             model_config.local_path,
-            dtype=torch.float32,
+            dtype=dtype or rollout_dtype(config.dtype),
             attn_implementation="sdpa",
             trust_remote_code=model_config.trust_remote_code,
         )
@@ -305,7 +323,8 @@ class HFOldLogitScorer(HFRolloutServer):
     """The ``dedicated`` old-logit scorer on the cpu backend: a forward-only copy of the policy
     (runs as a named Ray actor, ``SCORER_ACTOR_NAME``).
 
-    It inherits the server's model loading (transformers, fp32, sdpa) and weight updates; the
+    It inherits the server's model loading (transformers, sdpa) and weight updates, in fp32 whatever
+    ``actor_rollout_ref.rollout.dtype`` says (it stands for the training engine); the
     leader of replica 0's ``HFServerAdapter`` sends it every weight version right after the
     replica's server. On this backend the trainer also runs fp32 transformers, so its scores are
     the training-side log-probs π_train(θ_v) up to summation order; on a GPU backend the point of
@@ -333,7 +352,7 @@ class HFOldLogitScorer(HFRolloutServer):
         temperature: float,
         sync_timeout_s: float,
     ) -> None:
-        super().__init__(config=config, model_config=model_config, replica_rank=0)
+        super().__init__(config=config, model_config=model_config, replica_rank=0, dtype=torch.float32)
         self.servers = servers
         self.temperature = float(temperature)
         self.sync_timeout_s = sync_timeout_s

@@ -1,0 +1,264 @@
+"""Old-logit providers end to end on one H200 (issue 19, items 5-6): bf16 vLLM rollout against the
+FSDP2 trainer, a real train/inference mismatch, under real staleness.
+
+``recipes/text_corridor/run_gpu.sh`` (verl's ``main_ppo``, colocate_async, FSDP2 + vLLM) with a tiny
+random Qwen2 (hidden 256, 4 layers: head dim 64 for vLLM's FlashAttention) at the cpu runs'
+learning rate, for every arm of a fair comparison: the same ``ppo_ewma`` loss and the same rollout
+correction (token IS truncated at 2 + token_k1 band [0.5, 2]); only the old-logit source differs
+(``ARMS``), plus fp32-rollout controls for ``current`` and ``snapshot`` (vLLM and trainer in fp32:
+almost no mismatch). Staleness from ``num_warmup_batches`` 3 and 6 (bound 2x), ``--steps`` (>= 60)
+steps, ``--seeds`` (>= 3) seeds per arm. Runs share the card: at most ``--parallel`` at a time, each
+started only once the previous one has trained its first step (its vLLM engine has finished
+profiling memory; three engines profiling at once failed) or ``--stagger-s`` passed.
+
+Each run writes ``metrics.jsonl`` and ``run.json`` (wall time, card, versions) under
+``--out/<warmup>/<arm>/seed<k>``; finished runs are reused. The report (``--report-only`` to
+re-write it) is the section ``## GPU: old-logit study`` of docs/benchmarks.md: success curve, area
+under it, steps to 0.8, masked fraction by cause (fresh = numerics, stale), clip fraction, max IS
+ratio, collapses, time per step; mean ± SE, differences paired by seed with 2-SE verdicts.
+
+    python scripts/bench/old_logits_gpu_study.py --dry-run        # every arm's command, runs nothing
+    python scripts/bench/old_logits_gpu_study.py --steps 60 --seeds 0 1 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from learning_runs import REPO, load_steps, mean_and_se, paired_verdict, write_section
+
+HEADING = "## GPU: old-logit study"
+SCRIPT = REPO / "recipes/text_corridor/run_gpu.sh"
+FP32_TRAINER = ("++actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=fp32",
+                "++actor_rollout_ref.actor.fsdp_config.mixed_precision.reduce_dtype=fp32",
+                "++actor_rollout_ref.actor.fsdp_config.mixed_precision.buffer_dtype=fp32")
+# The correction every arm shares (recipes/async_agentic's), and validation for the success curve.
+SHARED_OVERRIDES = (
+    "algorithm.rollout_correction.rollout_is=token", "algorithm.rollout_correction.rollout_is_threshold=2.0",
+    "algorithm.rollout_correction.rollout_rs=token_k1", "algorithm.rollout_correction.rollout_rs_threshold=0.5_2.0",
+    "trainer.test_freq=10", "trainer.val_before_train=true",
+    "actor_rollout_ref.rollout.val_kwargs.do_sample=true", "actor_rollout_ref.rollout.val_kwargs.temperature=1.0",
+)
+SHARED_ENV = {"MODE": "colocate_async", "ADV": "hgpo", "LOSS": "ppo_ewma", "ROLLOUT": "vllm", "LR": "3e-3",
+              "GPU_MEM": "0.1"}
+ARMS: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {  # label -> (env, extra overrides)
+    "current": ({"PROVIDER": "current"}, ()),
+    "rollout": ({"PROVIDER": "rollout"}, ()),
+    "snapshot": ({"PROVIDER": "snapshot"}, ()),
+    "ewma": ({"PROVIDER": "ewma"}, ()),
+    "ewma_bound": ({"PROVIDER": "ewma_bound"}, ()),
+    "loglinear": ({"PROVIDER": "loglinear"}, ()),
+    "current, fp32 rollout": ({"PROVIDER": "current", "ROLLOUT_DTYPE": "float32"}, FP32_TRAINER),
+    "snapshot, fp32 rollout": ({"PROVIDER": "snapshot", "ROLLOUT_DTYPE": "float32"}, FP32_TRAINER),
+}
+WARMUPS = (3, 6)
+SUCCESS = "critic/score/mean"  # the episode success (verl_ext.rewards.text_env)
+VAL_SUCCESS = "val-aux/verl_ext/text_corridor/success/mean@1"
+TARGET = 0.8
+
+
+def slug(label: str) -> str:
+    return label.replace(", ", "-").replace(" ", "_")
+
+
+def run_spec(arm: str, warmup: int, seed: int, steps: int, out: Path) -> dict:
+    """Environment and arguments of one run of ``SCRIPT``."""
+    env, extra = ARMS[arm]
+    run_dir = out / f"warmup{warmup}" / slug(arm) / f"seed{seed}"
+    return {
+        "arm": arm, "warmup": warmup, "seed": seed, "out": str(run_dir),
+        "env": {**SHARED_ENV, **env, "WARMUP": str(warmup), "BOUND": str(2 * warmup), "SEED": str(seed),
+                "STEPS": str(steps), "OUT": str(run_dir), "MODEL": str(run_dir / "model")},
+        "args": [*SHARED_OVERRIDES, *extra],
+    }
+
+
+def all_specs(args: argparse.Namespace) -> list[dict]:
+    """Seed-major, so a study cut short still compares every arm."""
+    return [run_spec(arm, warmup, seed, args.steps, args.out)
+            for seed in args.seeds for warmup in WARMUPS for arm in ARMS]
+
+
+def environment() -> dict:
+    """Card and versions, recorded with every run."""
+    import importlib.metadata as md
+
+    card = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
+                          capture_output=True, text=True).stdout.strip()
+    versions = {}
+    for name in ("torch", "vllm", "verl", "transformers"):
+        try:
+            versions[name] = md.version(name)
+        except md.PackageNotFoundError:
+            versions[name] = None
+    return {"card": card, **versions}
+
+
+def start(spec: dict) -> subprocess.Popen:
+    run_dir = Path(spec["out"])
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "metrics.jsonl").unlink(missing_ok=True)  # verl's file logger appends
+    model = Path(spec["env"]["MODEL"])
+    if not (model / "config.json").exists():  # head dim 256 / 4 = 64: vLLM's FlashAttention takes it
+        subprocess.run([str(Path(sys.executable).parent / "verl-ext"), "make-tiny-model", str(model), "--hidden-size",
+                        "256", "--layers", "4", "--seed", spec["env"]["SEED"]], check=True)
+    env = {**os.environ, **spec["env"], "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    log = open(run_dir / "run.log", "w")
+    proc = subprocess.Popen(["bash", str(SCRIPT), *spec["args"]], cwd=REPO, env=env, stdout=log,
+                            stderr=subprocess.STDOUT)
+    proc.spec, proc.started, proc.log = spec, time.time(), log
+    return proc
+
+
+def finish(proc: subprocess.Popen, steps: int, env_info: dict) -> None:
+    proc.log.close()
+    run_dir = Path(proc.spec["out"])
+    ok = proc.returncode == 0 and steps in load_steps(run_dir / "metrics.jsonl")
+    (run_dir / "run.json").write_text(json.dumps({"wall_s": time.time() - proc.started, "ok": ok, **env_info}))
+    print(f"{proc.spec['arm']} warmup {proc.spec['warmup']} seed {proc.spec['seed']}: "
+          f"{'done' if ok else f'FAILED (exit {proc.returncode})'} in {time.time() - proc.started:.0f} s", flush=True)
+
+
+def run_all(args: argparse.Namespace) -> None:
+    """Runs every unfinished spec, at most ``--parallel`` at once, starts staggered."""
+    env_info = environment()
+    pending = [s for s in all_specs(args) if args.steps not in load_steps(Path(s["out"]) / "metrics.jsonl")]
+    running: list[subprocess.Popen] = []
+    while pending or running:
+        for proc in [p for p in running if p.poll() is not None]:
+            finish(proc, args.steps, env_info)
+            running.remove(proc)
+        last = running[-1] if running else None
+        engine_up = last is None or (Path(last.spec["out"]) / "metrics.jsonl").exists()
+        waited = last is None or time.time() - last.started > args.stagger_s
+        if pending and len(running) < args.parallel and (engine_up or waited):
+            running.append(start(pending.pop(0)))
+        time.sleep(5)
+
+
+# --- report --------------------------------------------------------------------------------------
+def per_seed(runs: dict[int, dict], key: str, steps: list[int]) -> np.ndarray:
+    """(seeds, steps) of ``key``, NaN where absent."""
+    return np.array([[runs[s].get(t, {}).get(key, np.nan) for t in steps] for s in sorted(runs)], float)
+
+
+def steps_to(curve: np.ndarray, target: float, window: int = 5) -> np.ndarray:
+    """Per seed: the first step whose ``window``-step moving average reaches ``target`` (NaN: never)."""
+    out = np.full(curve.shape[0], np.nan)
+    for i, row in enumerate(curve):
+        smooth = np.convolve(np.nan_to_num(row), np.ones(window) / window, mode="valid")
+        hit = np.flatnonzero(smooth >= target)
+        if len(hit):
+            out[i] = hit[0] + window
+    return out
+
+
+def summary(runs: dict[int, dict], n_steps: int) -> dict[str, np.ndarray]:
+    steps = list(range(1, n_steps + 1))
+    success = per_seed(runs, SUCCESS, steps)
+    half = slice(n_steps // 2, None)
+    final = np.nanmean(success[:, -5:], axis=1)
+    peak = np.nanmax(np.array([np.convolve(np.nan_to_num(r), np.ones(5) / 5, mode="valid") for r in success]), axis=1)
+    row = {
+        "final success (last 5 steps)": final,
+        "success AUC": np.nanmean(success, axis=1),
+        f"steps to {TARGET}": steps_to(success, TARGET),
+        "collapses": ((final < 0.5 * peak) & (peak >= 0.3)).astype(float),
+    }
+    for label, key in (("masked, fresh tokens (numerics)", "old_logits/correction/masked_fresh"),
+                       ("masked, stale tokens", "old_logits/correction/masked_stale"),
+                       ("IS-truncated, stale tokens", "old_logits/correction/truncated_stale"),
+                       ("clip fraction", "actor/pg_clipfrac"), ("time per step (s)", "timing_s/step")):
+        row[label] = np.nanmean(per_seed(runs, key, steps)[:, half], axis=1)
+    row["max IS ratio"] = np.nanmax(per_seed(runs, "rollout_corr/rollout_is_max", steps)[:, half], axis=1)
+    return row
+
+
+def load_results(args: argparse.Namespace) -> tuple[dict, list[dict]]:
+    """results[warmup][arm] = {seed: {step: metrics}} of the runs that reached ``--steps``."""
+    results: dict[int, dict[str, dict[int, dict]]] = {}
+    infos = []
+    for spec in all_specs(args):
+        run_dir = Path(spec["out"])
+        steps = load_steps(run_dir / "metrics.jsonl")
+        if args.steps in steps:
+            results.setdefault(spec["warmup"], {}).setdefault(spec["arm"], {})[spec["seed"]] = steps
+            if (run_dir / "run.json").exists():
+                infos.append(json.loads((run_dir / "run.json").read_text()))
+    return results, infos
+
+
+def cell(values: np.ndarray, digits: int) -> str:
+    if digits == 0:
+        return f"{int(np.nansum(values))}/{len(values)}"
+    m, se, n = mean_and_se(values)
+    return "n/a" if n == 0 else f"{m:.{digits}f} ± {se:.{digits}f}"
+
+
+def report(args: argparse.Namespace) -> str:
+    results, infos = load_results(args)
+    card = infos[0] if infos else {}
+    walls = [i["wall_s"] for i in infos]
+    lines = [HEADING, "",
+             f"`python scripts/bench/old_logits_gpu_study.py --steps {args.steps} --seeds "
+             f"{' '.join(map(str, args.seeds))}`: {card.get('card', 'card not recorded')}; torch {card.get('torch')}, "
+             f"vLLM {card.get('vllm')}, verl {card.get('verl')}, transformers {card.get('transformers')}. "
+             "`recipes/text_corridor/run_gpu.sh`, colocate_async, bf16 vLLM rollout vs the FSDP2 trainer, tiny "
+             f"random Qwen2 (hidden 256, 4 layers), lr {SHARED_ENV['LR']}, {SHARED_ENV['ADV']}, loss `ppo_ewma` "
+             "and the same rollout correction in every arm (token IS truncated at 2, token_k1 band [0.5, 2]); "
+             "fp32 controls: vLLM and trainer in fp32. "
+             + (f"{len(walls)} runs, {np.mean(walls) / 60:.0f} min each on average (several share the card)."
+                if walls else "No run recorded yet."), ""]
+    columns = [("final success (last 5 steps)", 3), ("success AUC", 3), (f"steps to {TARGET}", 1), ("collapses", 0),
+               ("masked, fresh tokens (numerics)", 4), ("masked, stale tokens", 4), ("IS-truncated, stale tokens", 4),
+               ("clip fraction", 3), ("max IS ratio", 2), ("time per step (s)", 1)]
+    for warmup, arms in sorted(results.items()):
+        rows = {arm: summary(runs, args.steps) for arm, runs in arms.items()}
+        lines += [f"### num_warmup_batches = {warmup} (staleness bound {2 * warmup})", "",
+                  "| arm | seeds | " + " | ".join(c for c, _ in columns) + " |", "|---" * (len(columns) + 2) + "|"]
+        for arm, row in rows.items():
+            lines.append(f"| {arm} | {len(arms[arm])} | " + " | ".join(cell(row[c], d) for c, d in columns) + " |")
+        lines += ["", "Differences paired by seed (final success; success AUC; masked, stale tokens):", ""]
+        for arm in rows:
+            if arm != "current" and "current" in rows and set(arms[arm]) == set(arms["current"]):
+                lines.append(f"- {arm} − current: " + "; ".join(
+                    paired_verdict(rows[arm][k], rows["current"][k])
+                    for k in ("final success (last 5 steps)", "success AUC", "masked, stale tokens")))
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--parallel", type=int, default=6, help="runs sharing the card at once")
+    parser.add_argument("--stagger-s", type=float, default=180.0,
+                        help="start the next run after the last one's first step, or after this long")
+    parser.add_argument("--out", type=Path, default=REPO / "runs/old_logits_gpu_study")
+    parser.add_argument("--doc", type=Path, default=REPO / "docs/benchmarks.md")
+    parser.add_argument("--dry-run", action="store_true", help="print every run's environment and command; run nothing")
+    parser.add_argument("--report-only", action="store_true", help="run nothing; report the runs under --out")
+    args = parser.parse_args(argv)
+    if args.steps < 60 or len(args.seeds) < 3:
+        print("warning: issue 19 asks for >= 60 steps and >= 3 seeds per arm", file=sys.stderr)
+    if args.dry_run:
+        for spec in all_specs(args):
+            print(json.dumps({**spec, "command": ["bash", str(SCRIPT.relative_to(REPO)), *spec["args"]]}))
+        return 0
+    if not args.report_only:
+        run_all(args)
+    write_section(args.doc, HEADING, report(args))
+    print(f"wrote {args.doc} ({HEADING!r})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

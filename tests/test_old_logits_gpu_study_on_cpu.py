@@ -1,0 +1,72 @@
+"""scripts/bench/old_logits_gpu_study.py without a GPU: ``--dry-run`` composes every arm's command
+(issue 19, items 5-6), the arms differ only in the old-logit source (and, for the fp32 controls,
+the precision), and an arm's command composes through verl's config checks."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+from omegaconf import OmegaConf
+
+from .test_bench_scripts_on_cpu import BENCH, _script
+from .test_recipe_scripts import REPO, check_config, dry_run  # noqa: F401 - dry_run is a fixture
+
+
+def _dry_run_specs() -> list[dict]:
+    proc = subprocess.run([sys.executable, str(BENCH / "old_logits_gpu_study.py"), "--dry-run"], cwd=REPO,
+                          capture_output=True, text=True, timeout=120, check=True)
+    return [json.loads(line) for line in proc.stdout.splitlines()]
+
+
+def test_dry_run_lists_every_arm_warmup_and_seed_with_fair_settings():
+    study = _script("old_logits_gpu_study")
+    specs = _dry_run_specs()
+    assert len(specs) == len(study.ARMS) * len(study.WARMUPS) * 3  # 3 seeds by default
+    assert {s["arm"] for s in specs} >= {"current", "rollout", "snapshot", "ewma", "current, fp32 rollout",
+                                         "snapshot, fp32 rollout"}
+    assert {s["warmup"] for s in specs} == {3, 6} and all(s["env"]["STEPS"] == "60" for s in specs)
+    by_run = {(s["arm"], s["warmup"], s["seed"]): s for s in specs}
+    base = by_run["current", 3, 0]
+    for (arm, warmup, seed), spec in by_run.items():
+        # only the provider (and for the controls the precision) changes; loss and correction never do
+        env_diff = {k for k in base["env"].keys() | spec["env"].keys() if base["env"].get(k) != spec["env"].get(k)}
+        assert env_diff <= {"PROVIDER", "ROLLOUT_DTYPE", "WARMUP", "BOUND", "SEED", "OUT", "MODEL"}, (arm, env_diff)
+        assert spec["env"]["LOSS"] == "ppo_ewma" and spec["env"]["ROLLOUT"] == "vllm"
+        assert spec["args"][: len(study.SHARED_OVERRIDES)] == list(study.SHARED_OVERRIDES)
+        fp32 = "fp32" in arm
+        assert spec["env"].get("ROLLOUT_DTYPE") == ("float32" if fp32 else None)
+        assert any("mixed_precision.param_dtype=fp32" in a for a in spec["args"]) == fp32
+        assert spec["env"]["BOUND"] == str(2 * warmup)
+
+
+def test_an_arm_and_a_control_compose_through_verls_checks(dry_run):  # noqa: F811
+    specs = {(s["arm"], s["warmup"]): s for s in _dry_run_specs() if s["seed"] == 0}
+    for key in [("ewma", 6), ("snapshot, fp32 rollout", 3)]:
+        spec = specs[key]
+        env = {**spec["env"], "MODEL": "Qwen/Qwen2.5-0.5B-Instruct"}  # a hub id, never downloaded
+        code, out, err = dry_run(REPO / "recipes/text_corridor/run_gpu.sh", spec["args"], **env)
+        assert code == 0, err[-4000:]
+        config = OmegaConf.create(out)
+        check_config(config)
+        assert config.algorithm.old_logits.provider == spec["env"]["PROVIDER"]
+        assert config.trainer.v1.colocate_async.num_warmup_batches == key[1]
+        assert config.algorithm.rollout_correction.rollout_rs_threshold == "0.5_2.0"
+        assert config.actor_rollout_ref.actor.optim.lr == 3e-3
+        fp32 = "fp32" in key[0]
+        assert config.actor_rollout_ref.rollout.dtype == ("float32" if fp32 else "bfloat16")
+        if fp32:
+            assert config.actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype == "fp32"
+
+
+def test_report_pairs_seeds_and_counts_steps_to_target():
+    study = _script("old_logits_gpu_study")
+    curve = np.array([[0.1] * 5 + [0.9] * 10, [0.1] * 15])
+    assert study.steps_to(curve, 0.8).tolist()[0] == 10 and np.isnan(study.steps_to(curve, 0.8)[1])
+    runs = {seed: {t: {study.SUCCESS: 0.5 + 0.01 * seed, "timing_s/step": 2.0} for t in range(1, 11)}
+            for seed in range(3)}
+    row = study.summary(runs, 10)
+    np.testing.assert_allclose(row["final success (last 5 steps)"], [0.5, 0.51, 0.52])
+    assert row["collapses"].sum() == 0 and row["time per step (s)"].tolist() == [2.0] * 3
