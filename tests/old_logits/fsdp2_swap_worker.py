@@ -48,6 +48,7 @@ def run(rank: int, device_type: str, port: int) -> None:
         device = torch.device(device_type, rank if device_type == "cuda" else 0)
         for provider in PROVIDERS:
             _check(provider, device, rank)
+        dist.barrier()  # neither rank tears gloo down while the other still uses it
     finally:
         dist.destroy_process_group()
 
