@@ -19,6 +19,7 @@ from packaging.requirements import Requirement
 
 from verl_ext import gpu_checks, plugin
 from verl_ext.gpu_checks import installed_version, select
+from verl_ext.megatron_checks import megatron_problems, megatron_report
 
 DISTRIBUTION = "verl-ext"
 
@@ -171,6 +172,12 @@ def assert_requirements(config: Any) -> None:
         raise RuntimeError("verl-ext: this config cannot run here:\n  - " + "\n  - ".join(problems))
 
 
+def print_megatron_report() -> None:
+    """Print ``megatron_checks.megatron_report``'s lines (a missing stack fails only Megatron configs)."""
+    for line in megatron_report()[0]:
+        print(f"  {line}")
+
+
 def _compose(overrides: list[str]) -> Any:
     from hydra import compose, initialize_config_module
 
@@ -233,11 +240,13 @@ def main(argv: list[str]) -> int:
         print(f"  {line}")
     if args.gpu:
         ok = ok and gpu_ready
+    print("\nMegatron readiness (verl's Megatron engine: TransformerEngine, megatron-core, Megatron-Bridge):")
+    print_megatron_report()
     if args.overrides:
         config = _compose(args.overrides)
         problems = check_requirements(config) + gpu_checks.batch_problems(config)
         if args.gpu:
-            problems += gpu_checks.machine_problems(config)
+            problems += gpu_checks.machine_problems(config) + megatron_problems(config)
         print("\nconfig check:")
         for problem in problems or ["every plugin the config names is registered and installed; the batches divide"]:
             print(f"  {problem}")

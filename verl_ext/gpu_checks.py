@@ -107,6 +107,9 @@ def machine_problems(config: Any, cuda_available: Callable[[], bool] | None = No
         model = select(config, f"{role}.model")
         if model is None or (role == "critic" and not _critic_used(config)):
             continue
+        strategy = select(config, "critic.strategy" if role == "critic" else f"{role}.actor.strategy", "fsdp")
+        if str(strategy) == "megatron":  # TransformerEngine's attention (megatron_checks), not HF's
+            continue
         # verl's default attention; use_remove_padding alone has a pure-torch fallback in verl
         attention = str(select(model, "override_config.attn_implementation", "flash_attention_2"))
         if device == "cuda" and attention == "flash_attention_2" and not module_present("flash_attn"):
@@ -175,8 +178,11 @@ def batch_problems(config: Any) -> list[str]:
 
 
 def startup_problems(config: Any) -> list[str]:
-    """Everything above: what the verl-ext trainers refuse to start with."""
-    return machine_problems(config) + batch_problems(config)
+    """Everything above, and for a Megatron config its stack (``megatron_checks``): what the verl-ext
+    trainers refuse to start with."""
+    from verl_ext.megatron_checks import megatron_problems
+
+    return machine_problems(config) + batch_problems(config) + megatron_problems(config)
 
 
 def assert_startup_ready(config: Any) -> None:
