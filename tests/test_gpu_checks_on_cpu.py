@@ -118,7 +118,7 @@ def test_doctor_reports_gpu_readiness_and_fails_with_gpu_on_a_cpu_machine():
     assert "GPU readiness" in plain.stdout and "CUDA: not visible" in plain.stdout
     # no TransformerEngine here: the Megatron section says so and how to bring it (doctor still passes)
     assert "Megatron readiness" in plain.stdout and "transformer-engine is not installed" in plain.stdout
-    assert "--extras megatron" in plain.stdout
+    assert "--extras vllm,gui,judge,megatron" in plain.stdout
     strict = subprocess.run([sys.executable, "-m", "verl_ext.cli", "doctor", "--gpu"], capture_output=True, text=True,
                             timeout=300)
     assert strict.returncode == 1

@@ -43,7 +43,7 @@ def test_an_unloadable_core_names_the_package_the_symbol_the_cublas_and_the_bund
     message = megatron_checks.explain_te_failure(H200_TE_2_16_ERROR, "13.1.0.3", "2.16.1")
     for part in ("transformer-engine-cu* 2.16.1", "cublasLtGroupedMatrixLayoutInit_internal",
                  "version libcublasLt.so.13", "nvidia-cublas 13.1.0.3", "TransformerEngine 2.12.0",
-                 "verl-ext bundle", "--extras megatron"):
+                 "verl-ext bundle", "--no-deps --extras vllm,gui,judge,megatron"):
         assert part in message, (part, message)
     missing_lib = "OSError: libcudnn.so.9: cannot open shared object file: No such file or directory"
     assert "libcudnn.so.9 is missing" in megatron_checks.explain_te_failure(missing_lib, "13.1.0.3", "2.12.0")
@@ -67,7 +67,8 @@ def test_a_megatron_config_without_transformer_engine_stops_at_start_up():
     assert any("transformer-engine is not installed" in p and "No module named 'transformer_engine'" in p
                for p in problems), problems
     assert any("megatron-core, megatron-bridge, mbridge not installed" in p for p in problems), problems
-    assert all(p.startswith("actor_rollout_ref.actor.strategy=megatron: ") and "--extras megatron" in p for p in problems)
+    assert all(p.startswith("actor_rollout_ref.actor.strategy=megatron: ") and "megatron-bundle/install.sh" in p
+               for p in problems)
     with pytest.raises(RuntimeError, match="transformer-engine is not installed"):
         gpu_checks.assert_startup_ready(_megatron_config())
     fsdp = _megatron_config()

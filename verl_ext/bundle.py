@@ -627,12 +627,15 @@ def build_sources(bundle_dir: Path, unpacked: Path, manifest: dict, target: Path
 
 
 def megatron_plan(
-    pip: _Pip, kept: list[Resolved], present: dict[str, str | None], work: Path
+    pip: _Pip, kept: list[Resolved], requirements: list[str], present: dict[str, str | None], work: Path
 ) -> tuple[list[Resolved], list[tuple[Path, str]], list[dict]]:
     """The megatron extra: Megatron wheels and the TransformerEngine release that loads with the
     target's cuBLAS (``megatron_stack.te_version_for_cublas``), without their requirements; what
     verl's engine imports through Megatron-Bridge (``MEGATRON_RUNTIME``), with theirs; and
     transformer_engine_torch's source package, which the installer compiles on the target.
+    The runtime imports are resolved together with verl-ext's own ``requirements`` (so hydra's
+    omegaconf pin holds) and only what those do not already bring is added: a ``--no-deps``
+    add-on bundle then installs over the base bundle without replacing any of its packages.
     Returns (packages to bundle, source files for the archive, the manifest's ``builds``)."""
     stack = _stack_module(Path(__file__).parent)
     flavour, cublas = stack.target_cublas(present)
@@ -640,9 +643,12 @@ def megatron_plan(
     _log(f"megatron: TransformerEngine {te_version} ({flavour}): {why}")
     wanted = [*stack.MEGATRON_WHEELS, *stack.te_requirements(flavour, te_version)]
     extra = pip.resolve(["--no-deps", *wanted], work / "report-megatron.json", True)
-    have = {item.name for item in kept + extra}
-    runtime, _ = select(pip.resolve(list(stack.MEGATRON_RUNTIME), work / "report-megatron-runtime.json", True),
-                        present, pip.opts.excludes)  # fmt: skip
+    def resolve(wanted: list[str], name: str) -> list[Resolved]:
+        return select(pip.resolve(wanted, work / name, True), present, pip.opts.excludes)[0]
+
+    base = kept if not pip.opts.no_deps else resolve(requirements, "report-megatron-base.json")
+    have = {item.name for item in base + extra}
+    runtime = resolve([*requirements, *stack.MEGATRON_RUNTIME], "report-megatron-runtime.json")
     extra += [item for item in runtime if item.name not in have]
     names = {item.name for item in extra}
     try:
@@ -953,7 +959,7 @@ def build(opts: BuildOptions) -> Path:
         sources: list[tuple[Path, str]] = []
         builds: list[dict] = []
         if "megatron" in opts.extras:
-            kept, sources, builds = megatron_plan(pip, kept, present, work)
+            kept, sources, builds = megatron_plan(pip, kept, requirements, present, work)
         _log(f"{len(kept)} packages bundled, {len(dropped)} left out")
         downloaded = work / "downloaded"
         downloaded.mkdir()

@@ -21,9 +21,10 @@ from verl_ext.gpu_checks import installed_version, select
 from verl_ext.megatron_stack import MEGATRON_WHEELS, TE_TORCH, te_version_for_cublas
 
 TE_IMPORT = "transformer_engine.pytorch"
-# the same options as the GPU machine's base bundle (README "Offline install bundle")
+# an add-on to the GPU machine's base bundle (README "Offline install bundle"), with its extras so
+# that what the add-on brings agrees with what the base brought (docs/megatron.md)
 BUNDLE_COMMAND = (
-    "verl-ext bundle --out megatron-bundle --no-deps --extras megatron --freeze target-freeze.txt "
+    "verl-ext bundle --out megatron-bundle --no-deps --extras vllm,gui,judge,megatron --freeze target-freeze.txt "
     "--python-version 3.12 --platform manylinux_2_35_x86_64 --preinstall  (here, with an index; "
     "target-freeze.txt = `python3 -m pip freeze` of the target), then on the target: "
     "bash megatron-bundle/install.sh --target SITE (it compiles transformer_engine_torch there)"
