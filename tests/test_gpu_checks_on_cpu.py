@@ -123,3 +123,12 @@ def test_doctor_reports_gpu_readiness_and_fails_with_gpu_on_a_cpu_machine():
                             timeout=300)
     assert strict.returncode == 1
     assert "vllm==0.24.0 is needed but not installed" in strict.stdout
+
+
+def test_megatron_actors_are_not_asked_for_flash_attn():
+    """verl's Megatron engine attends with TransformerEngine (megatron_checks), not HF's flash_attention_2."""
+    config = _config(**{"actor_rollout_ref.model.override_config.attn_implementation": "flash_attention_2",
+                        "actor_rollout_ref.actor.strategy": "megatron"})
+    assert _machine(config) == []
+    config.actor_rollout_ref.actor.strategy = "fsdp2"
+    assert any("flash-attn is not installed" in p for p in _machine(config))

@@ -6,6 +6,7 @@ cannot load is explained (the error measured on the H200), and that the bundle's
 from __future__ import annotations
 
 import io
+import sys
 import tarfile
 from pathlib import Path
 
@@ -76,12 +77,14 @@ def test_a_megatron_config_without_transformer_engine_stops_at_start_up():
     assert megatron_checks.megatron_problems(fsdp) == []
 
 
-def test_building_te_torch_on_the_target_needs_cuda_torch(tmp_path):
-    """The bundle installer's compile step, on this machine's CPU torch: refused with the reason
-    before anything is compiled."""
-    sdist = tmp_path / "transformer_engine_torch-2.12.0.tar.gz"
+def test_the_installers_on_target_build_refuses_a_torch_without_cuda(tmp_path):
+    """The bundle installer's compile step for a manifest's ``builds`` entry, on this machine's CPU
+    torch: refused with the package and the reason before anything is compiled."""
+    sdist = tmp_path / "sources" / "transformer_engine_torch-2.12.0.tar.gz"
+    sdist.parent.mkdir()
     with tarfile.open(sdist, "w:gz") as tar:
-        info = tarfile.TarInfo("transformer_engine_torch-2.12.0/setup.py")
-        tar.addfile(info, io.BytesIO(b""))
-    with pytest.raises(RuntimeError, match="needs a CUDA build of torch"):
-        megatron_stack.build_te_torch(sdist, tmp_path / "site")
+        tar.addfile(tarfile.TarInfo("transformer_engine_torch-2.12.0/setup.py"), io.BytesIO(b""))
+    manifest = {"builds": [{"name": megatron_stack.TE_TORCH, "version": "2.12.0", "why": "the rule",
+                            "sdist": f"sources/{sdist.name}"}]}  # fmt: skip
+    with pytest.raises(bundle.BundleError, match="transformer-engine-torch: .*needs a CUDA build of torch"):
+        bundle.build_sources(tmp_path, tmp_path, manifest, tmp_path / "site", sys.executable)

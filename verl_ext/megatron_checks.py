@@ -27,7 +27,8 @@ BUNDLE_COMMAND = (
     "verl-ext bundle --out megatron-bundle --no-deps --extras vllm,gui,judge,megatron --freeze target-freeze.txt "
     "--python-version 3.12 --platform manylinux_2_35_x86_64 --preinstall  (here, with an index; "
     "target-freeze.txt = `python3 -m pip freeze` of the target), then on the target: "
-    "bash megatron-bundle/install.sh --target SITE (it compiles transformer_engine_torch there)"
+    "bash megatron-bundle/install.sh --target SITE (it compiles transformer_engine_torch there); with an "
+    "index: pip install 'verl-ext[megatron]' && pip install --no-deps megatron-bridge==0.6.2"
 )
 _UNDEFINED_SYMBOL = re.compile(r"(\S+\.so[.\d]*): undefined symbol: (\S+?)(?:, version (\S+))?$", re.MULTILINE)
 _MISSING_LIBRARY = re.compile(r"(\S+\.so[.\d]*): cannot open shared object file", re.MULTILINE)
