@@ -116,7 +116,19 @@ def test_doctor_reports_gpu_readiness_and_fails_with_gpu_on_a_cpu_machine():
     plain = subprocess.run([sys.executable, "-m", "verl_ext.cli", "doctor"], capture_output=True, text=True, timeout=300)
     assert plain.returncode == 0, plain.stdout[-2000:] + plain.stderr[-2000:]
     assert "GPU readiness" in plain.stdout and "CUDA: not visible" in plain.stdout
+    # no TransformerEngine here: the Megatron section says so and how to bring it (doctor still passes)
+    assert "Megatron readiness" in plain.stdout and "transformer-engine is not installed" in plain.stdout
+    assert "--extras vllm,gui,judge,megatron" in plain.stdout
     strict = subprocess.run([sys.executable, "-m", "verl_ext.cli", "doctor", "--gpu"], capture_output=True, text=True,
                             timeout=300)
     assert strict.returncode == 1
     assert "vllm==0.24.0 is needed but not installed" in strict.stdout
+
+
+def test_megatron_actors_are_not_asked_for_flash_attn():
+    """verl's Megatron engine attends with TransformerEngine (megatron_checks), not HF's flash_attention_2."""
+    config = _config(**{"actor_rollout_ref.model.override_config.attn_implementation": "flash_attention_2",
+                        "actor_rollout_ref.actor.strategy": "megatron"})
+    assert _machine(config) == []
+    config.actor_rollout_ref.actor.strategy = "fsdp2"
+    assert any("flash-attn is not installed" in p for p in _machine(config))

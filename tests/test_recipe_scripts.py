@@ -176,6 +176,10 @@ GPU_TEST_MATRIX = [
       for p in ("dedicated", "interrupt")],
     dict(N_GPUS="2", MODE="colocate_async", ADV="gigpo", LOSS="ppo_ewma", PROVIDER="snapshot"),
     dict(N_GPUS="4", ADV="hgpo", LOSS="ppo_ewma", PROVIDER="ewma_bound"),
+    # tests/gpu/test_megatron.py on one GPU, and TP=2 x PP=2 for a 4-GPU machine (not lent yet)
+    dict(STRATEGY="megatron", ADV="hgpo", LOSS="ppo_ewma", PROVIDER="ewma_bound"),
+    dict(STRATEGY="megatron", MODE="colocate_async", ADV="gigpo", LOSS="ppo_ewma", PROVIDER="snapshot"),
+    dict(STRATEGY="megatron", N_GPUS="4", TP="2", PP="2", ADV="hgpo", LOSS="ppo_ewma", PROVIDER="ewma_bound"),
 ]
 
 
@@ -194,6 +198,12 @@ def test_gpu_test_matrix_composes(env, dry_run):
         assert config.algorithm.old_logits.provider == env["PROVIDER"].split("_")[0]  # ewma_bound: ewma
     assert config.trainer.v1.trainer_mode == expected_mode
     assert config.trainer.n_gpus_per_node == int(env.get("N_GPUS", 1))
+    actor = config.actor_rollout_ref.actor
+    assert actor.strategy == env.get("STRATEGY", "fsdp2")
+    if actor.strategy == "megatron":
+        assert (actor.megatron.tensor_model_parallel_size, actor.megatron.pipeline_model_parallel_size) == (
+            int(env.get("TP", 1)), int(env.get("PP", 1)))
+        assert actor.megatron.override_transformer_config.attention_backend == "fused"  # no flash-attn wheel
 
 
 def test_async_cpu_twin_composes_the_async_recipe(dry_run):

@@ -66,6 +66,7 @@ ARCHIVE = "bundle.tar"  # + ".xz" with --xz
 CHECKSUMS = "SHA256SUMS"
 MANIFEST = "manifest.json"
 INSTALLER = "bundle_install.py"
+STACK_MODULE = "megatron_stack.py"  # shipped beside the installer: it compiles what has no wheel
 EXTRAS = ("vllm", "gui", "judge", "megatron", "mcp")
 _CHUNK = 1 << 20
 PRESENT = "the target has"  # how a left-out reason starts when the target has the package
@@ -548,6 +549,7 @@ def install(
         if manifest.get("layout") == "site":
             _log(f"moving the preinstalled tree into {target}")
             merge_tree(Path(tmp) / "site", target)  # type: ignore[arg-type]
+            build_sources(bundle_dir, Path(tmp), manifest, target, sys.executable)
             return _finish_target(target, manifest)  # type: ignore[arg-type]
         wheels = sorted(str(p) for p in (Path(tmp) / "wheels").glob("*.whl"))
         pip_args = ["install", "--no-index", "--no-deps", "--disable-pip-version-check", "--no-warn-script-location"]
@@ -566,6 +568,7 @@ def install(
             command = [sys.executable, "-m", "pip", *pip_args, "--upgrade", "--target", str(target), *wheels]
         _log(f"installing {len(wheels)} wheel(s) with pip")
         _run(command, "pip could not install the wheels: see its message above")
+        build_sources(bundle_dir, Path(tmp), manifest, target, command[0])
     if target is not None:
         return _finish_target(target, manifest)
     _report_conflicts([str(venv / "bin" / "python")], None, manifest)  # type: ignore[operator]
@@ -595,6 +598,65 @@ def merge_tree(src: Path, dest: Path) -> None:
         elif there.exists() or there.is_symlink():
             there.unlink()
         shutil.move(str(entry), there)
+
+
+def _stack_module(bundle_dir: Path):  # noqa: ANN202 - a module
+    """``megatron_stack``: the copy in the bundle (this file runs there as its installer), else the package's."""
+    shipped = bundle_dir / STACK_MODULE
+    if not shipped.is_file():
+        from verl_ext import megatron_stack
+
+        return megatron_stack
+    spec = importlib.util.spec_from_file_location("bundle_megatron_stack", shipped)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+def build_sources(bundle_dir: Path, unpacked: Path, manifest: dict, target: Path | None, python: str) -> None:
+    """Compile the source packages the manifest lists under ``builds`` (transformer_engine_torch for
+    the megatron extra) against this machine's torch and CUDA, reporting each build's time."""
+    for item in manifest.get("builds", []):
+        _log(f"compiling {item['name']} {item['version']} here against this machine's torch and CUDA "
+             f"({item['why']}); this takes a minute or two on 16 cores")  # fmt: skip
+        try:
+            seconds = _stack_module(bundle_dir).build_te_torch(unpacked / item["sdist"], target, python)
+        except RuntimeError as exc:
+            raise BundleError(f"{item['name']}: {exc}") from exc
+        _log(f"built and installed {item['name']} {item['version']} in {seconds:.0f} s")
+
+
+def megatron_plan(
+    pip: _Pip, kept: list[Resolved], requirements: list[str], present: dict[str, str | None], work: Path
+) -> tuple[list[Resolved], list[tuple[Path, str]], list[dict]]:
+    """The megatron extra: Megatron wheels and the TransformerEngine release that loads with the
+    target's cuBLAS (``megatron_stack.te_version_for_cublas``), without their requirements; what
+    verl's engine imports through Megatron-Bridge (``MEGATRON_RUNTIME``), with theirs; and
+    transformer_engine_torch's source package, which the installer compiles on the target.
+    The runtime imports are resolved together with verl-ext's own ``requirements`` (so hydra's
+    omegaconf pin holds) and only what those do not already bring is added: a ``--no-deps``
+    add-on bundle then installs over the base bundle without replacing any of its packages.
+    Returns (packages to bundle, source files for the archive, the manifest's ``builds``)."""
+    stack = _stack_module(Path(__file__).parent)
+    flavour, cublas = stack.target_cublas(present)
+    te_version, why = stack.te_version_for_cublas(cublas)
+    _log(f"megatron: TransformerEngine {te_version} ({flavour}): {why}")
+    wanted = [*stack.MEGATRON_WHEELS, *stack.te_requirements(flavour, te_version)]
+    extra = pip.resolve(["--no-deps", *wanted], work / "report-megatron.json", True)
+    def resolve(wanted: list[str], name: str) -> list[Resolved]:
+        return select(pip.resolve(wanted, work / name, True), present, pip.opts.excludes)[0]
+
+    base = kept if not pip.opts.no_deps else resolve(requirements, "report-megatron-base.json")
+    have = {item.name for item in base + extra}
+    runtime = resolve([*requirements, *stack.MEGATRON_RUNTIME], "report-megatron-runtime.json")
+    extra += [item for item in runtime if item.name not in have]
+    names = {item.name for item in extra}
+    try:
+        sdist = stack.fetch_sdist(stack.TE_TORCH, te_version, work / "sources")
+    except (OSError, RuntimeError) as exc:
+        raise BundleError(f"fetching {stack.TE_TORCH} {te_version}'s source package failed: {exc}") from exc
+    build = {"name": stack.TE_TORCH, "version": te_version, "sdist": f"sources/{sdist.name}", "why": why}
+    return [i for i in kept if i.name not in names] + extra, [(sdist, build["sdist"])], [build]
 
 
 _PIP_CHECK = re.compile(r"^(\S+) \S+ (?:requires|has requirement) ([A-Za-z0-9][A-Za-z0-9._-]*)")
@@ -915,7 +977,9 @@ def build(opts: BuildOptions) -> Path:
         project_wheel = build_project_wheel(opts, local)
         pip = _Pip(work, opts)
         pip.add_standins({name: version for name, version in present.items() if version is not None})
-        requirements = [str(project_wheel) + (f"[{','.join(opts.extras)}]" if opts.extras else ""), *opts.requires]
+        # The megatron extra is not resolved by pip: megatron_plan brings its wheels without their requirements.
+        pip_extras = [extra for extra in opts.extras if extra != "megatron"]
+        requirements = [str(project_wheel) + (f"[{','.join(pip_extras)}]" if pip_extras else ""), *opts.requires]
         if opts.no_deps:
             kept = [Resolved(PROJECT, wheel_name_version(project_wheel.name)[1], project_wheel.as_uri())]
             kept += pip.resolve(["--no-deps", *opts.requires], work / "report.json", True) if opts.requires else []
@@ -926,6 +990,10 @@ def build(opts: BuildOptions) -> Path:
             if sdists:
                 build_sdist_wheels(pip, sdists, local)
             kept, dropped = resolve_rounds(pip, requirements, present, opts.excludes, work / "report.json")
+        sources: list[tuple[Path, str]] = []
+        builds: list[dict] = []
+        if "megatron" in opts.extras:
+            kept, sources, builds = megatron_plan(pip, kept, requirements, present, work)
         _log(f"{len(kept)} packages bundled, {len(dropped)} left out")
         downloaded = work / "downloaded"
         downloaded.mkdir()
@@ -957,11 +1025,13 @@ def build(opts: BuildOptions) -> Path:
             "packages": packages,
             "left_out": [{"name": i.name, "version": i.version, "why": why} for i, why in dropped],
             "strips": [vars(s) for s in opts.strips],
+            "builds": builds,
         }
         (work / MANIFEST).write_text(json.dumps(manifest, indent=1))
-        parts = pack([(work / MANIFEST, MANIFEST), *files], out, opts.part_size, opts.xz_preset)
+        parts = pack([(work / MANIFEST, MANIFEST), *files, *sources], out, opts.part_size, opts.xz_preset)
     (out / MANIFEST).write_text(json.dumps(manifest, indent=1))
     shutil.copy2(__file__, out / INSTALLER)
+    shutil.copy2(Path(__file__).with_name(STACK_MODULE), out / STACK_MODULE)
     (out / "install.sh").write_text(INSTALL_SH)
     (out / "install.sh").chmod(0o755)
     sizes = ", ".join(f"{p.stat().st_size / 2**20:.1f}" for p in parts)

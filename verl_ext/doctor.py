@@ -23,6 +23,7 @@ from packaging.requirements import Requirement
 
 from verl_ext import gpu_checks, plugin
 from verl_ext.gpu_checks import installed_version, select
+from verl_ext.megatron_checks import megatron_report
 
 DISTRIBUTION = "verl-ext"
 
@@ -170,6 +171,12 @@ def check_requirements(config: Any) -> list[str]:
 VERL_CONFIG = "pkg://verl.trainer.config"
 
 
+def print_megatron_report() -> None:
+    """Print ``megatron_checks.megatron_report``'s lines (a missing stack fails only Megatron configs)."""
+    for line in megatron_report()[0]:
+        print(f"  {line}")
+
+
 def compose(overrides: list[str], config_dir: str | None = None, config_name: str = "ppo_trainer") -> Any:
     """The config ``python -m verl.trainer.main_ppo [--config-dir DIR] [--config-name NAME] overrides``
     composes, with Hydra's own section (``hydra.overrides.task`` is the command line)."""
@@ -270,6 +277,8 @@ def main(argv: list[str]) -> int:
         print(f"  {line}")
     if args.gpu:
         ok = ok and gpu_ready
+    print("\nMegatron readiness (verl's Megatron engine: TransformerEngine, megatron-core, Megatron-Bridge):")
+    print_megatron_report()
     if args.overrides or args.config_dir or args.config_name != "ppo_trainer":
         from verl_ext import validation
 

@@ -107,6 +107,9 @@ def machine_problems(config: Any, cuda_available: Callable[[], bool] | None = No
         model = select(config, f"{role}.model")
         if model is None or (role == "critic" and not _critic_used(config)):
             continue
+        strategy = select(config, "critic.strategy" if role == "critic" else f"{role}.actor.strategy", "fsdp")
+        if str(strategy) == "megatron":  # TransformerEngine's attention (megatron_checks), not HF's
+            continue
         # verl's default attention; use_remove_padding alone has a pure-torch fallback in verl
         attention = str(select(model, "override_config.attn_implementation", "flash_attention_2"))
         if device == "cuda" and attention == "flash_attention_2" and not module_present("flash_attn"):

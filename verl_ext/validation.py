@@ -436,8 +436,12 @@ def browser_found(config: Any) -> list[str]:
 
 def machine_problems(config: Any) -> list[str]:
     """This machine's readiness for the config (the trainers; ``verl-ext doctor --gpu``): the
-    accelerator stack (``gpu_checks.machine_problems``) and Chromium where browser envs run."""
-    found = gpu_checks.machine_problems(config)
+    accelerator stack (``gpu_checks.machine_problems``), for a Megatron config its stack
+    (``megatron_checks``: TransformerEngine loads, megatron-core, Megatron-Bridge) and Chromium where
+    browser envs run."""
+    from verl_ext.megatron_checks import megatron_problems
+
+    found = gpu_checks.machine_problems(config) + megatron_problems(config)
     if not browser_found(config) and "hybrid_gui_tool" in agent_loops(config) and env_backends(config) & BROWSER_BACKENDS:
         from verl_ext.envs.browser import chromium_missing_reason
 

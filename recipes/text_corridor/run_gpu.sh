@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# text_corridor on GPUs: FSDP2 training + vLLM rollout (or the `hf` rollout), one node.
+# text_corridor on GPUs: FSDP2 or Megatron training + vLLM rollout (or the `hf` rollout), one node.
 # The GPU tests (tests/gpu) and the GPU benchmarks (scripts/bench/hook_cost_gpu.py, gpu_step_breakdown.py,
 # old_logits_gpu_study.py) run this script unchanged; the "Run on GPUs" commands in docs/status.md are calls of it.
 #   bash recipes/text_corridor/run_gpu.sh [hydra overrides...]
@@ -15,6 +15,9 @@
 #   GPU_MEM   vLLM's gpu_memory_utilization [0.3]
 #   ROLLOUT_DTYPE  the rollout's precision: bfloat16 | float32 [bfloat16 for vllm, float32 for hf]
 #   LR [1e-5], WARMUP [2] and BOUND [4] (colocate_async: batches queued ahead, staleness bound)
+#   STRATEGY  fsdp2 | megatron [fsdp2]: megatron is verl's Megatron engine (Megatron-Bridge builds
+#             the model with TransformerEngine: `verl-ext bundle --extras megatron` brings it)
+#   TP, PP    Megatron tensor / pipeline parallel sizes [1, 1]; N_GPUS must be a multiple of TP*PP
 #   OUT, STEPS [4], SEED [0], BATCH_PER_GPU [8]
 set -euo pipefail
 
@@ -35,6 +38,9 @@ BOUND=${BOUND:-4}                    # colocate_async: staleness bound (max_off_
 # The rollout's precision: vLLM bf16 vs the FSDP2 trainer is a real train/inference mismatch;
 # float32 is the low-mismatch control. The hf server (on the host CPU) defaults to float32.
 ROLLOUT_DTYPE=${ROLLOUT_DTYPE:-$([ "${ROLLOUT:-vllm}" = hf ] && echo float32 || echo bfloat16)}
+STRATEGY=${STRATEGY:-fsdp2}
+TP=${TP:-1}
+PP=${PP:-1}
 export RAY_DEDUP_LOGS=0
 export VERL_FILE_LOGGER_PATH="$OUT/metrics.jsonl"
 
@@ -56,13 +62,33 @@ if [ "$MODE" = colocate_async ]; then
     plugins+=(trainer.v1.colocate_async.num_warmup_batches="$WARMUP" trainer.v1.sampler.max_off_policy_threshold="$BOUND")
 fi
 
-# Batch: BATCH_PER_GPU prompts x 4 rollouts per GPU, so every rank gets the same number of rows
-# and the fixed micro-batches below divide them (verl's rule; the verl-ext trainers check it).
-BATCH=$((BATCH_PER_GPU * N_GPUS))
+# Batch: BATCH_PER_GPU prompts x 4 rollouts per data-parallel rank, so every rank gets the same
+# number of rows and the fixed micro-batches below divide them (verl's rule; the verl-ext trainers
+# check it). Megatron: N_GPUS / (TP * PP) data-parallel ranks.
+config=()
+case "$STRATEGY" in
+fsdp2)
+    DP=$N_GPUS
+    # No flash-attn wheel: padded sdpa (use_remove_padding=false).
+    engine=(actor_rollout_ref.actor.strategy=fsdp2 actor_rollout_ref.model.use_remove_padding=false
+            +actor_rollout_ref.model.override_config.attn_implementation=sdpa) ;;
+megatron)
+    DP=$((N_GPUS / (TP * PP)))
+    [ $((DP * TP * PP)) -eq "$N_GPUS" ] || { echo "N_GPUS=$N_GPUS is not a multiple of TP*PP=$((TP * PP))" >&2; exit 2; }
+    export CUDA_DEVICE_MAX_CONNECTIONS=1  # Megatron's TP overlap needs 1 (as verl's own CI)
+    config=(--config-name ppo_megatron_trainer)
+    # TransformerEngine's fused (cuDNN) attention: its `flash` backend needs flash-attn. No APEX
+    # wheel: Megatron's gradient-accumulation fusion (an APEX CUDA extension) off.
+    engine=(actor_rollout_ref.actor.megatron.tensor_model_parallel_size="$TP"
+            actor_rollout_ref.actor.megatron.pipeline_model_parallel_size="$PP"
+            actor_rollout_ref.actor.megatron.override_transformer_config.attention_backend=fused
+            +actor_rollout_ref.actor.megatron.override_transformer_config.gradient_accumulation_fusion=false) ;;
+*) echo "STRATEGY=$STRATEGY: choose fsdp2 or megatron" >&2; exit 2 ;;
+esac
+BATCH=$((BATCH_PER_GPU * DP))
 # Turns are at most 6 tokens (text_env's max_action_tokens); 6 turns + 5 observations fit in 144.
-# No flash-attn wheel: padded sdpa (use_remove_padding=false). enforce_eager: no CUDA-graph capture
-# (faster start; the model is small).
-python -m verl.trainer.main_ppo "${plugins[@]}" \
+# enforce_eager: no CUDA-graph capture (faster start; the model is small).
+python -m verl.trainer.main_ppo "${config[@]}" "${plugins[@]}" "${engine[@]}" \
     algorithm.adv_estimator="$ADV" \
     ++algorithm.gigpo.gamma=0.95 \
     ++algorithm.hgpo.gamma=0.95 \
@@ -73,9 +99,6 @@ python -m verl.trainer.main_ppo "${plugins[@]}" \
     data.max_response_length=144 \
     data.seed="$SEED" \
     actor_rollout_ref.model.path="$MODEL" \
-    actor_rollout_ref.model.use_remove_padding=false \
-    +actor_rollout_ref.model.override_config.attn_implementation=sdpa \
-    actor_rollout_ref.actor.strategy=fsdp2 \
     actor_rollout_ref.actor.optim.lr="$LR" \
     actor_rollout_ref.actor.ppo_mini_batch_size=$((BATCH / 2)) \
     actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8 \
@@ -96,7 +119,7 @@ python -m verl.trainer.main_ppo "${plugins[@]}" \
     trainer.v1.trainer_mode="$trainer_mode" \
     trainer.logger='[console,file]' \
     trainer.project_name=verl_ext_text_corridor_gpu \
-    trainer.experiment_name="${ADV}_${LOSS}_${PROVIDER}_${MODE}_${ROLLOUT}_${N_GPUS}gpu" \
+    trainer.experiment_name="${ADV}_${LOSS}_${PROVIDER}_${MODE}_${ROLLOUT}_${STRATEGY}_${N_GPUS}gpu" \
     trainer.n_gpus_per_node="$N_GPUS" \
     trainer.nnodes=1 \
     trainer.default_local_dir="$OUT/checkpoints" \
@@ -108,6 +131,6 @@ python -m verl.trainer.main_ppo "${plugins[@]}" \
     "$@"
 
 echo
-echo "verl-ext text_corridor (GPU, $ADV/$LOSS/$PROVIDER/$MODE/$ROLLOUT, $N_GPUS GPU) finished."
+echo "verl-ext text_corridor (GPU, $STRATEGY, $ADV/$LOSS/$PROVIDER/$MODE/$ROLLOUT, $N_GPUS GPU) finished."
 echo "  per-step metrics: $VERL_FILE_LOGGER_PATH"
 echo "  checkpoints:      $OUT/checkpoints"

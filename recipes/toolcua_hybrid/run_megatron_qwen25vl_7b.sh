@@ -2,9 +2,15 @@
 # toolcua_hybrid on Qwen2.5-VL-7B-Instruct with verl's Megatron engine (mbridge loads the HF
 # checkpoint): 1 node x 8 GPUs, TP=2 x PP=1 x DP=4 for training, vLLM rollout, screenshots on.
 #   bash recipes/toolcua_hybrid/run_megatron_qwen25vl_7b.sh [hydra overrides...]
-# Env: MODEL, DATA_DIR, OUT, N_GPUS, NNODES, TP, PP, ROLLOUT_TP, LOGGER.
-# Old logits: the recipe's `ewma` provider works on each rank's local Megatron shards (every model
-# chunk); that path is unit-tested, not run on GPUs (docs/plugins/old_logits.md).
+# Env: MODEL, DATA_DIR, OUT, N_GPUS, NNODES, TP, PP, ROLLOUT_TP, LOGGER, ATTENTION.
+# Needs TransformerEngine, megatron-core and Megatron-Bridge (`verl-ext bundle --extras megatron`;
+# the verl-ext trainer refuses to start without them, naming the package and the fix).
+# One GPU (what ran on an H200 is in docs/megatron.md): N_GPUS=1 TP=1 ROLLOUT_TP=1, plus
+#   data.train_batch_size=4 actor_rollout_ref.actor.ppo_mini_batch_size=4 and a smaller model
+#   (MODEL=<verl-ext make-tiny-model DIR --arch qwen2.5-vl-7b>); TP=2 PP=2 on 4 GPUs composes
+#   (tests/test_flagship_gpu_scripts_on_cpu.py).
+# Old logits: the recipe's `ewma` provider tracks each rank's bf16 Megatron model parameters
+# (every model chunk; not the optimizer's fp32 main copies) and swaps them in place.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -17,6 +23,7 @@ TP=${TP:-2}                          # as verl's own Qwen2.5-VL-7B Megatron exam
 PP=${PP:-1}                          # PP>1 splits the LLM layers; the vision tower stays on stage 0
 ROLLOUT_TP=${ROLLOUT_TP:-2}
 LOGGER=${LOGGER:-[console,file]}
+ATTENTION=${ATTENTION:-fused}          # TransformerEngine's cuDNN attention; `flash` needs flash-attn
 export VERL_FILE_LOGGER_PATH=${VERL_FILE_LOGGER_PATH:-$OUT/metrics.jsonl}
 export CUDA_DEVICE_MAX_CONNECTIONS=1   # Megatron overlaps TP communication with compute only with 1
 
@@ -38,6 +45,7 @@ exec python -m verl.trainer.main_ppo --config-name ppo_megatron_trainer --config
     actor_rollout_ref.actor.megatron.tensor_model_parallel_size="$TP" \
     actor_rollout_ref.actor.megatron.pipeline_model_parallel_size="$PP" \
     actor_rollout_ref.actor.megatron.param_offload=false \
+    actor_rollout_ref.actor.megatron.override_transformer_config.attention_backend="$ATTENTION" \
     actor_rollout_ref.actor.megatron.optimizer_offload=false \
     actor_rollout_ref.rollout.name=vllm \
     actor_rollout_ref.rollout.tensor_model_parallel_size="$ROLLOUT_TP" \

@@ -44,7 +44,7 @@ from verl_ext.old_logits.providers import (
     ROLLOUT_LOG_PROBS,
     TOKEN_VERSIONS,
 )
-from verl_ext.old_logits.swap import WeightSwap
+from verl_ext.old_logits.swap import WeightSwap, local_parameters
 from verl_ext.old_logits.worker import CURRENT
 from verl_ext.timing import held_bytes, timed
 from verl_ext.old_logits.rollout_client import TOKEN_VERSIONS_KEY
@@ -78,13 +78,6 @@ def _state(ray_self: Any):
     if state is None:
         raise RuntimeError("verl-ext old-logit state was not installed on this worker (install_worker_state)")
     return state
-
-
-def local_parameters(module: Any) -> list[Any]:
-    """This rank's parameter shards of an engine's model: FSDP2 keeps one module (DTensor shards),
-    verl's Megatron engine a list of model chunks (virtual pipeline stages; TP/PP-local tensors)."""
-    chunks = module if isinstance(module, (list, tuple)) else [module]
-    return [p for chunk in chunks for p in chunk.parameters()]
 
 
 def install_worker_state(ray_self: Any, config: OldLogitsConfig, updates_per_version: int, version: int = 0) -> None:

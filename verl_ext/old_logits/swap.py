@@ -21,6 +21,7 @@ Resharding only frees the gathered copies on this rank; it does not communicate.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -55,6 +56,15 @@ def fsdp_resharder(modules: Sequence[torch.nn.Module]) -> Resharder | None:
             m.reshard()  # not recursive; a no-op where the parameters are already sharded
 
     return reshard
+
+
+def local_parameters(module: Any) -> list[Any]:
+    """This rank's parameters of an engine's model: FSDP2 keeps one module (DTensor shards),
+    verl's Megatron engine a list of model chunks (virtual pipeline stages; TP/PP-local tensors;
+    under Megatron's DDP these are the bf16 model parameters, views of its contiguous buffer, not
+    the distributed optimizer's fp32 main copies)."""
+    chunks = module if isinstance(module, (list, tuple)) else [module]
+    return [p for chunk in chunks for p in chunk.parameters()]
 
 
 def local_tensors(params: Sequence[torch.Tensor]) -> list[torch.Tensor]:
