@@ -252,7 +252,7 @@ def test_a_setting_that_defaults_to_a_null_staleness_bound_is_refused(base):
     found = problems(*base, "+plugins/old_logits=ewma", "trainer.v1.trainer_mode=verl_ext_colocate_async",
                      "trainer.v1.sampler.max_off_policy_threshold=null")
     assert found == ["trainer.v1.sampler.max_off_policy_threshold is null (no staleness bound), so set "
-                     "algorithm.old_logits.ewma.com explicitly"]
+                     "algorithm.old_logits.ewma.max_com explicitly"]  # the calibrated decay's cap
 
 
 def test_dvreward_env_weight_without_an_env_score_is_refused(base):

@@ -151,7 +151,8 @@ def old_logits_settings(config: Any) -> list[str]:
     found = rollout_side_problems(parsed.provider, str(select(config, "actor_rollout_ref.rollout.name", "")))
     # settings that default to the staleness bound, read by the provider once workers run (the
     # sync trainer keeps no snapshots)
-    defaults_from_bound = {"ewma": parsed.ewma_beta, "snapshot": parsed.snapshot_max_versions,
+    defaults_from_bound = {"ewma": parsed.ewma_max_com if parsed.ewma.calibrated else parsed.ewma_beta,
+                           "snapshot": parsed.snapshot_max_versions,
                            "interrupt": parsed.interrupt_max_versions}
     if parsed.provider in defaults_from_bound and (parsed.stale_tokens or parsed.provider != "snapshot"):
         try:
