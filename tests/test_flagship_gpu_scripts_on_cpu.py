@@ -43,7 +43,7 @@ SCRIPT_IDS = [s.path for s in driver.SCRIPTS]
 @pytest.fixture(scope="module")
 def root(tmp_path_factory) -> Path:
     """The driver's --out folder with what its build step writes, except the models (``--cfg job``
-    never loads them) and with small data sets."""
+    never loads them: the test makes their folders) and with small data sets."""
     from verl_ext.data import main as prepare_data
 
     root = tmp_path_factory.mktemp("flagship")
@@ -63,6 +63,7 @@ def test_script_composes_with_the_drivers_plan(script, n_gpus, root, dry_run):
     code, out, err = dry_run(REPO / "recipes" / script.path, plan.overrides, **plan.env)
     assert code == 0, f"{script.path} with {n_gpus} GPUs: --cfg job failed:\n{err[-4000:]}"
     config = OmegaConf.create(out)
+    test_recipe_scripts.make_model_folders(config, root)  # the driver's build step writes them
     check_config(config)
     assert batch_problems(config) == []
     trainer = config.trainer

@@ -33,12 +33,15 @@ REPO = Path(__file__).resolve().parents[1]
 GPU_SCRIPTS = sorted(p for p in REPO.glob("recipes/*/run_*.sh") if "cpu" not in p.stem)
 QWEN_1P5B = REPO / "recipes/toolcua_hybrid/run_fsdp_qwen25_1p5b.sh"
 TEXT_CORRIDOR_GPU = REPO / "recipes/text_corridor/run_gpu.sh"
+DVREWARD_GPU = REPO / "recipes/dvreward_judge/run_fsdp_qwen25_1p5b.sh"
+MODEL_KEYS = ("actor_rollout_ref.model.path", "critic.model.path", "reward.reward_model.model_path")
 TOOLCUA_SFT_RL_GPU = REPO / "recipes/toolcua_sft_rl/run_gpu.sh"
 # scripts that build a model unless MODEL names one: a hub id here (never downloaded); the staged
 # pipeline without its SFT stage (torchrun would really train) and with small datasets
 SCRIPT_ENV = {
     TEXT_CORRIDOR_GPU: {"MODEL": "Qwen/Qwen2.5-0.5B-Instruct"},
     TOOLCUA_SFT_RL_GPU: {"SKIP_SFT": "1", "RFT_ROWS": "4", "RFT_VAL_ROWS": "2", "RL_ROWS": "4", "RL_VAL_SIZE": "2"},
+    DVREWARD_GPU: {"DATA_DIR": "{root}/dv_data"},  # prompts with question sets; "{root}": the fixture's folder
 }
 
 # (id, script, extra overrides, text the failure must contain): each layer rejects its own kind of typo.
@@ -72,6 +75,7 @@ def dry_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("recipe_dry_run")
     data_dir = root / "data"  # prepared here, so no script writes data
     prepare_data(["minidesk", str(data_dir), "--train-size", "8", "--val-size", "2"])
+    prepare_data(["dv_describe", str(root / "dv_data"), "--train-size", "8", "--val-size", "2"])
     (root / "bin").mkdir()
     shim = root / "bin" / "python"
     shim.write_text(PYTHON_SHIM)
@@ -86,6 +90,7 @@ def dry_run(tmp_path_factory):
     }
 
     def run(script: Path, overrides: list[str], **script_env: str) -> tuple[int, str, str]:
+        script_env = {key: value.format(root=root) for key, value in script_env.items()}
         proc = subprocess.run(["bash", str(script), *overrides, "--cfg", "job"], cwd=REPO, env={**env, **script_env},
                               capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, f"{script} failed before main_ppo:\n{proc.stderr[-4000:]}"
@@ -97,11 +102,22 @@ def dry_run(tmp_path_factory):
         assert validation.fragment_conflicts(args) == [], f"{script}: {validation.fragment_conflicts(args)}"
         return main_ppo_job(args)  # what `python -m verl.trainer.main_ppo` runs
 
+    run.root = root
     return run
 
 
 def _script_id(script: Path) -> str:
     return f"{script.parent.name}/{script.name}"
+
+
+def make_model_folders(config: DictConfig, root: Path) -> None:
+    """Stand in for the model folders a script's earlier stages (or a driver's build step) write
+    under ``root``: a ``--cfg job`` dry run writes none, and the start-up checks want them to exist.
+    Model paths outside ``root`` are left as they are."""
+    for key in MODEL_KEYS:
+        path = OmegaConf.select(config, key)
+        if path and Path(path).is_relative_to(root):
+            Path(path).mkdir(parents=True, exist_ok=True)
 
 
 def check_config(config: DictConfig) -> None:
@@ -159,6 +175,7 @@ def test_gpu_script_config_passes_verls_checks(script: Path, dry_run):
     code, out, err = dry_run(script, [], **SCRIPT_ENV.get(script, {}))
     assert code == 0, f"{_script_id(script)} --cfg job failed:\n{err[-4000:]}"
     config = OmegaConf.create(out)
+    make_model_folders(config, dry_run.root)  # toolcua_sft_rl: stage 3 starts from stage 2's checkpoint
     check_config(config)
     if script.parent.name == "async_agentic":  # run_<provider>.sh trains with that provider
         assert config.algorithm.old_logits.provider == script.stem.removeprefix("run_")
@@ -248,6 +265,7 @@ def test_staged_pipeline_gpu_stages_compose_and_hand_on_the_checkpoint(stage, dr
     code, out, err = dry_run(TOOLCUA_SFT_RL_GPU, [], **env)
     assert code == 0, err[-4000:]
     config = OmegaConf.create(out)
+    make_model_folders(config, dry_run.root)  # the RFT stage's checkpoint
     check_config(config)
     if stage == "rft":
         assert config.actor_rollout_ref.model.path == "Qwen/Qwen2.5-1.5B-Instruct"  # SFT skipped: MODEL
