@@ -95,6 +95,14 @@ def load_note(runs_info: dict[str, list[dict]]) -> str:
     return f"5-minute load average {min(loads):.0f}-{max(loads):.0f} at the end of the runs" if loads else "load not recorded"
 
 
+def machine_line(runs_info: dict[str, list[dict]]) -> str:
+    """The report's first line: this machine, its load while the runs ran, Python; no GPU."""
+    import platform
+
+    return (f"Machine: {platform.machine()}, {os.cpu_count()} cores visible, shared with other jobs "
+            f"({load_note(runs_info)}), Python {platform.python_version()}; no GPU.")
+
+
 def wall_times(runs_info: dict[str, list[dict]], configs: list[str]) -> list[str]:
     return [f"{np.mean([i['wall_s'] for i in runs_info[c]]):.0f}" if runs_info[c] else "not recorded" for c in configs]
 

@@ -23,12 +23,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 from pathlib import Path
 
 import numpy as np
-from learning_runs import REPO, Runs, cell, load_note, load_steps, logged_steps, plot_curves, run_once, series, \
+from learning_runs import REPO, Runs, cell, load_steps, logged_steps, machine_line, plot_curves, run_once, series, \
     wall_times, write_section
 
 NOTES = "recipes/text_corridor/learning_notes.md"
@@ -47,11 +46,9 @@ def report(results: dict[str, Runs], steps: int, runs_info: dict[str, list[dict]
     windows = [(lo, min(lo + 9, steps)) for lo in range(1, steps + 1, 10)]
     header = "| " + " | ".join(estimators) + " |"
     rule = "|---" * (len(estimators) + 1) + "|"
-    load = load_note(runs_info)
     lines = [
         HEADING, "",
-        f"Machine: {platform.machine()}, {os.cpu_count()} cores visible, shared with other engineers' jobs "
-        f"({load}), Python {platform.python_version()}; no GPU.",
+        machine_line(runs_info),
         f"`python scripts/bench/text_corridor_learning.py --steps {steps} --seeds {' '.join(map(str, seeds))}`: "
         "`recipes/text_corridor/run_cpu.sh` (verl's `main_ppo`, v1 `verl_ext_sync` trainer, cpu backend) "
         "with the 107k-parameter random tiny Qwen2, for each estimator with the same seeds (model init, data, "

@@ -26,14 +26,13 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import sys
 from dataclasses import dataclass
 from itertools import combinations
 from pathlib import Path
 
 import numpy as np
-from learning_runs import REPO, Runs, load_note, load_steps, run_once, series, study_parser, write_section
+from learning_runs import REPO, Runs, machine_line, load_steps, run_once, series, study_parser, write_section
 
 HEADING = "## text_hybrid study: which plugin earns its place"
 SCRIPT = "text_hybrid/run_cpu.sh"
@@ -356,9 +355,7 @@ def report(results: dict[str, dict[str, Runs]], steps: int, command: str, runs_i
     walls = [i["wall_s"] for i in runs_info]
     lines = [
         HEADING, "",
-        f"Machine: {platform.machine()}, {os.cpu_count()} cores visible, shared with other jobs "
-        f"({load_note({'all': runs_info})}), Python {platform.python_version()}; no GPU. "
-        f"`{command}`: `recipes/text_hybrid/run_cpu.sh` (verl's `main_ppo`, cpu backend, the text_hybrid "
+        f"{machine_line({'all': runs_info})} `{command}`: `recipes/text_hybrid/run_cpu.sh` (verl's `main_ppo`, cpu backend, the text_hybrid "
         "apps in process, no browser) with the 107k-parameter random tiny Qwen2 answering one T/G decision "
         "per subgoal (T: the subgoal by tool calls where a tool exists, G: through the GUI; "
         "`verl_ext.envs.menu.DecisionMenu`), for every arm the same seeds (model init, data) and budget: "

@@ -18,12 +18,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 from pathlib import Path
 
 import numpy as np
-from learning_runs import REPO, Runs, cell, load_note, load_steps, logged_steps, plot_curves, run_once, series, \
+from learning_runs import REPO, Runs, cell, load_steps, logged_steps, machine_line, plot_curves, run_once, series, \
     wall_times, write_section
 
 NOTES = "recipes/toolcua_hybrid/learning_notes.md"
@@ -96,8 +95,7 @@ def report(results: dict[str, Runs], steps: int, runs_info: dict[str, list[dict]
     rule = "|---" * (len(configs) + 1) + "|"
     lines = [
         HEADING, "",
-        f"Machine: {platform.machine()}, {os.cpu_count()} cores visible, shared with other engineers' jobs "
-        f"({load_note(runs_info)}), Python {platform.python_version()}; no GPU.",
+        machine_line(runs_info),
         f"`python scripts/bench/toolcua_hybrid_learning.py --steps {steps} --seeds {' '.join(map(str, seeds))}`: "
         "`recipes/toolcua_hybrid/run_cpu.sh` (verl's `main_ppo`, v1 `verl_ext_sync` trainer, cpu backend, "
         "MiniDesk in headless Chromium) with the 107k-parameter random tiny Qwen2 answering the T/G action "

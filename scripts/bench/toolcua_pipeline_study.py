@@ -24,13 +24,11 @@ difference vs two standard errors of it. Goal (issue 25): T >= 0.8 where tools a
 from __future__ import annotations
 
 import json
-import os
-import platform
 import sys
 from pathlib import Path
 
 import numpy as np
-from learning_runs import REPO, Runs, load_note, load_steps, run_once, series, study_parser, write_section
+from learning_runs import REPO, Runs, machine_line, load_steps, run_once, series, study_parser, write_section
 from text_hybrid_study import GOAL_GUI, GOAL_TOOL, derived, final, fmt, mean_se, ratio
 
 HEADING = "## ToolCUA pipeline study: SFT -> RFT -> online RL"
@@ -141,8 +139,7 @@ def report(results: dict[str, Runs], rft: Runs, args, command: str, runs_info: l
     walls = [info["wall_s"] for info in runs_info]
     lines = [
         HEADING, "",
-        f"Machine: {platform.machine()}, {os.cpu_count()} cores visible, shared with other jobs "
-        f"({load_note({'all': runs_info})}), Python {platform.python_version()}; no GPU. `{command}`: "
+        f"{machine_line({'all': runs_info})} `{command}`: "
         f"`recipes/toolcua_sft_rl/run_cpu.sh` with SFT {args.sft_steps} steps, RFT {args.rft_steps} steps "
         f"(critical switching steps, per-decision reward), online RL {args.steps} steps, templates "
         f"{args.templates}; held-out: {args.val_size} task instances, greedy. Seeds: "
