@@ -197,7 +197,7 @@ def test_advantage_hook_runs_the_step_aware_estimator_inside_verls_compute_advan
     from verl.trainer.ppo.v1 import trainer_base
 
     from verl_ext.advantages.verl_glue import compute_token_advantages
-    from verl_ext.doctor import _compose
+    from verl_ext.doctor import compose
     from verl_ext.steps import StepMetadata
     from verl_ext.trainer import VerlExtTrainerSync
 
@@ -215,7 +215,7 @@ def test_advantage_hook_runs_the_step_aware_estimator_inside_verls_compute_advan
     monkeypatch.setattr(tq, "kv_batch_put", store.kv_batch_put)
 
     trainer = object.__new__(VerlExtTrainerSync)  # only _compute_advantage runs: no workers needed
-    trainer.config = _compose(["+plugins/advantage=gigpo", "actor_rollout_ref.rollout.n=2"])
+    trainer.config = compose(["+plugins/advantage=gigpo", "actor_rollout_ref.rollout.n=2"])
     verls = trainer_base.compute_advantage_for_multi_trajectories
     trainer._compute_advantage(KVBatchMeta(keys=keys, tags=[{} for _ in keys], partition_id="train"), {})
 

@@ -26,7 +26,7 @@ def test_text_corridor_gpu_script_refuses_a_cpu_machine(tmp_path, tiny_model_dir
     )
     log = proc.stdout + proc.stderr
     assert proc.returncode != 0
-    assert "verl-ext: this machine or config cannot run the job" in log, log[-4000:]
+    assert "verl-ext: this config cannot train as asked" in log, log[-4000:]  # verl_ext.validation.ConfigError
     assert "trainer.device=cuda but torch sees no CUDA device" in log
     assert "vllm==0.24.0 is needed but not installed; pip install 'verl[vllm]==0.9.1' 'verl-ext[vllm]'" in log
     assert "Total available GPUs" not in log  # stopped by verl-ext before verl's resource check
