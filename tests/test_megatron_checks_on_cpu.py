@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from verl_ext import bundle, gpu_checks, megatron_checks, megatron_stack, validation
+from verl_ext import bundle, megatron_checks, megatron_stack, validation
 
 REPO = Path(__file__).resolve().parents[1]
 # What `import transformer_engine.pytorch` printed on the H200 (torch 2.11.0+cu130, nvidia-cublas
