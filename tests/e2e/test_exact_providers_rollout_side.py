@@ -41,9 +41,10 @@ def _run(tmp_path, provider: str) -> dict[int, dict]:
 
 
 @pytest.mark.xfail(strict=False, reason=(
-    "known gap since the issue 19/22/26 merges (2026-11-26): in this 3-step run the dedicated rows often carry no "
-    "stale or no partial (two-version) tokens, while verl's trajectory_staleness_worst says 1; the i19 and i22 "
-    "branches alone pass. Until found, dedicated's stale-token exactness is not covered by CI"))
+    "timing-dependent set-up (2026-11-26): in 3 steps the dedicated rows often carry no stale or no two-version "
+    "tokens (verl's trajectory_staleness_worst says 1); it failed 2 of 3 runs alone at commit 52445df too, so it "
+    "predates this change. Until the run is made to produce partial rollouts reliably, dedicated's stale-token "
+    "exactness is not guarded by CI"))
 def test_dedicated_scorer_gives_exact_old_logits_for_stale_tokens(tmp_path):
     metrics = _run(tmp_path, "dedicated")
     for step in STEPS:
