@@ -134,8 +134,7 @@ class VerlExtTrainerMixin:
         if self.old_logits_config.stale_tokens:  # verl's sync trainer: every token is fresh
             # per-token staleness and what the rollout correction removes from fresh vs stale tokens
             with timed("version_bookkeeping"):
-                for key, value in self._host().correction_metrics(batch).items():
-                    metrics.setdefault(key, value)  # a provider's own per-token version metrics win
+                metrics.update(self._host().correction_metrics(batch))
         return batch
 
     def _update_actor(self, batch, metrics):
