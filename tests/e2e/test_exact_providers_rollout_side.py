@@ -16,9 +16,23 @@ from .conftest import assert_hook_metrics, read_metrics, run_recipe
 pytestmark = pytest.mark.e2e
 
 ASYNC = ("trainer.v1.trainer_mode=verl_ext_colocate_async", "trainer.val_before_train=false", "trainer.test_freq=-1")
-# Long responses decoded 8 at a time: the trainer's abort lands while requests are mid-decode,
-# so resumed partial rollouts (tokens of two versions in one row) reach the training batches.
-PARTIAL_ROLLOUTS = ("actor_rollout_ref.rollout.max_num_seqs=8", "data.max_response_length=256")
+# Partial rollouts (rows with tokens of two versions) in the trained batches by construction, not by timing luck:
+# - step 1 has 16 prompt groups x 4 requests in flight (one warmup batch + the step's batch) and the hf server
+#   decodes 8 requests at a time, one batch after the other. Before the batch that completes the 8th group, 9 or
+#   more groups were open; 8 requests cannot close them all, so at least one group still has requests queued, and
+#   the server starts their batch 10 ms later, well before the sampler (RPCs and a 50 ms poll away) aborts at the
+#   sync: the abort cuts requests mid-decode.
+# - verl's dropless staleness control (`wait`, threshold 2): step s samples only once every prompt submitted
+#   before step s has finished, oldest first, so it trains exactly the groups step s-1 left in flight, the rows
+#   cut mid-decode included. With verl's default (`drop`, 8) the sampler takes the first 8 groups to finish, and
+#   the cut rows, re-sent by verl's FullyAsyncLLMServerClient 1 s after the abort (often after the sync here),
+#   queue behind the next step's prompts and are cut again at the next sync: in 3 steps they were often never
+#   trained, which made these tests flaky.
+PARTIAL_ROLLOUTS = (
+    "actor_rollout_ref.rollout.max_num_seqs=8", "data.max_response_length=256",
+    "trainer.v1.colocate_async.num_warmup_batches=1",
+    "trainer.v1.sampler.max_off_policy_strategy=wait", "trainer.v1.sampler.max_off_policy_threshold=2",
+)
 STEPS = (1, 2, 3)
 
 
@@ -40,11 +54,6 @@ def _run(tmp_path, provider: str) -> dict[int, dict]:
     return metrics
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "timing-dependent set-up (2026-11-26): in 3 steps the dedicated rows often carry no stale or no two-version "
-    "tokens (verl's trajectory_staleness_worst says 1); it failed 2 of 3 runs alone at commit 52445df too, so it "
-    "predates this change. Until the run is made to produce partial rollouts reliably, dedicated's stale-token "
-    "exactness is not guarded by CI"))
 def test_dedicated_scorer_gives_exact_old_logits_for_stale_tokens(tmp_path):
     metrics = _run(tmp_path, "dedicated")
     for step in STEPS:
