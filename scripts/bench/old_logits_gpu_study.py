@@ -7,9 +7,12 @@ learning rate, for every arm of a fair comparison: the same ``ppo_ewma`` loss an
 correction (token IS truncated at 2 + token_k1 band [0.5, 2]); only the old-logit source differs
 (``ARMS``), plus fp32-rollout controls for ``current`` and ``snapshot`` (vLLM and trainer in fp32:
 almost no mismatch). Staleness from ``num_warmup_batches`` 3 and 6 (bound 2x), ``--steps`` (>= 60)
-steps, ``--seeds`` (>= 3) seeds per arm. Runs share the card: at most ``--parallel`` at a time, each
-started only once the previous one has trained its first step (its vLLM engine has finished
-profiling memory; three engines profiling at once failed) or ``--stagger-s`` passed.
+steps, ``--seeds`` (>= 3) seeds per arm. Runs share the card, at most ``--parallel`` at a time. Each
+vLLM engine gets a fixed KV cache (``--kv-cache-bytes``, vLLM's ``kv_cache_memory_bytes`` through
+verl's ``rollout.engine_kwargs.vllm``): vLLM then skips the start-up memory profiling that failed
+when three engines profiled at once while other processes freed memory, so runs start
+``--start-gap-s`` apart. With ``--kv-cache-bytes 0`` vLLM profiles, and each run starts only once
+the previous one has trained its first step (its engine is up) or ``--stagger-s`` passed.
 
 Each run writes ``metrics.jsonl`` and ``run.json`` (wall time, card, versions) under
 ``--out/<warmup>/<arm>/seed<k>``; finished runs are reused. The report (``--report-only`` to
@@ -68,9 +71,11 @@ def slug(label: str) -> str:
     return label.replace(", ", "-").replace(" ", "_")
 
 
-def run_spec(arm: str, warmup: int, seed: int, steps: int, out: Path) -> dict:
+def run_spec(arm: str, warmup: int, seed: int, steps: int, out: Path, kv_cache_bytes: int = 0) -> dict:
     """Environment and arguments of one run of ``SCRIPT``."""
     env, extra = ARMS[arm]
+    if kv_cache_bytes:
+        extra = (*extra, f"+actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes={kv_cache_bytes}")
     run_dir = out / f"warmup{warmup}" / slug(arm) / f"seed{seed}"
     return {
         "arm": arm, "warmup": warmup, "seed": seed, "out": str(run_dir),
@@ -82,7 +87,7 @@ def run_spec(arm: str, warmup: int, seed: int, steps: int, out: Path) -> dict:
 
 def all_specs(args: argparse.Namespace) -> list[dict]:
     """Seed-major, so a study cut short still compares every arm."""
-    return [run_spec(arm, warmup, seed, args.steps, args.out)
+    return [run_spec(arm, warmup, seed, args.steps, args.out, args.kv_cache_bytes)
             for seed in args.seeds for warmup in WARMUPS for arm in ARMS]
 
 
@@ -127,7 +132,7 @@ def finish(proc: subprocess.Popen, steps: int, env_info: dict) -> None:
 
 
 def run_all(args: argparse.Namespace) -> None:
-    """Runs every unfinished spec, at most ``--parallel`` at once, starts staggered."""
+    """Runs every unfinished spec, at most ``--parallel`` at once, starts spaced (see the module doc)."""
     env_info = environment()
     pending = [s for s in all_specs(args) if args.steps not in load_steps(Path(s["out"]) / "metrics.jsonl")]
     running: list[subprocess.Popen] = []
@@ -136,9 +141,12 @@ def run_all(args: argparse.Namespace) -> None:
             finish(proc, args.steps, env_info)
             running.remove(proc)
         last = running[-1] if running else None
-        engine_up = last is None or (Path(last.spec["out"]) / "metrics.jsonl").exists()
-        waited = last is None or time.time() - last.started > args.stagger_s
-        if pending and len(running) < args.parallel and (engine_up or waited):
+        since_last = float("inf") if last is None else time.time() - last.started
+        if args.kv_cache_bytes:  # no memory profiling: only spread the start-ups' CPU load
+            may_start = since_last > args.start_gap_s
+        else:
+            may_start = since_last > args.stagger_s or (Path(last.spec["out"]) / "metrics.jsonl").exists()
+        if pending and len(running) < args.parallel and may_start:
             running.append(start(pending.pop(0)))
         time.sleep(5)
 
@@ -240,8 +248,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--parallel", type=int, default=6, help="runs sharing the card at once")
+    parser.add_argument("--kv-cache-bytes", type=int, default=1 << 30,
+                        help="vLLM KV cache per run (skips its memory profiling); 0: profile, starts staggered")
+    parser.add_argument("--start-gap-s", type=float, default=20.0, help="seconds between starts with a fixed KV cache")
     parser.add_argument("--stagger-s", type=float, default=180.0,
-                        help="start the next run after the last one's first step, or after this long")
+                        help="without a fixed KV cache: start the next run after the last one's first step, or after this long")
     parser.add_argument("--out", type=Path, default=REPO / "runs/old_logits_gpu_study")
     parser.add_argument("--doc", type=Path, default=REPO / "docs/benchmarks.md")
     parser.add_argument("--dry-run", action="store_true", help="print every run's environment and command; run nothing")
