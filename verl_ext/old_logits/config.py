@@ -109,13 +109,19 @@ class DedicatedConfig:
         sync_timeout_s: how long the scorer's weight update waits for the segments of the version
             it is about to replace to be scored; after that it logs a warning and moves on (the
             unscored tokens then meet ``on_missing``).
+        gpu: on GPU machines, ``shared``: the scorer runs on the actor's first GPU next to the
+            trainer and the colocated rollout (its weights: ``verl_ext/mem/dedicated_scorer/gpu_bytes``);
+            ``own``: on a GPU of its own, which Ray must have free on the node (more GPUs than
+            ``trainer.n_gpus_per_node``). The cpu backend's scorer runs on the host CPU.
     """
 
     on_missing: str = "error"
     sync_timeout_s: float = 300.0
+    gpu: str = "shared"
 
     def __post_init__(self) -> None:
         _check_choice("dedicated.on_missing", self.on_missing, ("error", "current"))
+        _check_choice("dedicated.gpu", self.gpu, ("shared", "own"))
         if self.sync_timeout_s <= 0:
             raise ValueError(f"{KEY}.dedicated.sync_timeout_s must be > 0, got {self.sync_timeout_s}")
 
