@@ -226,3 +226,28 @@ def test_advantage_hook_runs_the_step_aware_estimator_inside_verls_compute_advan
         uids=uids, scores=torch.tensor(success), algo_config=trainer.config.algorithm, row_keys=keys)
     torch.testing.assert_close(written, expected)
     assert written.abs().sum() > 0
+
+
+def test_dedicated_scorer_gets_each_version_in_verls_weight_sync_before_generation_resumes():
+    """``_after_each_weight_sync`` replaces ``update_weights`` on the trainer's checkpoint manager
+    instance; verl's own ``on_step_end`` (colocate_async) must call it, and the hook must run
+    before verl resumes generation, so the scorer holds a version before any token of it exists."""
+    from verl_ext.trainer import VerlExtTrainerColocateAsync, _after_each_weight_sync
+
+    calls = []
+
+    class Replicas:  # the checkpoint manager's side effects, recorded (the code under test is verl's)
+        def update_weights(self, global_steps=None):
+            calls.append(("update", global_steps))
+
+        def resume_generation_replicas(self):
+            calls.append(("resume",))
+
+    trainer = object.__new__(VerlExtTrainerColocateAsync)
+    trainer.checkpoint_manager, trainer.timing_raw, trainer.global_steps = Replicas(), {}, 3
+    _after_each_weight_sync(trainer.checkpoint_manager, lambda version: calls.append(("scorer", version)))
+    trainer.on_step_end()  # verl's PPOTrainerColocateAsync.on_step_end
+    assert calls == [("update", 3), ("scorer", 3), ("resume",)]
+    calls.clear()
+    trainer.checkpoint_manager.update_weights()  # verl's _validate re-sends the current weights
+    assert calls == [("update", None)]

@@ -422,12 +422,11 @@ class DedicatedScorer:
         self.dtype = training_dtype(ref.actor)
         self.segment_log = _start_segment_log(keep=False)
         on_gpu = str(trainer.config.trainer.get("device", "cuda")) != "cpu"
-        options, placement = {"num_cpus": 0}, {}
+        options = {"num_cpus": 0}
         if on_gpu and config.dedicated.gpu == "own":
             options["num_gpus"] = 1
         elif on_gpu:
             options.update(_share_gpu_of(trainer.actor_rollout_wg.workers[0]))
-            placement["cuda_visible_devices"] = options.pop("cuda_visible_devices")
         self.actor = (
             ray.remote(HFOldLogitScorer)
             .options(name=SCORER_ACTOR_NAME, max_concurrency=1024, **options)
@@ -439,7 +438,6 @@ class DedicatedScorer:
                 sync_timeout_s=config.dedicated.sync_timeout_s,
                 dtype=self.dtype,
                 device="cuda" if on_gpu else "cpu",
-                **placement,
             )
         )
         ray.get(self.actor.get_global_steps.remote())  # surfaces model-loading errors here
@@ -470,18 +468,21 @@ class DedicatedScorer:
 
 def _share_gpu_of(worker: Any) -> dict[str, Any]:
     """Ray options for an actor on ``worker``'s node that sees ``worker``'s GPU without asking Ray
-    for one (verl's ``vLLMReplica.launch_servers`` places its servers this way)."""
-    from verl.utils.device import get_resource_name
+    for one (verl's ``vLLMReplica.launch_servers`` places its servers this way). The visible
+    device is set in the process's environment before it starts: verl's imports read CUDA's
+    device list, after which a change would be ignored."""
     from verl.plugin.platform import get_platform
+    from verl.utils.device import get_resource_name, get_visible_devices_keyword
 
     node_id, gpu = ray.get(worker.__ray_call__.remote(
         lambda self: (ray.get_runtime_context().get_node_id(),
                       str(ray.get_runtime_context().get_accelerator_ids()[get_resource_name()][0]))
     ))
+    env = {var: "1" for var in get_platform().ray_noset_envvars()}
+    env[get_visible_devices_keyword()] = gpu
     return {
         "scheduling_strategy": ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
-        "runtime_env": {"env_vars": {var: "1" for var in get_platform().ray_noset_envvars()}},
-        "cuda_visible_devices": gpu,
+        "runtime_env": {"env_vars": env},
     }
 
 

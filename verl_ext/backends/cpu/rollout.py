@@ -297,8 +297,6 @@ class HFOldLogitScorer(HFRolloutServer):
             logits by it when it computes old log-probs).
         sync_timeout_s: ``algorithm.old_logits.dedicated.sync_timeout_s``.
         dtype, device: the training engine's precision and where the scorer runs.
-        cuda_visible_devices: set before CUDA starts, for a scorer that shares a GPU Ray gave to
-            the trainer (the actor asks Ray for no GPU; verl starts its vLLM servers the same way).
     """
 
     def __init__(
@@ -310,10 +308,7 @@ class HFOldLogitScorer(HFRolloutServer):
         sync_timeout_s: float,
         dtype: torch.dtype = torch.float32,
         device: str = "cpu",
-        cuda_visible_devices: str | None = None,
     ) -> None:
-        if cuda_visible_devices is not None:
-            os.environ["CUDA_VISIBLE_DEVICES"] = cuda_visible_devices
         super().__init__(config=config, model_config=model_config, replica_rank=0, dtype=dtype, device=device)
         self.segment_log = segment_log
         self.temperature = float(temperature)
