@@ -155,11 +155,12 @@ def send_weights_to_scorer(ray_self: Any, scorer_name: str, version: int | None,
             "algorithm.old_logits.provider=dedicated: LoRA adapters must be merged for the scorer "
             "(actor_rollout_ref.model.lora.merge=True)"
         )
-    state = {
-        name: tensor.detach().to("cpu", dtype=dtype if tensor.is_floating_point() else tensor.dtype, copy=True)
-        for name, tensor in params
-    }
-    if int(os.environ.get("RANK", 0)) == 0:
+    sender = int(os.environ.get("RANK", 0)) == 0
+    state = {}
+    for name, tensor in params:  # every rank takes part in each gather; rank 0 keeps the tensors
+        if sender:
+            state[name] = tensor.detach().to("cpu", dtype=dtype if tensor.is_floating_point() else tensor.dtype)
+    if sender:
         ray.get(ray.get_actor(scorer_name).update_weights.remote(state, version))
 
 
