@@ -425,6 +425,12 @@ class DedicatedScorer:
         on_gpu = str(trainer.config.trainer.get("device", "cuda")) != "cpu"
         options = {"num_cpus": 0}
         if on_gpu and config.dedicated.gpu == "own":
+            if ray.available_resources().get("GPU", 0) < 1:  # the actor would wait for one forever
+                raise RuntimeError(
+                    "algorithm.old_logits.dedicated.gpu=own: Ray has no free GPU for the scorer (every GPU "
+                    f"it knows is taken; trainer.n_gpus_per_node={trainer.config.trainer.n_gpus_per_node}). "
+                    "Use a node with a spare GPU, or algorithm.old_logits.dedicated.gpu=shared"
+                )
             options["num_gpus"] = 1
         elif on_gpu:
             options.update(_share_gpu_of(trainer.actor_rollout_wg.workers[0]))
