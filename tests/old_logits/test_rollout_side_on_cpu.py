@@ -152,6 +152,25 @@ async def test_dedicated_scores_every_token_at_its_own_version(monkeypatch, serv
     assert stats["segments"] == 2 and stats["tokens"] == len(out.token_ids) and stats["refused"] == 0
 
 
+async def test_scorer_computes_in_the_training_dtype_it_is_given(tiny_model_dir):
+    """The scorer stands for the training engine: bf16 weights and activations where the actor's
+    FSDP mixed precision is bf16 (GPUs), fp32 on the cpu backend; its memory is reported."""
+    fp32 = _scorer(tiny_model_dir, SegmentLog(keep=False))
+    bf16 = HFOldLogitScorer(config=_rollout_config(), model_config=HFModelConfig(path=tiny_model_dir),
+                            segment_log=_Handle(SegmentLog(keep=False)), temperature=1.0, sync_timeout_s=1.0,
+                            dtype=torch.bfloat16, device="cpu")
+    assert {p.dtype for p in bf16.engine.model.parameters()} == {torch.bfloat16}
+    scores = []
+    for scorer in (fp32, bf16):
+        await scorer.set_global_steps(1)
+        scores.append(torch.tensor(await scorer.score(PROMPT, [7, 8, 9, 10], version=1)))
+    gap = (scores[0] - scores[1]).abs().max()
+    assert 0 < gap < 0.1, gap  # bf16 numerics: not fp32's values, not far from them
+    memory = [await scorer.memory() for scorer in (fp32, bf16)]
+    assert memory[1]["verl_ext/mem/dedicated_scorer/host_bytes"] * 2 == memory[0]["verl_ext/mem/dedicated_scorer/host_bytes"]
+    assert memory[0]["verl_ext/mem/dedicated_scorer/gpu_bytes"] == 0
+
+
 async def test_scorer_refuses_a_version_it_does_not_hold(tiny_model_dir):
     scorer = _scorer(tiny_model_dir, SegmentLog(keep=False))
     await scorer.set_global_steps(3)
