@@ -173,13 +173,13 @@ class VerlExtTrainerMixin:
 
             with timed("worker_state_checkpoint"):
                 self._host().on_workers(save_worker_state, self._old_logits_checkpoint_folder())
-        rollout_side = self._old_logit_host.rollout_side if self._old_logit_host is not None else None
-        if rollout_side is not None:  # interrupt's segment store: restored rows still name its segments
+        if self.old_logit_provider.name == "interrupt":  # its segment store: restored rows name its segments
             from verl_ext.old_logits.host import ROLLOUT_SIDE_FILE
 
             with timed("worker_state_checkpoint"):
                 os.makedirs(self._old_logits_checkpoint_folder(), exist_ok=True)
-                torch.save(rollout_side.state_dict(), os.path.join(self._old_logits_checkpoint_folder(), ROLLOUT_SIDE_FILE))
+                torch.save(self._old_logit_host.rollout_side.state_dict(),
+                           os.path.join(self._old_logits_checkpoint_folder(), ROLLOUT_SIDE_FILE))
 
     def _load_checkpoint(self):
         super()._load_checkpoint()
@@ -192,17 +192,17 @@ class VerlExtTrainerMixin:
             if not all(found):
                 logger.warning("verl-ext: resumed without old-logit state in %s (policy: %s)", folder,
                                self.old_logits_config.ewma.on_missing_state)
-        from verl_ext.old_logits.host import ROLLOUT_SIDE_FILE, ROLLOUT_SIDE_PROVIDERS
+        # dedicated's scores travel with the rows; interrupt's segment store comes back here
+        if self.global_steps > 0 and self.old_logit_provider.name == "interrupt":
+            from verl_ext.old_logits.host import ROLLOUT_SIDE_FILE
 
-        if self.global_steps > 0 and self.old_logit_provider.name in ROLLOUT_SIDE_PROVIDERS:
             path = os.path.join(self._old_logits_checkpoint_folder(), ROLLOUT_SIDE_FILE)
             if os.path.exists(path):  # handed to the rollout side when on_init_end starts it
                 self._restored_rollout_side = torch.load(path, weights_only=False)
             else:
                 logger.warning(
-                    "verl-ext: resumed without %s: rows generated before the checkpoint carry no old log-probs of "
-                    "this run's rollout side and meet algorithm.old_logits.%s.on_missing", path,
-                    self.old_logit_provider.name,
+                    "verl-ext: resumed without %s: rows generated before the checkpoint name segments this run "
+                    "never scored; their stale tokens meet algorithm.old_logits.interrupt.on_missing", path,
                 )
 
     def _compute_advantage(self, batch, metrics):

@@ -208,7 +208,7 @@ class VerlOldLogitHost:
     def start_rollout_side(self, config: OldLogitsConfig, restored: dict[str, Any] | None = None) -> None:
         """Starts the rollout side of ``dedicated`` / ``interrupt``. Call once the rollout servers
         exist and before the first weight sync (the trainer's ``on_init_end``); ``restored``: its
-        ``state_dict`` from the checkpoint resumed from."""
+        ``state_dict`` from the checkpoint resumed from (``interrupt``)."""
         if config.provider == "dedicated":
             self.rollout_side = DedicatedScorer(self, config)
         elif config.provider == "interrupt":
@@ -466,11 +466,6 @@ class DedicatedScorer:
         metrics.update({f"{PREFIX}dedicated/scorer_{name}": float(value) for name, value in stats.items()})
         metrics.update(memory)
 
-    def state_dict(self) -> dict[str, Any]:
-        return {}  # the scores travel with the rows (extra_fields), checkpointed with them
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        pass
 
 
 def _share_gpu_of(worker: Any) -> dict[str, Any]:
