@@ -113,6 +113,13 @@ class VerlExtTrainerMixin:
                     self._old_logit_host.start_worker_state(self.old_logits_config)
         return self._old_logit_host
 
+    def _setup(self):
+        from verl_ext.old_logits.host import counting_rollout_replicas
+
+        # dedicated / interrupt on vLLM: verl's vLLM servers that count the segments they serve
+        with counting_rollout_replicas(str(self.config.actor_rollout_ref.rollout.name), self.old_logit_provider.name):
+            super()._setup()
+
     def on_init_end(self):
         from verl_ext.old_logits.host import ROLLOUT_SIDE_PROVIDERS
 

@@ -251,3 +251,27 @@ def test_dedicated_scorer_gets_each_version_in_verls_weight_sync_before_generati
     calls.clear()
     trainer.checkpoint_manager.update_weights()  # verl's _validate re-sends the current weights
     assert calls == [("update", None)]
+
+
+def test_rollout_side_providers_get_verls_vllm_replica_with_counting_servers_while_the_trainer_builds():
+    """``counting_rollout_replicas`` re-registers verl's ``vllm`` replica loader for the duration of
+    the trainer's ``_setup``; verl's ``LLMServerManager`` resolves its replica class through that
+    registry (``get_rollout_replica_class``), and the loader is verl's again afterwards. (The
+    counting replica itself imports vLLM: it runs in ``tests/gpu/test_exact_providers_vllm.py``.)"""
+    import inspect
+
+    from verl.workers.rollout import llm_server
+    from verl.workers.rollout.replica import RolloutReplicaRegistry, get_rollout_replica_class
+
+    from verl_ext.old_logits.host import counting_rollout_replicas
+
+    assert "get_rollout_replica_class(" in inspect.getsource(llm_server.LLMServerManager.__init__)
+    assert "RolloutReplicaRegistry.get(rollout)" in inspect.getsource(get_rollout_replica_class)
+    verls = RolloutReplicaRegistry._registry["vllm"]
+    with counting_rollout_replicas("vllm", "interrupt"):
+        loader = RolloutReplicaRegistry._registry["vllm"]
+        assert loader is not verls and "SegmentCountingVLLMReplica" in inspect.getsource(loader)
+    assert RolloutReplicaRegistry._registry["vllm"] is verls
+    for rollout, provider in (("vllm", "snapshot"), ("hf", "interrupt")):  # nothing to count / hf counts natively
+        with counting_rollout_replicas(rollout, provider):
+            assert RolloutReplicaRegistry._registry["vllm"] is verls

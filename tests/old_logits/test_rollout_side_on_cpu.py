@@ -6,8 +6,8 @@ actors), verl's own ``FullyAsyncLLMServerClient`` resume loop through verl-ext's
 Only the transport is stood in for: the client's innermost call goes straight to the in-process
 server instead of through verl's Ray load balancer, and ``_Handle`` gives an in-process object the
 ``.method.remote(...)`` call shape of a Ray actor handle. The log and the scorer see only what any
-engine's server returns (prompt ids, token ids, ``global_steps``), so what holds here for the
-``hf`` server holds for vLLM's.
+engine's server returns (prompt ids, token ids, ``global_steps``) plus the server's
+``served_segments`` count, which verl-ext's vLLM server keeps the same way.
 
 On this backend rollout and training share numerics (fp32 transformers), so an exact provider's
 old log-probs must equal the rollout's own log-probs, token for token, including the tokens of a
@@ -68,11 +68,11 @@ def server(tiny_model_dir):
     return HFRolloutServer(config=_rollout_config(), model_config=HFModelConfig(path=tiny_model_dir), replica_rank=0)
 
 
-def _scorer(tiny_model_dir, log, timeout_s=30.0) -> HFOldLogitScorer:
+def _scorer(tiny_model_dir, server, timeout_s=30.0) -> HFOldLogitScorer:
     return HFOldLogitScorer(
         config=_rollout_config(),
         model_config=HFModelConfig(path=tiny_model_dir),
-        segment_log=_Handle(log),
+        servers=[_Handle(server)],
         temperature=PARAMS["temperature"],
         sync_timeout_s=timeout_s,
     )
@@ -94,7 +94,7 @@ def _new_weights(server, seed: int) -> dict[str, torch.Tensor]:
     return {n: t + 0.05 * torch.randn(t.shape, generator=g) for n, t in server.engine.model.state_dict().items()}
 
 
-def _client(monkeypatch, server, log, scorer=None) -> VersionedFullyAsyncLLMServerClient:
+def _client(monkeypatch, server, log=None, scorer=None) -> VersionedFullyAsyncLLMServerClient:
     async def to_server(self, request_id, *, prompt_ids, sampling_params, **kwargs):
         return await server.generate(prompt_ids=prompt_ids, sampling_params=sampling_params, request_id=request_id)
 
@@ -103,7 +103,7 @@ def _client(monkeypatch, server, log, scorer=None) -> VersionedFullyAsyncLLMServ
     client = object.__new__(VersionedFullyAsyncLLMServerClient)
     client.config = SimpleNamespace(actor_rollout_ref=SimpleNamespace(rollout=SimpleNamespace(response_length=40)))
     client.old_logit_scorer = None if scorer is None else _Handle(scorer)
-    client.segment_log = _Handle(log)
+    client.segment_log = None if log is None else _Handle(log)
     return client
 
 
@@ -132,10 +132,9 @@ async def _partial_rollout_across_a_weight_sync(server, client, sync):
 
 
 async def test_dedicated_scores_every_token_at_its_own_version(monkeypatch, server, tiny_model_dir):
-    log = SegmentLog(keep=False)
-    scorer = _scorer(tiny_model_dir, log)
+    scorer = _scorer(tiny_model_dir, server)
     await scorer.set_global_steps(1)
-    client = _client(monkeypatch, server, log, scorer)
+    client = _client(monkeypatch, server, scorer=scorer)
     new = _new_weights(server, seed=7)
 
     async def sync():  # the trainer's order: verl's sync of the rollout servers, then the scorer
@@ -155,10 +154,10 @@ async def test_dedicated_scores_every_token_at_its_own_version(monkeypatch, serv
 async def test_scorer_computes_in_the_training_dtype_it_is_given(tiny_model_dir):
     """The scorer stands for the training engine: bf16 weights and activations where the actor's
     FSDP mixed precision is bf16 (GPUs), fp32 on the cpu backend; its memory is reported."""
-    fp32 = _scorer(tiny_model_dir, SegmentLog(keep=False))
+    fp32 = HFOldLogitScorer(config=_rollout_config(), model_config=HFModelConfig(path=tiny_model_dir),
+                            servers=[], temperature=1.0, sync_timeout_s=1.0)
     bf16 = HFOldLogitScorer(config=_rollout_config(), model_config=HFModelConfig(path=tiny_model_dir),
-                            segment_log=_Handle(SegmentLog(keep=False)), temperature=1.0, sync_timeout_s=1.0,
-                            dtype=torch.bfloat16, device="cpu")
+                            servers=[], temperature=1.0, sync_timeout_s=1.0, dtype=torch.bfloat16, device="cpu")
     assert {p.dtype for p in bf16.engine.model.parameters()} == {torch.bfloat16}
     scores = []
     for scorer in (fp32, bf16):
@@ -171,8 +170,8 @@ async def test_scorer_computes_in_the_training_dtype_it_is_given(tiny_model_dir)
     assert memory[0]["verl_ext/mem/dedicated_scorer/gpu_bytes"] == 0
 
 
-async def test_scorer_refuses_a_version_it_does_not_hold(tiny_model_dir):
-    scorer = _scorer(tiny_model_dir, SegmentLog(keep=False))
+async def test_scorer_refuses_a_version_it_does_not_hold(server, tiny_model_dir):
+    scorer = _scorer(tiny_model_dir, server)
     await scorer.set_global_steps(3)
     assert await scorer.score(PROMPT, [7, 8], version=2) is None
     assert (await scorer.take_stats())["refused"] == 1
@@ -180,12 +179,10 @@ async def test_scorer_refuses_a_version_it_does_not_hold(tiny_model_dir):
 
 async def test_scorer_weight_update_waits_for_the_outgoing_versions_segments(server, tiny_model_dir):
     await server.set_global_steps(1)
-    log = SegmentLog(keep=False)
-    scorer = _scorer(tiny_model_dir, log)
+    scorer = _scorer(tiny_model_dir, server)
     await scorer.set_global_steps(1)
     out = await server.generate(prompt_ids=list(PROMPT), sampling_params={**PARAMS, "max_tokens": 4}, request_id="a")
-    log.record(PROMPT, out.token_ids, 1)  # what the client does before it asks for the score
-    assert log.recorded(1) == 1
+    assert await server.served_segments(1) == 1
     update = asyncio.create_task(scorer.update_weights(_new_weights(server, seed=1), global_steps=2))
     await asyncio.sleep(0.2)
     assert not update.done()  # one segment of version 1 is still unscored: version 1 must stay
@@ -196,23 +193,31 @@ async def test_scorer_weight_update_waits_for_the_outgoing_versions_segments(ser
 
 
 async def test_scorer_sync_timeout_moves_on_and_says_so(server, tiny_model_dir, caplog):
-    log = SegmentLog(keep=False)
-    scorer = _scorer(tiny_model_dir, log, timeout_s=0.1)
+    await server.set_global_steps(1)
+    scorer = _scorer(tiny_model_dir, server, timeout_s=0.1)
     await scorer.set_global_steps(1)
-    log.record(PROMPT, [7, 8], 1)  # recorded, never scored
+    await server.generate(prompt_ids=list(PROMPT), sampling_params={**PARAMS, "max_tokens": 2}, request_id="a")
     with caplog.at_level(logging.WARNING, logger="verl_ext.hf_rollout"):
         await scorer.update_weights(_new_weights(server, seed=1), global_steps=2)
     assert "dedicated.sync_timeout_s" in caplog.text
     assert (await scorer.take_stats())["sync_timeouts"] == 1
 
 
+async def _until_recorded(log, server, version: int) -> None:
+    """``host.wait_until_recorded`` in this event loop: the clients have recorded every segment
+    of ``version`` the server served (the server's count is final once its abort returned)."""
+    while log.recorded(version) < await server.served_segments(version):
+        await asyncio.sleep(0.005)
+
+
 async def test_interrupt_segments_are_logged_by_the_client_with_aborted_prefixes(monkeypatch, server):
-    log = SegmentLog(keep=True)
+    log = SegmentLog()
     client = _client(monkeypatch, server, log)
     taken_at_sync = []
 
     async def sync():  # what the trainer sees after verl's abort: every version-1 segment
-        await asyncio.sleep(0.05)  # the aborted call's result reaches the client (verl: sleep, reward, ...)
+        assert await server.served_segments(1) == 1  # counted before the abort returned
+        await _until_recorded(log, server, 1)  # the aborted prefix may still be on its way to the client
         segments, late = log.take(1)
         assert late == 0
         taken_at_sync.extend(segments)
@@ -233,7 +238,7 @@ async def test_interrupt_identity_through_the_segment_store(monkeypatch, server,
     """Each segment scored at the sync with the weights that generated it (here by an independent
     fp32 forward, the trainer's numerics on this backend) reassembles into the rollout's
     log-probs for a partial rollout that spans the sync."""
-    log = SegmentLog(keep=True)
+    log = SegmentLog()
     client = _client(monkeypatch, server, log)
     store = SegmentStore(max_versions=2)
 
@@ -246,7 +251,7 @@ async def test_interrupt_identity_through_the_segment_store(monkeypatch, server,
             store.put(seg["segment_id"], seg["version"], lp)
 
     async def sync():
-        await asyncio.sleep(0.05)
+        await _until_recorded(log, server, 1)
         score_logged(log.take(1)[0])  # before the weights change
         await server.update_weights(_new_weights(server, seed=7), global_steps=2)
 
@@ -260,19 +265,19 @@ async def test_interrupt_identity_through_the_segment_store(monkeypatch, server,
 
 
 def test_segment_log_refuses_a_segment_of_a_version_already_taken_and_counts_it():
-    log = SegmentLog(keep=True)
+    log = SegmentLog()
     first = log.record([1, 2], [3, 4], 5)
     assert log.record([1], [], 5) is None  # no tokens: no segment
+    assert log.recorded(5) == 1
     taken, late = log.take(5)
     assert [s["segment_id"] for s in taken] == [first] and late == 0
-    # a version-5 call whose result reached the client after the sync: never scored with other weights
+    # a version-5 call recorded after its sync gave up waiting: never scored with other weights
     assert log.record([1, 2], [9], 5) is None
     kept = log.record([1, 2], [9], 6)
+    assert log.recorded(6) == 1 and log.recorded(5) == 0  # a taken version's count is dropped
     taken, late = log.take(6)
     assert late == 1 and [s["segment_id"] for s in taken] == [kept]
-    assert log.recorded(6) == 1 and log.recorded(5) == 0  # counts of versions before the taken one are dropped
-    assert SegmentLog(keep=True).record([1], [2], 0).split(":")[0] != first.split(":")[0]  # unique across resumes
-    assert SegmentLog(keep=False).record([1], [2], 0) is None  # dedicated: counts only
+    assert SegmentLog().record([1], [2], 0).split(":")[0] != first.split(":")[0]  # unique across resumes
 
 
 def test_segment_store_round_trips_through_a_checkpoint(tmp_path):

@@ -134,13 +134,20 @@ class InterruptConfig:
         on_missing: as ``DedicatedConfig.on_missing`` (metric ``old_logits/interrupt/inexact_frac``).
         max_versions: versions of scored segments kept in the trainer (host RAM, 4 bytes per
             token); default: the staleness bound.
+        sync_timeout_s: how long the sync waits for the LLM clients to record as many segments of
+            the outgoing version as the rollout servers served; then it logs a warning, counts
+            ``old_logits/interrupt/sync_timeouts`` and scores what arrived (later ones stay
+            unscored and meet ``on_missing``).
     """
 
     on_missing: str = "error"
     max_versions: int | None = None
+    sync_timeout_s: float = 300.0
 
     def __post_init__(self) -> None:
         _check_choice("interrupt.on_missing", self.on_missing, ("error", "current"))
+        if self.sync_timeout_s <= 0:
+            raise ValueError(f"{KEY}.interrupt.sync_timeout_s must be > 0, got {self.sync_timeout_s}")
 
 
 @dataclass(frozen=True)

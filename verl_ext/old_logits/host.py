@@ -9,12 +9,13 @@ fetch, forward under some weights, store). This module implements them for verl'
   local parameter shards on every worker, runs verl's own ``compute_log_prob``, and swaps back;
 - per-token versions come from ``extra_fields["token_global_steps"]`` (``verl_ext.old_logits.rollout_client``);
 - the rollout side of the exact providers ``dedicated`` and ``interrupt``
-  (``verl_ext.old_logits.precomputed``), the same for every rollout engine: the LLM client records
-  every segment in a ``SegmentLog`` actor (``verl_ext.old_logits.segment_log``);
-  ``DedicatedScorer`` starts the forward-only scorer the client hands each segment to and sends
-  it the actor's weights at every sync; ``InterruptScoring`` scores, at each weight sync and before
-  the optimizer step, the logged segments with verl's own ``compute_log_prob`` on the trainer's
-  current weights.
+  (``verl_ext.old_logits.precomputed``), the same for the ``hf`` and vLLM rollouts: the servers
+  count the segments they serve (``verl_ext.old_logits.segment_log.ServedSegments``;
+  ``counting_rollout_replicas`` gives vLLM's that count); ``DedicatedScorer`` starts the
+  forward-only scorer the LLM client hands each segment to and sends it the actor's weights at
+  every sync; ``InterruptScoring`` has the client log every segment in a ``SegmentLog`` actor and
+  scores, at each weight sync and before the optimizer step, the logged segments with verl's own
+  ``compute_log_prob`` on the trainer's current weights.
 
 Worker-side state (``OldLogitWorkerState``: EWMA shadow, snapshot store) lives on each actor
 worker as an attribute and is driven with Ray's ``__ray_call__`` (no worker subclass): the
@@ -24,10 +25,11 @@ taken, at every optimizer step.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import ray
@@ -387,10 +389,40 @@ def _require_supported_rollout(trainer: Any, provider: str) -> None:
         raise NotImplementedError(problems[0])
 
 
-def _start_segment_log(keep: bool) -> Any:
-    from verl_ext.old_logits.segment_log import SEGMENT_LOG_ACTOR_NAME, SegmentLog
+@contextlib.contextmanager
+def counting_rollout_replicas(rollout_name: str, provider: str) -> Iterator[None]:
+    """While the trainer builds its rollout replicas: with ``dedicated`` / ``interrupt`` on vLLM,
+    verl's replica registry gives ``vllm`` verl-ext's ``SegmentCountingVLLMReplica`` (verl's
+    server with ``served_segments``), restored afterwards. The ``hf`` server counts natively."""
+    if provider not in ROLLOUT_SIDE_PROVIDERS or rollout_name != "vllm":
+        yield
+        return
+    from verl.workers.rollout.replica import RolloutReplicaRegistry
 
-    return ray.remote(SegmentLog).options(name=SEGMENT_LOG_ACTOR_NAME, num_cpus=0).remote(keep=keep)
+    def load() -> type:
+        from verl_ext.old_logits.vllm_segments import SegmentCountingVLLMReplica
+
+        return SegmentCountingVLLMReplica
+
+    verls = RolloutReplicaRegistry._registry["vllm"]
+    RolloutReplicaRegistry.register("vllm", load)
+    try:
+        yield
+    finally:
+        RolloutReplicaRegistry.register("vllm", verls)
+
+
+def wait_until_recorded(recorded: Any, servers: Sequence[Any], version: int, timeout_s: float) -> tuple[float, bool]:
+    """Waits until the LLM clients have recorded (``recorded(version)``, a Ray method) as many
+    segments of ``version`` as the rollout servers served: a result may still be on its way from
+    a server to its client when verl's abort returns. Returns (seconds waited, timed out)."""
+    start = time.perf_counter()
+    served = sum(ray.get([server.served_segments.remote(version) for server in servers]))
+    while ray.get(recorded.remote(version)) < served:
+        if time.perf_counter() - start > timeout_s:
+            return time.perf_counter() - start, True
+        time.sleep(0.01)
+    return time.perf_counter() - start, False
 
 
 def training_dtype(actor_config: Any) -> torch.dtype:
@@ -421,7 +453,6 @@ class DedicatedScorer:
         self.host = host
         ref = trainer.config.actor_rollout_ref
         self.dtype = training_dtype(ref.actor)
-        self.segment_log = _start_segment_log(keep=False)
         on_gpu = str(trainer.config.trainer.get("device", "cuda")) != "cpu"
         options = {"num_cpus": 0}
         if on_gpu and config.dedicated.gpu == "own":
@@ -440,7 +471,7 @@ class DedicatedScorer:
             .remote(
                 config=ref.rollout,
                 model_config=ref.model,
-                segment_log=self.segment_log,
+                servers=trainer.llm_server_manager.server_handles,
                 temperature=ref.rollout.temperature,
                 sync_timeout_s=config.dedicated.sync_timeout_s,
                 dtype=self.dtype,
@@ -450,7 +481,7 @@ class DedicatedScorer:
         ray.get(self.actor.get_global_steps.remote())  # surfaces model-loading errors here
 
     def client_kwargs(self) -> dict[str, Any]:
-        return {"old_logit_scorer": self.actor, "segment_log": self.segment_log}
+        return {"old_logit_scorer": self.actor}
 
     def after_weight_sync(self, version: int | None) -> None:
         """The actor's weights of ``version``, to the scorer (it first finishes the outgoing
@@ -499,10 +530,14 @@ class InterruptScoring:
     PARTITION = "verl_ext_old_logit_segments"
 
     def __init__(self, host: VerlOldLogitHost, config: OldLogitsConfig) -> None:
+        from verl_ext.old_logits.segment_log import SEGMENT_LOG_ACTOR_NAME, SegmentLog
+
         _require_supported_rollout(host.trainer, "interrupt")
         self.host = host
         self.store = SegmentStore(config.interrupt_max_versions())
-        self.segment_log = _start_segment_log(keep=True)
+        self.sync_timeout_s = config.interrupt.sync_timeout_s
+        self.servers = host.trainer.llm_server_manager.server_handles
+        self.segment_log = ray.remote(SegmentLog).options(name=SEGMENT_LOG_ACTOR_NAME, num_cpus=0).remote()
 
     def client_kwargs(self) -> dict[str, Any]:
         return {"segment_log": self.segment_log}
@@ -519,6 +554,13 @@ class InterruptScoring:
     def sync(self, metrics: dict[str, float]) -> None:
         start = time.perf_counter()
         version = self.host.old_logits_version()
+        waited, timed_out = wait_until_recorded(self.segment_log.recorded, self.servers, version, self.sync_timeout_s)
+        if timed_out:
+            logger.warning(
+                "verl-ext interrupt: after %.0f s (algorithm.old_logits.interrupt.sync_timeout_s) the clients had "
+                "not recorded every segment of version %d the servers served; scoring what arrived, the rest stay "
+                "unscored", waited, version,
+            )
         segments, late = ray.get(self.segment_log.take.remote(version))
         current = [seg for seg in segments if seg["version"] == version]
         if len(current) < len(segments):
@@ -547,6 +589,8 @@ class InterruptScoring:
                 f"{PREFIX}interrupt/late_segments": float(late),
                 f"{PREFIX}interrupt/stored_segments": float(len(self.store)),
                 f"{PREFIX}interrupt/evicted_segments": float(evicted),
+                f"{PREFIX}interrupt/sync_wait_s": waited,
+                f"{PREFIX}interrupt/sync_timeouts": float(timed_out),
                 f"{PREFIX}interrupt/sync_time_s": time.perf_counter() - start,
             }
         )

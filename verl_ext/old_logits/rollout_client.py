@@ -12,12 +12,12 @@ TransferQueue.
 The verl-ext trainers return these clients from ``get_llm_client``; nothing else changes.
 
 The same per-call layer carries the rollout side of the exact old-logit providers
-(``verl_ext.old_logits.precomputed``), for every rollout engine alike: with ``segment_log``
-(``verl_ext.old_logits.segment_log``) it records each call that returned tokens (an aborted call
-included) right after the call returns; with ``old_logit_scorer`` (provider ``dedicated``) it then
+(``verl_ext.old_logits.precomputed``), for every rollout engine alike, right after each call that
+returned tokens (an aborted call included): with ``old_logit_scorer`` (provider ``dedicated``) it
 has the scorer score the call's tokens, and the outer layer writes
-``extra_fields["token_old_log_probs"]``; the segment ids the log hands out (provider
-``interrupt``) are listed in ``extra_fields["old_logit_segments"]``.
+``extra_fields["token_old_log_probs"]``; with ``segment_log`` (provider ``interrupt``,
+``verl_ext.old_logits.segment_log``) it records the call's prompt, tokens and version, and the
+outer layer lists the ids the log hands out in ``extra_fields["old_logit_segments"]``.
 """
 
 from __future__ import annotations
@@ -118,8 +118,8 @@ class _RecordCallVersions(LLMServerClient):
     Args:
         old_logit_scorer: the ``dedicated`` provider's scorer actor (``score(prompt_ids,
             token_ids, version)``), or None.
-        segment_log: the exact providers' ``SegmentLog`` actor (``record(prompt_ids, token_ids,
-            version)``), or None.
+        segment_log: the ``interrupt`` provider's ``SegmentLog`` actor (``record(prompt_ids,
+            token_ids, version)``), or None.
     """
 
     old_logit_scorer: Any = None
@@ -135,7 +135,6 @@ class _RecordCallVersions(LLMServerClient):
         version = output.extra_fields.get("global_steps")
         segment_id = None
         if self.segment_log is not None and output.token_ids:
-            # before the scorer is asked: its weight update waits for every recorded segment
             segment_id = await self.segment_log.record.remote(kwargs["prompt_ids"], output.token_ids, version)
         old_log_probs = await self._score(kwargs["prompt_ids"], output, version)
         sink = _calls.get()
@@ -145,9 +144,8 @@ class _RecordCallVersions(LLMServerClient):
 
     async def _score(self, prompt_ids: list[int], output: TokenOutput, version: Any) -> list[float | None] | None:
         """The scorer's log-probs of the call's tokens, asked for right away, while the scorer
-        still holds the call's version (every recorded call with tokens: the scorer's weight
-        update waits for all of them). None without a scorer; ``None`` entries where the scorer
-        refused."""
+        still holds the call's version (every call with tokens: the scorer's weight update waits
+        for all of them). None without a scorer; ``None`` entries where the scorer refused."""
         if self.old_logit_scorer is None:
             return None
         if not output.token_ids:

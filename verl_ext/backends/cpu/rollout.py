@@ -37,6 +37,7 @@ from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 
 from verl_ext.backends.cpu.hf_engine import GenerationRequest, HFGenerationEngine
+from verl_ext.old_logits.segment_log import ServedSegments
 from verl_ext.timing import held_bytes
 
 logger = logging.getLogger("verl_ext.hf_rollout")
@@ -66,8 +67,9 @@ def rollout_dtype(name: str) -> torch.dtype:
     return dtypes[name]
 
 
-class HFRolloutServer:
-    """Token-in/token-out generation server for one replica (runs as a Ray actor).
+class HFRolloutServer(ServedSegments):
+    """Token-in/token-out generation server for one replica (runs as a Ray actor). It counts the
+    segments it serves per weight version (``served_segments``) for the exact old-logit providers.
 
     Args:
         dtype: the precision to load the model in; None: ``config.dtype`` (``rollout_dtype``).
@@ -202,7 +204,9 @@ class HFRolloutServer:
             self._batch_done.clear()
             try:
                 await asyncio.to_thread(self.engine.generate, requests, self._abort.is_set)
-                for _, future in taken:
+                for request, future in taken:
+                    if request.tokens:  # counted before the result is released and before an abort returns
+                        self.count_served(self.global_steps)
                     future.set_result(None)
             except Exception as exc:  # a failed batch fails its requests, not the server
                 logger.exception("hf rollout batch failed")
@@ -285,14 +289,14 @@ class HFOldLogitScorer(HFRolloutServer):
     (``verl_ext.old_logits.host.DedicatedScorer``).
 
     Ordering: a weight update that changes the version first waits until this scorer has scored
-    as many segments of the outgoing version as the LLM clients recorded (``SegmentLog.recorded``;
-    a client records a segment before it asks for the score), so a segment whose score is still
-    on its way is scored with its own weights. After ``sync_timeout_s`` it logs and moves on; a
-    segment whose version the scorer no longer holds is refused (``None``), never scored with
-    other weights.
+    as many segments of the outgoing version as the rollout servers returned
+    (``served_segments``: the ``hf`` server and verl-ext's vLLM server count them before they
+    return them), so a segment still on its way to the client (an aborted prefix) is scored with
+    its own weights. After ``sync_timeout_s`` it logs and moves on; a segment whose version the
+    scorer no longer holds is refused (``None``), never scored with other weights.
 
     Args:
-        segment_log: the ``SegmentLog`` actor handle (``recorded(version)``).
+        servers: the rollout servers' actor handles (for ``served_segments``).
         temperature: the trainer's ``actor_rollout_ref.rollout.temperature`` (verl divides the
             logits by it when it computes old log-probs).
         sync_timeout_s: ``algorithm.old_logits.dedicated.sync_timeout_s``.
@@ -303,14 +307,14 @@ class HFOldLogitScorer(HFRolloutServer):
         self,
         config: RolloutConfig,
         model_config: HFModelConfig,
-        segment_log: Any,
+        servers: list[Any],
         temperature: float,
         sync_timeout_s: float,
         dtype: torch.dtype = torch.float32,
         device: str = "cpu",
     ) -> None:
         super().__init__(config=config, model_config=model_config, replica_rank=0, dtype=dtype, device=device)
-        self.segment_log = segment_log
+        self.servers = servers
         self.temperature = float(temperature)
         self.sync_timeout_s = sync_timeout_s
         self._scored: dict[int, int] = {}
@@ -365,8 +369,8 @@ class HFOldLogitScorer(HFRolloutServer):
     async def _wait_until_scored(self, version: int) -> None:
         start = time.perf_counter()
         while True:
-            recorded = await self.segment_log.recorded.remote(version)
-            if self._scored.get(version, 0) >= recorded:
+            served = sum(await asyncio.gather(*[s.served_segments.remote(version) for s in self.servers]))
+            if self._scored.get(version, 0) >= served:
                 break
             if time.perf_counter() - start > self.sync_timeout_s:
                 self._stats["sync_timeouts"] += 1
@@ -374,7 +378,7 @@ class HFOldLogitScorer(HFRolloutServer):
                     "old-logit scorer: %d of %d segments of version %s scored after %.0f s "
                     "(algorithm.old_logits.dedicated.sync_timeout_s); moving to the next version, "
                     "the rest stay unscored",
-                    self._scored.get(version, 0), recorded, version, self.sync_timeout_s,
+                    self._scored.get(version, 0), served, version, self.sync_timeout_s,
                 )
                 break
             await asyncio.sleep(0.01)
