@@ -199,8 +199,11 @@ def test_case10_the_rollout_side_providers_are_accepted_with_vllm_and_refused_wi
     vllm = problems(*base, *async_mode, "actor_rollout_ref.rollout.name=vllm")
     assert not [p for p in vllm if "provider" in p], vllm
     sglang = problems(*base, *async_mode, "actor_rollout_ref.rollout.name=sglang")
-    assert [p for p in sglang if "rollout side" in p] == validation.rollout_side_problems(provider, "sglang")
+    assert [p for p in sglang if "segment-counting" in p] == validation.rollout_side_problems(provider, "sglang")
     assert "provider=snapshot" in validation.rollout_side_problems(provider, "sglang")[0]
+    pd = problems(*base, *async_mode, "actor_rollout_ref.rollout.name=vllm",
+                  "actor_rollout_ref.rollout.disaggregation.enabled=true")
+    assert any("disaggregation.enabled=true: verl's prefill/decode replicas" in p for p in pd), pd
 
 
 def test_case9_a_missing_model_path_is_named(base):
@@ -220,8 +223,8 @@ CASE10 = {
     "dedicated_with_sglang": (["+plugins/old_logits=dedicated", "trainer.v1.trainer_mode=verl_ext_colocate_async",
                                "actor_rollout_ref.rollout.name=sglang"],
                               "algorithm.old_logits.provider=dedicated is supported with actor_rollout_ref.rollout.name=hf "
-                              "or actor_rollout_ref.rollout.name=vllm, not actor_rollout_ref.rollout.name='sglang' (its "
-                              "rollout side has not run with that engine). Use algorithm.old_logits.provider=snapshot"),
+                              "or actor_rollout_ref.rollout.name=vllm, not actor_rollout_ref.rollout.name='sglang' (verl-ext "
+                              "has no segment-counting server for that engine). Use algorithm.old_logits.provider=snapshot"),
     "ewma_beta_and_com": (["+plugins/old_logits=ewma", "trainer.v1.trainer_mode=verl_ext_sync",
                            "algorithm.old_logits.ewma.beta=0.9", "algorithm.old_logits.ewma.com=4"],
                           "set only one of algorithm.old_logits.ewma.beta and algorithm.old_logits.ewma.com"),

@@ -149,6 +149,10 @@ def old_logits_settings(config: Any) -> list[str]:
     except (TypeError, ValueError) as exc:
         return [str(exc)]
     found = rollout_side_problems(parsed.provider, str(select(config, "actor_rollout_ref.rollout.name", "")))
+    if parsed.provider in ("dedicated", "interrupt") and select(config, "actor_rollout_ref.rollout.disaggregation.enabled"):
+        found.append(f"algorithm.old_logits.provider={parsed.provider} with actor_rollout_ref.rollout.disaggregation.enabled"
+                     "=true: verl's prefill/decode replicas have no segment-counting server; turn disaggregation off "
+                     "or use algorithm.old_logits.provider=snapshot")
     # settings that default to the staleness bound, read by the provider once workers run (the
     # sync trainer keeps no snapshots)
     defaults_from_bound = {"ewma": parsed.ewma_max_com if parsed.ewma.calibrated else parsed.ewma_beta,
@@ -182,7 +186,7 @@ def rollout_side_problems(provider: str, rollout_name: str) -> list[str]:
         return []
     supported = " or ".join(f"actor_rollout_ref.rollout.name={name}" for name in ROLLOUT_SIDE_ROLLOUTS)
     return [f"algorithm.old_logits.provider={provider} is supported with {supported}, not "
-            f"actor_rollout_ref.rollout.name={rollout_name!r} (its rollout side has not run with that engine). "
+            f"actor_rollout_ref.rollout.name={rollout_name!r} (verl-ext has no segment-counting server for that engine). "
             "Use algorithm.old_logits.provider=snapshot (exact, any rollout) or ewma"]
 
 
