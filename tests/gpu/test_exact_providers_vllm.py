@@ -5,9 +5,10 @@ trainer, on one GPU.
 Every run: ``recipes/text_corridor/run_gpu.sh`` as in ``test_vllm_fsdp2.py`` (random weights of
 Qwen2.5-0.5B's architecture, bf16 vLLM vs the bf16 FSDP2 trainer, two batches queued ahead so tokens
 1-2 versions old reach the provider, multi-turn rows whose turns straddle weight syncs). The LLM
-client logs every segment (``verl_ext.old_logits.segment_log``); ``dedicated`` scores each one on a
+client hands every segment on (``verl_ext.old_logits.segment_log``); ``dedicated`` scores each one on a
 forward-only bf16 copy of the policy sharing the GPU, ``interrupt`` scores them with the trainer's
-own ``compute_log_prob`` at each sync. Exact old logits leave only bf16 vLLM-vs-trainer numerics in
+own ``compute_log_prob`` at each sync; both wait for as many segments as verl's vLLM servers
+(verl-ext's counting subclass, ``verl_ext.old_logits.vllm_segments``) served. Exact old logits leave only bf16 vLLM-vs-trainer numerics in
 ``training/rollout_probs_diff_max``: the bound is ``snapshot``'s in ``test_vllm_fsdp2.py``."""
 
 from __future__ import annotations
@@ -62,6 +63,9 @@ def test_rollout_side_provider_gives_exact_old_logits_on_vllm(provider, tmp_path
     for step in STEPS:
         assert metrics[step]["old_logits/interrupt/segments"] > 0
         assert metrics[step]["old_logits/interrupt/unscorable_segments"] == 0
+        # the sync had every segment the vLLM servers counted, aborted prefixes included
+        assert metrics[step]["old_logits/interrupt/late_segments"] == 0
+        assert metrics[step]["old_logits/interrupt/sync_timeouts"] == 0
         assert metrics[step]["verl_ext/time/segment_scoring"] > 0
     assert (tmp_path / "checkpoints" / "global_step_3" / "verl_ext_old_logits" / "rollout_side.pt").exists()
     assert_clean_end(tmp_path)
