@@ -191,6 +191,9 @@ GPU_TEST_MATRIX = [
       for p in ("current", "rollout", "snapshot", "ewma", "loglinear")],
     *[dict(MODE="colocate_async", ROLLOUT="hf", ADV="gigpo", LOSS="ppo_ewma", PROVIDER=p)
       for p in ("dedicated", "interrupt")],
+    # tests/gpu/test_exact_providers_vllm.py: the rollout-side providers on vLLM
+    *[dict(MODE="colocate_async", ROLLOUT="vllm", ADV="gigpo", LOSS="ppo_ewma", PROVIDER=p)
+      for p in ("dedicated", "interrupt")],
     dict(N_GPUS="2", MODE="colocate_async", ADV="gigpo", LOSS="ppo_ewma", PROVIDER="snapshot"),
     dict(N_GPUS="4", ADV="hgpo", LOSS="ppo_ewma", PROVIDER="ewma_bound"),
     # tests/gpu/test_megatron.py on one GPU, and TP=2 x PP=2 for a 4-GPU machine (not lent yet)

@@ -193,6 +193,19 @@ def test_case9_a_step_aware_estimator_under_verls_plain_trainer_is_refused(base)
     assert found[0].endswith("set trainer.v1.trainer_mode=verl_ext_colocate_async")
 
 
+@pytest.mark.parametrize("provider", ["dedicated", "interrupt"])
+def test_case10_the_rollout_side_providers_are_accepted_with_vllm_and_refused_with_sglang(base, provider):
+    async_mode = ("trainer.v1.trainer_mode=verl_ext_colocate_async", f"+plugins/old_logits={provider}")
+    vllm = problems(*base, *async_mode, "actor_rollout_ref.rollout.name=vllm")
+    assert not [p for p in vllm if "provider" in p], vllm
+    sglang = problems(*base, *async_mode, "actor_rollout_ref.rollout.name=sglang")
+    assert [p for p in sglang if "segment-counting" in p] == validation.rollout_side_problems(provider, "sglang")
+    assert "provider=snapshot" in validation.rollout_side_problems(provider, "sglang")[0]
+    pd = problems(*base, *async_mode, "actor_rollout_ref.rollout.name=vllm",
+                  "actor_rollout_ref.rollout.disaggregation.enabled=true")
+    assert any("disaggregation.enabled=true: verl's prefill/decode replicas" in p for p in pd), pd
+
+
 def test_case9_a_missing_model_path_is_named(base):
     found = problems(*base, "trainer.v1.trainer_mode=verl_ext_sync", "actor_rollout_ref.model.path=/no/such/model")
     assert found == [
@@ -207,9 +220,11 @@ def test_case9_a_missing_model_path_is_named(base):
 
 
 CASE10 = {
-    "dedicated_with_vllm": (["+plugins/old_logits=dedicated", "trainer.v1.trainer_mode=verl_ext_colocate_async",
-                             "actor_rollout_ref.rollout.name=vllm"],
-                            "algorithm.old_logits.provider=dedicated needs a forward-only scorer"),
+    "dedicated_with_sglang": (["+plugins/old_logits=dedicated", "trainer.v1.trainer_mode=verl_ext_colocate_async",
+                               "actor_rollout_ref.rollout.name=sglang"],
+                              "algorithm.old_logits.provider=dedicated is supported with actor_rollout_ref.rollout.name=hf "
+                              "or actor_rollout_ref.rollout.name=vllm, not actor_rollout_ref.rollout.name='sglang' (verl-ext "
+                              "has no segment-counting server for that engine). Use algorithm.old_logits.provider=snapshot"),
     "ewma_beta_and_com": (["+plugins/old_logits=ewma", "trainer.v1.trainer_mode=verl_ext_sync",
                            "algorithm.old_logits.ewma.beta=0.9", "algorithm.old_logits.ewma.com=4"],
                           "set only one of algorithm.old_logits.ewma.beta and algorithm.old_logits.ewma.com"),

@@ -42,6 +42,7 @@ import contextlib
 import logging
 import os
 
+import torch
 import transfer_queue as tq
 from omegaconf import open_dict
 from verl.trainer.ppo.v1 import trainer_base
@@ -112,11 +113,20 @@ class VerlExtTrainerMixin:
                     self._old_logit_host.start_worker_state(self.old_logits_config)
         return self._old_logit_host
 
+    def _setup(self):
+        from verl_ext.old_logits.host import counting_rollout_replicas
+
+        # dedicated / interrupt on vLLM: verl's vLLM servers that count the segments they serve
+        with counting_rollout_replicas(str(self.config.actor_rollout_ref.rollout.name), self.old_logit_provider.name):
+            super()._setup()
+
     def on_init_end(self):
         from verl_ext.old_logits.host import ROLLOUT_SIDE_PROVIDERS
 
         if self.old_logit_provider.name in ROLLOUT_SIDE_PROVIDERS:  # before the first weight sync
-            self._host().start_rollout_side(self.old_logits_config)
+            host = self._host()
+            host.start_rollout_side(self.old_logits_config, getattr(self, "_restored_rollout_side", None))
+            _after_each_weight_sync(self.checkpoint_manager, host.rollout_side.after_weight_sync)
         super().on_init_end()
 
     def _llm_client_kwargs(self) -> dict:
@@ -158,26 +168,49 @@ class VerlExtTrainerMixin:
         self._worker_hook_reports = {}
         metrics.update(step_metrics(hooks, timing_raw.get("step")))
 
+    def _old_logits_checkpoint_folder(self) -> str:
+        from verl_ext.old_logits.host import CHECKPOINT_DIR
+
+        return os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}", CHECKPOINT_DIR)
+
     def _save_checkpoint(self):
         super()._save_checkpoint()
         if self._old_logits_needs_worker_state():
-            from verl_ext.old_logits.host import CHECKPOINT_DIR, save_worker_state
+            from verl_ext.old_logits.host import save_worker_state
 
-            folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}", CHECKPOINT_DIR)
             with timed("worker_state_checkpoint"):
-                self._host().on_workers(save_worker_state, folder)
+                self._host().on_workers(save_worker_state, self._old_logits_checkpoint_folder())
+        if self.old_logit_provider.name == "interrupt":  # its segment store: restored rows name its segments
+            from verl_ext.old_logits.host import ROLLOUT_SIDE_FILE
+
+            with timed("worker_state_checkpoint"):
+                os.makedirs(self._old_logits_checkpoint_folder(), exist_ok=True)
+                torch.save(self._old_logit_host.rollout_side.state_dict(),
+                           os.path.join(self._old_logits_checkpoint_folder(), ROLLOUT_SIDE_FILE))
 
     def _load_checkpoint(self):
         super()._load_checkpoint()
         if self.global_steps > 0 and self._old_logits_needs_worker_state():
-            from verl_ext.old_logits.host import CHECKPOINT_DIR, load_worker_state
+            from verl_ext.old_logits.host import load_worker_state
 
-            folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}", CHECKPOINT_DIR)
+            folder = self._old_logits_checkpoint_folder()
             with timed("worker_state_checkpoint"):
                 found = self._host().on_workers(load_worker_state, folder)
             if not all(found):
                 logger.warning("verl-ext: resumed without old-logit state in %s (policy: %s)", folder,
                                self.old_logits_config.ewma.on_missing_state)
+        # dedicated's scores travel with the rows; interrupt's segment store comes back here
+        if self.global_steps > 0 and self.old_logit_provider.name == "interrupt":
+            from verl_ext.old_logits.host import ROLLOUT_SIDE_FILE
+
+            path = os.path.join(self._old_logits_checkpoint_folder(), ROLLOUT_SIDE_FILE)
+            if os.path.exists(path):  # handed to the rollout side when on_init_end starts it
+                self._restored_rollout_side = torch.load(path, weights_only=False)
+            else:
+                logger.warning(
+                    "verl-ext: resumed without %s: rows generated before the checkpoint name segments this run "
+                    "never scored; their stale tokens meet algorithm.old_logits.interrupt.on_missing", path,
+                )
 
     def _compute_advantage(self, batch, metrics):
         from verl_ext.advantages import ESTIMATORS, validity
@@ -233,6 +266,23 @@ class VerlExtTrainerMixin:
         if hasattr(manager, "pop_run_counts"):  # a user's own manager class counts nothing
             with timed("failure_check"):
                 check_failure_rate(manager.pop_run_counts(), partition_id)
+
+
+def _after_each_weight_sync(checkpoint_manager, hook) -> None:
+    """Runs ``hook(global_steps)`` right after each of verl's weight syncs to the rollout replicas
+    (an instance attribute of this trainer's checkpoint manager; listed in patches/README.md):
+    the ``dedicated`` scorer gets the same version in the same sync, before generation resumes.
+    verl calls ``update_weights`` synchronously (``auto_await``); a call without a version
+    (``_validate`` re-sending the current weights) changes nothing the hook needs."""
+    update_weights = checkpoint_manager.update_weights
+
+    def update_weights_then_hook(global_steps=None):
+        result = update_weights(global_steps)
+        if global_steps is not None:
+            hook(global_steps)
+        return result
+
+    checkpoint_manager.update_weights = update_weights_then_hook
 
 
 def _switch_to_bypass_loss(config) -> None:

@@ -149,6 +149,10 @@ def old_logits_settings(config: Any) -> list[str]:
     except (TypeError, ValueError) as exc:
         return [str(exc)]
     found = rollout_side_problems(parsed.provider, str(select(config, "actor_rollout_ref.rollout.name", "")))
+    if parsed.provider in ("dedicated", "interrupt") and select(config, "actor_rollout_ref.rollout.disaggregation.enabled"):
+        found.append(f"algorithm.old_logits.provider={parsed.provider} with actor_rollout_ref.rollout.disaggregation.enabled"
+                     "=true: verl's prefill/decode replicas have no segment-counting server; turn disaggregation off "
+                     "or use algorithm.old_logits.provider=snapshot")
     # settings that default to the staleness bound, read by the provider once workers run (the
     # sync trainer keeps no snapshots)
     defaults_from_bound = {"ewma": parsed.ewma_max_com if parsed.ewma.calibrated else parsed.ewma_beta,
@@ -170,16 +174,20 @@ def old_logits_settings(config: Any) -> list[str]:
     return found
 
 
+# Rollouts the rollout side of `dedicated` / `interrupt` has run with (verl_ext.old_logits.segment_log:
+# the LLM client logs the segments, whatever engine serves them).
+ROLLOUT_SIDE_ROLLOUTS = ("hf", "vllm")
+
+
 def rollout_side_problems(provider: str, rollout_name: str) -> list[str]:
-    """``dedicated`` and ``interrupt`` need verl-ext's rollout side, built for the ``hf`` rollout only
-    (``verl_ext.old_logits.host`` raises the same sentence if it is ever reached)."""
-    if provider not in ("dedicated", "interrupt") or rollout_name == "hf":
+    """``dedicated`` and ``interrupt`` need verl-ext's rollout side, run with the ``hf`` and vLLM
+    rollouts only (``verl_ext.old_logits.host`` raises the same sentence if it is ever reached)."""
+    if provider not in ("dedicated", "interrupt") or rollout_name in ROLLOUT_SIDE_ROLLOUTS:
         return []
-    what = ("a forward-only scorer that receives the weights with the rollout" if provider == "dedicated"
-            else "rollout servers that log the segments they generate")
-    return [f"algorithm.old_logits.provider={provider} needs {what}; verl-ext builds it for the cpu backend's "
-            f"rollout (actor_rollout_ref.rollout.name=hf) only, not for {rollout_name!r}. Use provider=snapshot "
-            "(exact) or ewma with this rollout"]
+    supported = " or ".join(f"actor_rollout_ref.rollout.name={name}" for name in ROLLOUT_SIDE_ROLLOUTS)
+    return [f"algorithm.old_logits.provider={provider} is supported with {supported}, not "
+            f"actor_rollout_ref.rollout.name={rollout_name!r} (verl-ext has no segment-counting server for that engine). "
+            "Use algorithm.old_logits.provider=snapshot (exact, any rollout) or ewma"]
 
 
 @check

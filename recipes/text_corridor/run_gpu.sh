@@ -11,7 +11,7 @@
 #   PROVIDER  old-logit provider: none | current | rollout | snapshot | ewma | loglinear |
 #             dedicated | interrupt [ewma]; none = verl's own old log-probs (no verl-ext hook)
 #   MODE      sync | colocate_async [sync]
-#   ROLLOUT   vllm | hf [vllm]; dedicated/interrupt need hf
+#   ROLLOUT   vllm | hf [vllm]
 #   GPU_MEM   vLLM's gpu_memory_utilization [0.3]
 #   ROLLOUT_DTYPE  the rollout's precision: bfloat16 | float32 [bfloat16 for vllm, float32 for hf]
 #   LR [1e-5], WARMUP [2] and BOUND [4] (colocate_async: batches queued ahead, staleness bound)

@@ -12,8 +12,10 @@ GRPO and verl's PPO loss in every arm, random weights of Qwen2.5-0.5B's, 1.5B's 
 providers ``current``, ``snapshot``, ``ewma``, ``loglinear`` (verl-ext's trainer) and ``verl``
 (verl's own ``colocate_async`` trainer, no verl-ext hook). Each arm runs ``--repeats`` times;
 repeats are interleaved (every arm once, in a rotated order, before any arm again) so that host
-noise hits every arm alike. ``dedicated`` and ``interrupt`` are left out: their rollout side runs
-on the ``hf`` rollout only.
+noise hits every arm alike. ``dedicated`` and ``interrupt`` (issue 20: their rollout side on vLLM)
+are arms too but not in the default set: ``--arms current snapshot dedicated interrupt verl
+--points 0.5b`` gives issue 20's side-by-side cost (their hooks: ``segment_scoring``,
+``scorer_weight_sync``; the scorer's GPU memory: ``verl_ext/mem/dedicated_scorer/gpu_bytes``).
 
 The 7B point on one 139 GB card: FSDP2's fp32 parameters (30 GB), gradients (30 GB) and Adam
 state (61 GB) plus the EWMA's fp32 shadow (30 GB) do not fit beside vLLM, so the 7B point sets
@@ -75,7 +77,9 @@ MEM = "verl_ext/mem/"
 SHARE = f"{TIME}share_of_step"
 TOTAL = f"{TIME}total"
 PLAIN = "verl"
-ARMS = {"current": "current", "snapshot": "snapshot", "ewma": "ewma", "loglinear": "loglinear", PLAIN: "none"}
+ARMS = {"current": "current", "snapshot": "snapshot", "ewma": "ewma", "loglinear": "loglinear", PLAIN: "none",
+        "dedicated": "dedicated", "interrupt": "interrupt"}
+DEFAULT_ARMS = ["current", "snapshot", "ewma", "loglinear", PLAIN]
 TARGET_SHARE = {"current": 0.03, "ewma": 0.03, "loglinear": 0.03}  # of the step, all hooks together
 SNAPSHOT_WAIT_TARGET = 0.01  # the save wait left on the critical path
 COMMON_ENV = {"ADV": "grpo", "LOSS": "vanilla", "MODE": "colocate_async", "ROLLOUT": "vllm", "N_GPUS": "1"}
@@ -355,7 +359,7 @@ def table(results: Path, warmup: int) -> str:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--points", nargs="+", choices=list(POINTS), default=list(POINTS))
-    parser.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS))
+    parser.add_argument("--arms", nargs="+", choices=list(ARMS), default=DEFAULT_ARMS)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--steps", type=int, default=8, help="steps per run (the first --warmup are not counted)")
     parser.add_argument("--warmup", type=int, default=3)

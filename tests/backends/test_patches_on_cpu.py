@@ -226,3 +226,52 @@ def test_advantage_hook_runs_the_step_aware_estimator_inside_verls_compute_advan
         uids=uids, scores=torch.tensor(success), algo_config=trainer.config.algorithm, row_keys=keys)
     torch.testing.assert_close(written, expected)
     assert written.abs().sum() > 0
+
+
+def test_dedicated_scorer_gets_each_version_in_verls_weight_sync_before_generation_resumes():
+    """``_after_each_weight_sync`` replaces ``update_weights`` on the trainer's checkpoint manager
+    instance; verl's own ``on_step_end`` (colocate_async) must call it, and the hook must run
+    before verl resumes generation, so the scorer holds a version before any token of it exists."""
+    from verl_ext.trainer import VerlExtTrainerColocateAsync, _after_each_weight_sync
+
+    calls = []
+
+    class Replicas:  # the checkpoint manager's side effects, recorded (the code under test is verl's)
+        def update_weights(self, global_steps=None):
+            calls.append(("update", global_steps))
+
+        def resume_generation_replicas(self):
+            calls.append(("resume",))
+
+    trainer = object.__new__(VerlExtTrainerColocateAsync)
+    trainer.checkpoint_manager, trainer.timing_raw, trainer.global_steps = Replicas(), {}, 3
+    _after_each_weight_sync(trainer.checkpoint_manager, lambda version: calls.append(("scorer", version)))
+    trainer.on_step_end()  # verl's PPOTrainerColocateAsync.on_step_end
+    assert calls == [("update", 3), ("scorer", 3), ("resume",)]
+    calls.clear()
+    trainer.checkpoint_manager.update_weights()  # verl's _validate re-sends the current weights
+    assert calls == [("update", None)]
+
+
+def test_rollout_side_providers_get_verls_vllm_replica_with_counting_servers_while_the_trainer_builds():
+    """``counting_rollout_replicas`` re-registers verl's ``vllm`` replica loader for the duration of
+    the trainer's ``_setup``; verl's ``LLMServerManager`` resolves its replica class through that
+    registry (``get_rollout_replica_class``), and the loader is verl's again afterwards. (The
+    counting replica itself imports vLLM: it runs in ``tests/gpu/test_exact_providers_vllm.py``.)"""
+    import inspect
+
+    from verl.workers.rollout import llm_server
+    from verl.workers.rollout.replica import RolloutReplicaRegistry, get_rollout_replica_class
+
+    from verl_ext.old_logits.host import counting_rollout_replicas
+
+    assert "get_rollout_replica_class(" in inspect.getsource(llm_server.LLMServerManager.__init__)
+    assert "RolloutReplicaRegistry.get(rollout)" in inspect.getsource(get_rollout_replica_class)
+    verls = RolloutReplicaRegistry._registry["vllm"]
+    with counting_rollout_replicas("vllm", "interrupt"):
+        loader = RolloutReplicaRegistry._registry["vllm"]
+        assert loader is not verls and "SegmentCountingVLLMReplica" in inspect.getsource(loader)
+    assert RolloutReplicaRegistry._registry["vllm"] is verls
+    for rollout, provider in (("vllm", "snapshot"), ("hf", "interrupt")):  # nothing to count / hf counts natively
+        with counting_rollout_replicas(rollout, provider):
+            assert RolloutReplicaRegistry._registry["vllm"] is verls

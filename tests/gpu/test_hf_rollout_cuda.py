@@ -1,6 +1,7 @@
-"""The exact providers that need a segment-logging rollout (`dedicated`, `interrupt`) run on the
-`hf` rollout (verl-ext's transformers server) next to an FSDP2 trainer on CUDA. The hf server runs
-on the host CPU, so the model is a small Qwen2 (hidden 256, 4 layers) rather than 0.5B shapes."""
+"""The exact providers scored on the rollout side (`dedicated`, `interrupt`) with the `hf` rollout
+(verl-ext's transformers server) next to an FSDP2 trainer on CUDA (with vLLM:
+`test_exact_providers_vllm.py`). The hf server runs on the host CPU, so the model is a small Qwen2
+(hidden 256, 4 layers) rather than 0.5B shapes; the `dedicated` scorer runs on the trainer's GPU."""
 
 from __future__ import annotations
 

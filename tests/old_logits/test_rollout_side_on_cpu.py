@@ -1,11 +1,13 @@
 """The rollout side of the exact providers ``dedicated`` and ``interrupt`` on the cpu backend.
 
-The pieces run for real: the ``hf`` rollout server and the ``dedicated`` scorer (their classes,
-in this process's event loop; verl makes them Ray actors), verl's own ``FullyAsyncLLMServerClient``
-resume loop through verl-ext's versioned client. Only the transport is stood in for: the client's
-innermost call goes straight to the in-process server instead of through verl's Ray load
-balancer, and ``_Handle`` gives an in-process object the ``.method.remote(...)`` call shape of a
-Ray actor handle.
+The pieces run for real: the ``hf`` rollout server, the client-side ``SegmentLog`` and the
+``dedicated`` scorer (their classes, in this process's event loop; verl-ext makes them Ray
+actors), verl's own ``FullyAsyncLLMServerClient`` resume loop through verl-ext's versioned client.
+Only the transport is stood in for: the client's innermost call goes straight to the in-process
+server instead of through verl's Ray load balancer, and ``_Handle`` gives an in-process object the
+``.method.remote(...)`` call shape of a Ray actor handle. The log and the scorer see only what any
+engine's server returns (prompt ids, token ids, ``global_steps``) plus the server's
+``served_segments`` count, which verl-ext's vLLM server keeps the same way.
 
 On this backend rollout and training share numerics (fp32 transformers), so an exact provider's
 old log-probs must equal the rollout's own log-probs, token for token, including the tokens of a
@@ -35,6 +37,7 @@ from verl_ext.old_logits.precomputed import (
     precomputed_log_probs,
 )
 from verl_ext.old_logits.rollout_client import VersionedFullyAsyncLLMServerClient
+from verl_ext.old_logits.segment_log import SegmentLog
 
 PARAMS = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "logprobs": True, "ignore_eos": True}
 PROMPT = [3, 4, 5]
@@ -48,7 +51,12 @@ class _Handle:
 
     def __getattr__(self, name):
         method = getattr(self._target, name)
-        return type("_Method", (), {"remote": staticmethod(lambda *a, **k: method(*a, **k))})()
+
+        async def remote(*args, **kwargs):
+            result = method(*args, **kwargs)
+            return await result if asyncio.iscoroutine(result) else result
+
+        return type("_Method", (), {"remote": staticmethod(remote)})()
 
 
 def _rollout_config() -> RolloutConfig:
@@ -86,7 +94,7 @@ def _new_weights(server, seed: int) -> dict[str, torch.Tensor]:
     return {n: t + 0.05 * torch.randn(t.shape, generator=g) for n, t in server.engine.model.state_dict().items()}
 
 
-def _client(monkeypatch, server, scorer=None) -> VersionedFullyAsyncLLMServerClient:
+def _client(monkeypatch, server, log=None, scorer=None) -> VersionedFullyAsyncLLMServerClient:
     async def to_server(self, request_id, *, prompt_ids, sampling_params, **kwargs):
         return await server.generate(prompt_ids=prompt_ids, sampling_params=sampling_params, request_id=request_id)
 
@@ -95,6 +103,7 @@ def _client(monkeypatch, server, scorer=None) -> VersionedFullyAsyncLLMServerCli
     client = object.__new__(VersionedFullyAsyncLLMServerClient)
     client.config = SimpleNamespace(actor_rollout_ref=SimpleNamespace(rollout=SimpleNamespace(response_length=40)))
     client.old_logit_scorer = None if scorer is None else _Handle(scorer)
+    client.segment_log = None if log is None else _Handle(log)
     return client
 
 
@@ -125,10 +134,10 @@ async def _partial_rollout_across_a_weight_sync(server, client, sync):
 async def test_dedicated_scores_every_token_at_its_own_version(monkeypatch, server, tiny_model_dir):
     scorer = _scorer(tiny_model_dir, server)
     await scorer.set_global_steps(1)
-    client = _client(monkeypatch, server, scorer)
+    client = _client(monkeypatch, server, scorer=scorer)
     new = _new_weights(server, seed=7)
 
-    async def sync():  # the server adapter's order: the replica's server, then the scorer
+    async def sync():  # the trainer's order: verl's sync of the rollout servers, then the scorer
         await server.update_weights(new, global_steps=2)
         await scorer.update_weights(new, global_steps=2)
 
@@ -140,6 +149,25 @@ async def test_dedicated_scores_every_token_at_its_own_version(monkeypatch, serv
     torch.testing.assert_close(old, torch.tensor(out.log_probs), rtol=0, atol=1e-5)
     stats = await scorer.take_stats()
     assert stats["segments"] == 2 and stats["tokens"] == len(out.token_ids) and stats["refused"] == 0
+
+
+async def test_scorer_computes_in_the_training_dtype_it_is_given(tiny_model_dir):
+    """The scorer stands for the training engine: bf16 weights and activations where the actor's
+    FSDP mixed precision is bf16 (GPUs), fp32 on the cpu backend; its memory is reported."""
+    fp32 = HFOldLogitScorer(config=_rollout_config(), model_config=HFModelConfig(path=tiny_model_dir),
+                            servers=[], temperature=1.0, sync_timeout_s=1.0)
+    bf16 = HFOldLogitScorer(config=_rollout_config(), model_config=HFModelConfig(path=tiny_model_dir),
+                            servers=[], temperature=1.0, sync_timeout_s=1.0, dtype=torch.bfloat16, device="cpu")
+    assert {p.dtype for p in bf16.engine.model.parameters()} == {torch.bfloat16}
+    scores = []
+    for scorer in (fp32, bf16):
+        await scorer.set_global_steps(1)
+        scores.append(torch.tensor(await scorer.score(PROMPT, [7, 8, 9, 10], version=1)))
+    gap = (scores[0] - scores[1]).abs().max()
+    assert 0 < gap < 0.1, gap  # bf16 numerics: not fp32's values, not far from them
+    memory = [await scorer.memory() for scorer in (fp32, bf16)]
+    assert memory[1]["verl_ext/mem/dedicated_scorer/host_bytes"] * 2 == memory[0]["verl_ext/mem/dedicated_scorer/host_bytes"]
+    assert memory[0]["verl_ext/mem/dedicated_scorer/gpu_bytes"] == 0
 
 
 async def test_scorer_refuses_a_version_it_does_not_hold(server, tiny_model_dir):
@@ -175,13 +203,24 @@ async def test_scorer_sync_timeout_moves_on_and_says_so(server, tiny_model_dir, 
     assert (await scorer.take_stats())["sync_timeouts"] == 1
 
 
-async def test_interrupt_segments_are_logged_before_the_abort_returns(monkeypatch, server):
-    await server.enable_segment_log()
-    client = _client(monkeypatch, server)
+async def _until_recorded(log, server, version: int) -> None:
+    """``host.wait_until_recorded`` in this event loop: the clients have recorded every segment
+    of ``version`` the server served (the server's count is final once its abort returned)."""
+    while log.recorded(version) < await server.served_segments(version):
+        await asyncio.sleep(0.005)
+
+
+async def test_interrupt_segments_are_logged_by_the_client_with_aborted_prefixes(monkeypatch, server):
+    log = SegmentLog()
+    client = _client(monkeypatch, server, log)
     taken_at_sync = []
 
-    async def sync():  # what the trainer sees right after verl's abort: every version-1 segment
-        taken_at_sync.extend(await server.take_segments())
+    async def sync():  # what the trainer sees after verl's abort: every version-1 segment
+        assert await server.served_segments(1) == 1  # counted before the abort returned
+        await _until_recorded(log, server, 1)  # the aborted prefix may still be on its way to the client
+        segments, late = log.take(1)
+        assert late == 0
+        taken_at_sync.extend(segments)
         await server.update_weights(_new_weights(server, seed=7), global_steps=2)
 
     out = await _partial_rollout_across_a_weight_sync(server, client, sync)
@@ -189,7 +228,7 @@ async def test_interrupt_segments_are_logged_before_the_abort_returns(monkeypatc
     prefix = taken_at_sync[0]
     n1 = out.extra_fields["token_global_steps"].count(1)
     assert prefix["prompt_ids"] == PROMPT and prefix["token_ids"] == out.token_ids[:n1]
-    rest = await server.take_segments()  # the resumed call, of version 2, for the next sync
+    rest, _ = log.take(2)  # the resumed call, of version 2, for the next sync
     assert [s["version"] for s in rest] == [2] and rest[0]["prompt_ids"] == PROMPT + out.token_ids[:n1]
     segments = out.extra_fields[SEGMENTS_KEY]
     assert segments == [[prefix["segment_id"], n1], [rest[0]["segment_id"], len(out.token_ids) - n1]]
@@ -199,8 +238,8 @@ async def test_interrupt_identity_through_the_segment_store(monkeypatch, server,
     """Each segment scored at the sync with the weights that generated it (here by an independent
     fp32 forward, the trainer's numerics on this backend) reassembles into the rollout's
     log-probs for a partial rollout that spans the sync."""
-    await server.enable_segment_log()
-    client = _client(monkeypatch, server)
+    log = SegmentLog()
+    client = _client(monkeypatch, server, log)
     store = SegmentStore(max_versions=2)
 
     def score_logged(segments):
@@ -212,16 +251,44 @@ async def test_interrupt_identity_through_the_segment_store(monkeypatch, server,
             store.put(seg["segment_id"], seg["version"], lp)
 
     async def sync():
-        score_logged(await server.take_segments())  # before the weights change
+        await _until_recorded(log, server, 1)
+        score_logged(log.take(1)[0])  # before the weights change
         await server.update_weights(_new_weights(server, seed=7), global_steps=2)
 
     out = await _partial_rollout_across_a_weight_sync(server, client, sync)
-    score_logged(await server.take_segments())  # the next sync
+    score_logged(log.take(2)[0])  # the next sync
     mask = torch.ones(1, len(out.token_ids) + 3, dtype=torch.long)
     mask[0, -3:] = 0  # padding after the response
     old = precomputed_log_probs([out.extra_fields], mask, store)
     torch.testing.assert_close(old[0, :-3], torch.tensor(out.log_probs), rtol=0, atol=1e-5)
     assert torch.isnan(old[0, -3:]).all()
+
+
+def test_segment_log_refuses_a_segment_of_a_version_already_taken_and_counts_it():
+    log = SegmentLog()
+    first = log.record([1, 2], [3, 4], 5)
+    assert log.record([1], [], 5) is None  # no tokens: no segment
+    assert log.recorded(5) == 1
+    taken, late = log.take(5)
+    assert [s["segment_id"] for s in taken] == [first] and late == 0
+    # a version-5 call recorded after its sync gave up waiting: never scored with other weights
+    assert log.record([1, 2], [9], 5) is None
+    kept = log.record([1, 2], [9], 6)
+    assert log.recorded(6) == 1 and log.recorded(5) == 0  # a taken version's count is dropped
+    taken, late = log.take(6)
+    assert late == 1 and [s["segment_id"] for s in taken] == [kept]
+    assert SegmentLog().record([1], [2], 0).split(":")[0] != first.split(":")[0]  # unique across resumes
+
+
+def test_segment_store_round_trips_through_a_checkpoint(tmp_path):
+    store = SegmentStore(max_versions=2)
+    store.put("a:0", 3, torch.tensor([-1.0, -2.0]))
+    torch.save(store.state_dict(), tmp_path / "rollout_side.pt")
+    restored = SegmentStore(max_versions=2)
+    restored.load_state_dict(torch.load(tmp_path / "rollout_side.pt", weights_only=False))
+    old = precomputed_log_probs([{SEGMENTS_KEY: [["a:0", 2]]}], torch.ones(1, 2, dtype=torch.long), restored)
+    assert old.tolist() == [[-1.0, -2.0]]
+    assert restored.evict(current_version=6) == 1
 
 
 def test_assembly_layouts_and_errors():

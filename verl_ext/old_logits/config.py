@@ -109,13 +109,19 @@ class DedicatedConfig:
         sync_timeout_s: how long the scorer's weight update waits for the segments of the version
             it is about to replace to be scored; after that it logs a warning and moves on (the
             unscored tokens then meet ``on_missing``).
+        gpu: on GPU machines, ``shared``: the scorer runs on the actor's first GPU next to the
+            trainer and the colocated rollout (its weights: ``verl_ext/mem/dedicated_scorer/gpu_bytes``);
+            ``own``: on a GPU of its own, which Ray must have free on the node (more GPUs than
+            ``trainer.n_gpus_per_node``). The cpu backend's scorer runs on the host CPU.
     """
 
     on_missing: str = "error"
     sync_timeout_s: float = 300.0
+    gpu: str = "shared"
 
     def __post_init__(self) -> None:
         _check_choice("dedicated.on_missing", self.on_missing, ("error", "current"))
+        _check_choice("dedicated.gpu", self.gpu, ("shared", "own"))
         if self.sync_timeout_s <= 0:
             raise ValueError(f"{KEY}.dedicated.sync_timeout_s must be > 0, got {self.sync_timeout_s}")
 
@@ -128,13 +134,20 @@ class InterruptConfig:
         on_missing: as ``DedicatedConfig.on_missing`` (metric ``old_logits/interrupt/inexact_frac``).
         max_versions: versions of scored segments kept in the trainer (host RAM, 4 bytes per
             token); default: the staleness bound.
+        sync_timeout_s: how long the sync waits for the LLM clients to record as many segments of
+            the outgoing version as the rollout servers served; then it logs a warning, counts
+            ``old_logits/interrupt/sync_timeouts`` and scores what arrived (later ones stay
+            unscored and meet ``on_missing``).
     """
 
     on_missing: str = "error"
     max_versions: int | None = None
+    sync_timeout_s: float = 300.0
 
     def __post_init__(self) -> None:
         _check_choice("interrupt.on_missing", self.on_missing, ("error", "current"))
+        if self.sync_timeout_s <= 0:
+            raise ValueError(f"{KEY}.interrupt.sync_timeout_s must be > 0, got {self.sync_timeout_s}")
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,12 @@ fetch, forward under some weights, store). This module implements them for verl'
   local parameter shards on every worker, runs verl's own ``compute_log_prob``, and swaps back;
 - per-token versions come from ``extra_fields["token_global_steps"]`` (``verl_ext.old_logits.rollout_client``);
 - the rollout side of the exact providers ``dedicated`` and ``interrupt``
-  (``verl_ext.old_logits.precomputed``): ``DedicatedScorer`` starts the forward-only scorer the
-  LLM client hands each segment to; ``InterruptScoring`` scores, at each weight sync and before
-  the optimizer step, the segments the rollout servers logged, with verl's own
+  (``verl_ext.old_logits.precomputed``), the same for the ``hf`` and vLLM rollouts: the servers
+  count the segments they serve (``verl_ext.old_logits.segment_log.ServedSegments``;
+  ``counting_rollout_replicas`` gives vLLM's that count); ``DedicatedScorer`` starts the
+  forward-only scorer the LLM client hands each segment to and sends it the actor's weights at
+  every sync; ``InterruptScoring`` has the client log every segment in a ``SegmentLog`` actor and
+  scores, at each weight sync and before the optimizer step, the logged segments with verl's own
   ``compute_log_prob`` on the trainer's current weights.
 
 Worker-side state (``OldLogitWorkerState``: EWMA shadow, snapshot store) lives on each actor
@@ -22,10 +25,11 @@ taken, at every optimizer step.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import ray
@@ -55,6 +59,7 @@ from verl_ext.old_logits.rollout_client import TOKEN_VERSIONS_KEY
 WORKER_SWAP_HOOK = "weight_swap_gpu"
 STATE_ATTR = "_verl_ext_old_logits"
 CHECKPOINT_DIR = "verl_ext_old_logits"
+ROLLOUT_SIDE_FILE = "rollout_side.pt"  # the segment store of `interrupt`
 ROLLOUT_SIDE_PROVIDERS = ("dedicated", "interrupt")
 
 logger = logging.getLogger("verl_ext.old_logits")
@@ -142,6 +147,25 @@ def exit_weights(ray_self: Any) -> None:
             context.__exit__(None, None, None)
 
 
+def send_weights_to_scorer(ray_self: Any, scorer_name: str, version: int | None, dtype: torch.dtype) -> None:
+    """Sends the actor's full weights (``get_per_tensor_param``, which every rank must iterate:
+    FSDP gathers each tensor collectively) to the ``dedicated`` scorer, from rank 0, cast to the
+    scorer's ``dtype`` as FSDP's mixed precision casts them for the forward."""
+    params, peft_config = _actor_worker(ray_self).actor.engine.get_per_tensor_param()
+    if peft_config is not None:
+        raise NotImplementedError(
+            "algorithm.old_logits.provider=dedicated: LoRA adapters must be merged for the scorer "
+            "(actor_rollout_ref.model.lora.merge=True)"
+        )
+    sender = int(os.environ.get("RANK", 0)) == 0
+    state = {}
+    for name, tensor in params:  # every rank takes part in each gather; rank 0 keeps the tensors
+        if sender:
+            state[name] = tensor.detach().to("cpu", dtype=dtype if tensor.is_floating_point() else tensor.dtype)
+    if sender:
+        ray.get(ray.get_actor(scorer_name).update_weights.remote(state, version))
+
+
 def calibrate_worker_ewma(ray_self: Any, token_age_versions: float | None) -> dict[str, float]:
     return _state(ray_self).ewma_calibrate(token_age_versions)
 
@@ -183,16 +207,20 @@ class VerlOldLogitHost:
         estimate = max(1, cfg.data.train_batch_size // actor.ppo_mini_batch_size) * actor.ppo_epochs
         self.on_workers(install_worker_state, config, estimate, self.old_logits_version())
 
-    def start_rollout_side(self, config: OldLogitsConfig) -> None:
+    def start_rollout_side(self, config: OldLogitsConfig, restored: dict[str, Any] | None = None) -> None:
         """Starts the rollout side of ``dedicated`` / ``interrupt``. Call once the rollout servers
-        exist and before the first weight sync (the trainer's ``on_init_end``)."""
+        exist and before the first weight sync (the trainer's ``on_init_end``); ``restored``: its
+        ``state_dict`` from the checkpoint resumed from (``interrupt``)."""
         if config.provider == "dedicated":
             self.rollout_side = DedicatedScorer(self, config)
         elif config.provider == "interrupt":
             self.rollout_side = InterruptScoring(self, config)
+        if self.rollout_side is not None and restored is not None:
+            self.rollout_side.load_state_dict(restored)
 
     def llm_client_kwargs(self) -> dict[str, Any]:
-        """Extra arguments for the version-recording LLM client (``dedicated``: the scorer)."""
+        """Extra arguments for the version-recording LLM client (the segment log; ``dedicated``:
+        the scorer)."""
         return self.rollout_side.client_kwargs() if self.rollout_side is not None else {}
 
     def old_logits_rollout_sync(self, metrics: dict[str, float]) -> None:
@@ -351,7 +379,7 @@ def token_versions(extra_fields: list[dict], response_mask: torch.Tensor, keys: 
 # ----------------------------------------------------------------------------- rollout side
 
 
-def _require_hf_rollout(trainer: Any, provider: str) -> None:
+def _require_supported_rollout(trainer: Any, provider: str) -> None:
     """The start-up check (``verl_ext.validation``) refuses this already; kept for trainers built
     some other way."""
     from verl_ext.validation import rollout_side_problems
@@ -361,26 +389,93 @@ def _require_hf_rollout(trainer: Any, provider: str) -> None:
         raise NotImplementedError(problems[0])
 
 
+@contextlib.contextmanager
+def counting_rollout_replicas(rollout_name: str, provider: str) -> Iterator[None]:
+    """While the trainer builds its rollout replicas: with ``dedicated`` / ``interrupt`` on vLLM,
+    verl's replica registry gives ``vllm`` verl-ext's ``SegmentCountingVLLMReplica`` (verl's
+    server with ``served_segments``), restored afterwards. The ``hf`` server counts natively."""
+    if provider not in ROLLOUT_SIDE_PROVIDERS or rollout_name != "vllm":
+        yield
+        return
+    from verl.workers.rollout.replica import RolloutReplicaRegistry
+
+    def load() -> type:
+        from verl_ext.old_logits.vllm_segments import SegmentCountingVLLMReplica
+
+        return SegmentCountingVLLMReplica
+
+    verls = RolloutReplicaRegistry._registry["vllm"]
+    RolloutReplicaRegistry.register("vllm", load)
+    try:
+        yield
+    finally:
+        RolloutReplicaRegistry.register("vllm", verls)
+
+
+def wait_until_recorded(recorded: Any, servers: Sequence[Any], version: int, timeout_s: float) -> tuple[float, bool]:
+    """Waits until the LLM clients have recorded (``recorded(version)``, a Ray method) as many
+    segments of ``version`` as the rollout servers served: a result may still be on its way from
+    a server to its client when verl's abort returns. Returns (seconds waited, timed out)."""
+    start = time.perf_counter()
+    served = sum(ray.get([server.served_segments.remote(version) for server in servers]))
+    while ray.get(recorded.remote(version)) < served:
+        if time.perf_counter() - start > timeout_s:
+            return time.perf_counter() - start, True
+        time.sleep(0.01)
+    return time.perf_counter() - start, False
+
+
+def training_dtype(actor_config: Any) -> torch.dtype:
+    """The precision of the actor's forward: FSDP's ``mixed_precision.param_dtype`` (bf16 unless
+    set; the cpu backend sets fp32)."""
+    from verl.utils.torch_dtypes import PrecisionType
+
+    mixed = (actor_config.get("fsdp_config") or {}).get("mixed_precision") or {}
+    return PrecisionType.to_dtype(mixed.get("param_dtype", "bf16"))
+
+
 class DedicatedScorer:
-    """``dedicated``: a forward-only scorer actor (``HFOldLogitScorer``) next to the rollout
-    replicas. It receives every weight version from replica 0's server adapter at the same sync as
-    the replica, and the LLM client has it score each segment as soon as the segment returns."""
+    """``dedicated``: a forward-only scorer actor (``HFOldLogitScorer``) in the training engine's
+    numerics. The trainer sends it the actor's weights right after each of verl's weight syncs
+    (``after_weight_sync``, before generation resumes), and the LLM client has it score each
+    segment as soon as the segment returns.
+
+    Where it runs: on the host CPU on the cpu backend; on a GPU otherwise, either sharing the
+    actor's first GPU with the trainer and the colocated rollout (``dedicated.gpu=shared``: the
+    actor asks Ray for no GPU and sees that one card, as verl starts its vLLM servers) or on a GPU
+    of its own that Ray has left free on the node (``dedicated.gpu=own``)."""
 
     def __init__(self, host: VerlOldLogitHost, config: OldLogitsConfig) -> None:
         from verl_ext.backends.cpu.rollout import SCORER_ACTOR_NAME, HFOldLogitScorer
 
         trainer = host.trainer
-        _require_hf_rollout(trainer, "dedicated")
-        rollout = trainer.config.actor_rollout_ref.rollout
+        _require_supported_rollout(trainer, "dedicated")
+        self.host = host
+        ref = trainer.config.actor_rollout_ref
+        self.dtype = training_dtype(ref.actor)
+        on_gpu = str(trainer.config.trainer.get("device", "cuda")) != "cpu"
+        options = {"num_cpus": 0}
+        if on_gpu and config.dedicated.gpu == "own":
+            if ray.available_resources().get("GPU", 0) < 1:  # the actor would wait for one forever
+                raise RuntimeError(
+                    "algorithm.old_logits.dedicated.gpu=own: Ray has no free GPU for the scorer (every GPU "
+                    f"it knows is taken; trainer.n_gpus_per_node={trainer.config.trainer.n_gpus_per_node}). "
+                    "Use a node with a spare GPU, or algorithm.old_logits.dedicated.gpu=shared"
+                )
+            options["num_gpus"] = 1
+        elif on_gpu:
+            options.update(_share_gpu_of(trainer.actor_rollout_wg.workers[0]))
         self.actor = (
             ray.remote(HFOldLogitScorer)
-            .options(name=SCORER_ACTOR_NAME, num_cpus=0, max_concurrency=1024)
+            .options(name=SCORER_ACTOR_NAME, max_concurrency=1024, **options)
             .remote(
-                config=rollout,
-                model_config=trainer.config.actor_rollout_ref.model,
+                config=ref.rollout,
+                model_config=ref.model,
                 servers=trainer.llm_server_manager.server_handles,
-                temperature=rollout.temperature,
+                temperature=ref.rollout.temperature,
                 sync_timeout_s=config.dedicated.sync_timeout_s,
+                dtype=self.dtype,
+                device="cuda" if on_gpu else "cpu",
             )
         )
         ray.get(self.actor.get_global_steps.remote())  # surfaces model-loading errors here
@@ -388,42 +483,96 @@ class DedicatedScorer:
     def client_kwargs(self) -> dict[str, Any]:
         return {"old_logit_scorer": self.actor}
 
+    def after_weight_sync(self, version: int | None) -> None:
+        """The actor's weights of ``version``, to the scorer (it first finishes the outgoing
+        version's segments)."""
+        from verl_ext.backends.cpu.rollout import SCORER_ACTOR_NAME
+
+        with timed("scorer_weight_sync"):
+            self.host.on_workers(send_weights_to_scorer, SCORER_ACTOR_NAME, version, self.dtype)
+
     def sync(self, metrics: dict[str, float]) -> None:
-        """Nothing to score here; reports the scorer's work since the last step."""
-        stats = ray.get(self.actor.take_stats.remote())
+        """Nothing to score here; reports the scorer's work since the last step and its memory."""
+        stats, memory = ray.get([self.actor.take_stats.remote(), self.actor.memory.remote()])
         metrics.update({f"{PREFIX}dedicated/scorer_{name}": float(value) for name, value in stats.items()})
+        metrics.update(memory)
+
+
+
+def _share_gpu_of(worker: Any) -> dict[str, Any]:
+    """Ray options for an actor on ``worker``'s node that sees ``worker``'s GPU without asking Ray
+    for one (verl's ``vLLMReplica.launch_servers`` places its servers this way). The visible
+    device is set in the process's environment before it starts: verl's imports read CUDA's
+    device list, after which a change would be ignored."""
+    from verl.plugin.platform import get_platform
+    from verl.utils.device import get_resource_name, get_visible_devices_keyword
+
+    node_id, gpu = ray.get(worker.__ray_call__.remote(
+        lambda self: (ray.get_runtime_context().get_node_id(),
+                      str(ray.get_runtime_context().get_accelerator_ids()[get_resource_name()][0]))
+    ))
+    env = {var: "1" for var in get_platform().ray_noset_envvars()}
+    env[get_visible_devices_keyword()] = gpu
+    return {
+        "scheduling_strategy": ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
+        "runtime_env": {"env_vars": env},
+    }
 
 
 class InterruptScoring:
-    """``interrupt``: the rollout servers log every segment (the ``hf`` server's segment log); at
-    each step, after verl's abort has paused generation and before the first optimizer step, the
-    trainer takes the logged segments (all of the version it still holds: the aborted prefixes
-    and the calls that finished since the last sync), scores them with verl's
-    ``compute_log_prob`` on its current weights and keeps the results in a ``SegmentStore`` that
-    the rows' ``old_logit_segments`` are resolved against."""
+    """``interrupt``: the LLM clients log every segment (``SegmentLog``, kept); at each step, after
+    verl's abort has paused generation and before the first optimizer step, the trainer takes the
+    logged segments (all of the version it still holds: the aborted prefixes and the calls that
+    finished since the last sync), scores them with verl's ``compute_log_prob`` on its current
+    weights and keeps the results in a ``SegmentStore`` that the rows' ``old_logit_segments`` are
+    resolved against. The store is saved with each checkpoint and restored on resume."""
 
     PARTITION = "verl_ext_old_logit_segments"
 
     def __init__(self, host: VerlOldLogitHost, config: OldLogitsConfig) -> None:
-        _require_hf_rollout(host.trainer, "interrupt")
+        from verl_ext.old_logits.segment_log import SEGMENT_LOG_ACTOR_NAME, SegmentLog
+
+        _require_supported_rollout(host.trainer, "interrupt")
         self.host = host
         self.store = SegmentStore(config.interrupt_max_versions())
+        self.sync_timeout_s = config.interrupt.sync_timeout_s
         self.servers = host.trainer.llm_server_manager.server_handles
-        ray.get([server.enable_segment_log.remote() for server in self.servers])
+        self.segment_log = ray.remote(SegmentLog).options(name=SEGMENT_LOG_ACTOR_NAME, num_cpus=0).remote()
 
     def client_kwargs(self) -> dict[str, Any]:
-        return {}
+        return {"segment_log": self.segment_log}
+
+    def after_weight_sync(self, version: int | None) -> None:
+        pass
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"segment_store": self.store.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.store.load_state_dict(state["segment_store"])
 
     def sync(self, metrics: dict[str, float]) -> None:
         start = time.perf_counter()
-        segments = [seg for taken in ray.get([s.take_segments.remote() for s in self.servers]) for seg in taken]
         version = self.host.old_logits_version()
+        waited, timed_out = wait_until_recorded(self.segment_log.recorded, self.servers, version, self.sync_timeout_s)
+        if timed_out:
+            logger.warning(
+                "verl-ext interrupt: after %.0f s (algorithm.old_logits.interrupt.sync_timeout_s) the clients had "
+                "not recorded every segment of version %d the servers served; scoring what arrived, the rest stay "
+                "unscored", waited, version,
+            )
+        segments, late = ray.get(self.segment_log.take.remote(version))
         current = [seg for seg in segments if seg["version"] == version]
         if len(current) < len(segments):
             others = sorted({seg["version"] for seg in segments if seg["version"] != version}, key=str)
             logger.warning(
                 "verl-ext interrupt: %d logged segments of versions %s, not the trainer's %d, cannot be scored "
                 "exactly; left unscored", len(segments) - len(current), others, version,
+            )
+        if late:
+            logger.warning(
+                "verl-ext interrupt: %d segments reached the segment log after their version's sync; left unscored "
+                "(algorithm.old_logits.interrupt.on_missing decides)", late,
             )
         for seg, log_probs in zip(current, self._score(current), strict=True):
             self.store.put(seg["segment_id"], version, log_probs)
@@ -436,9 +585,12 @@ class InterruptScoring:
                 f"{PREFIX}interrupt/forward_tokens": float(
                     sum(len(seg["prompt_ids"]) + len(seg["token_ids"]) for seg in current)
                 ),
-                f"{PREFIX}interrupt/unscorable_segments": float(len(segments) - len(current)),
+                f"{PREFIX}interrupt/unscorable_segments": float(len(segments) - len(current) + late),
+                f"{PREFIX}interrupt/late_segments": float(late),
                 f"{PREFIX}interrupt/stored_segments": float(len(self.store)),
                 f"{PREFIX}interrupt/evicted_segments": float(evicted),
+                f"{PREFIX}interrupt/sync_wait_s": waited,
+                f"{PREFIX}interrupt/sync_timeouts": float(timed_out),
                 f"{PREFIX}interrupt/sync_time_s": time.perf_counter() - start,
             }
         )

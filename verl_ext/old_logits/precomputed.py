@@ -28,7 +28,6 @@ import torch
 
 TOKEN_OLD_LOG_PROBS_KEY = "token_old_log_probs"
 SEGMENTS_KEY = "old_logit_segments"
-SEGMENT_ID_KEY = "old_logit_segment"  # one server call's segment id (hf server -> client)
 
 
 class SegmentStore:
@@ -54,6 +53,13 @@ class SegmentStore:
     def get(self, segment_id: str) -> torch.Tensor | None:
         entry = self._segments.get(segment_id)
         return None if entry is None else entry[1]
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint keeps: rows restored on resume still name these segments."""
+        return {"max_versions": self.max_versions, "segments": dict(self._segments)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._segments = dict(state["segments"])
 
     def evict(self, current_version: int) -> int:
         """Drops segments of versions < ``current_version - max_versions``; returns how many."""

@@ -12,11 +12,12 @@ TransferQueue.
 The verl-ext trainers return these clients from ``get_llm_client``; nothing else changes.
 
 The same per-call layer carries the rollout side of the exact old-logit providers
-(``verl_ext.old_logits.precomputed``): with ``old_logit_scorer`` (provider ``dedicated``) it has
-the scorer score each call's tokens right after the call returns (an aborted call included), and
-the outer layer writes ``extra_fields["token_old_log_probs"]``; a server that stamps its calls
-with segment ids (the ``hf`` backend, read by provider ``interrupt``) gets them listed in
-``extra_fields["old_logit_segments"]``.
+(``verl_ext.old_logits.precomputed``), for every rollout engine alike, right after each call that
+returned tokens (an aborted call included): with ``old_logit_scorer`` (provider ``dedicated``) it
+has the scorer score the call's tokens, and the outer layer writes
+``extra_fields["token_old_log_probs"]``; with ``segment_log`` (provider ``interrupt``,
+``verl_ext.old_logits.segment_log``) it records the call's prompt, tokens and version, and the
+outer layer lists the ids the log hands out in ``extra_fields["old_logit_segments"]``.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import Any
 from verl.workers.rollout.llm_server import FullyAsyncLLMServerClient, LLMServerClient
 from verl.workers.rollout.replica import TokenOutput
 
-from verl_ext.old_logits.precomputed import SEGMENT_ID_KEY, SEGMENTS_KEY, TOKEN_OLD_LOG_PROBS_KEY
+from verl_ext.old_logits.precomputed import SEGMENTS_KEY, TOKEN_OLD_LOG_PROBS_KEY
 
 TOKEN_VERSIONS_KEY = "token_global_steps"
 NO_VERSION = -1  # the version of a response token the model did not generate
@@ -40,7 +41,7 @@ class _Call:
 
     versions: list[Any]
     old_log_probs: list[float | None] | None  # the dedicated scorer's values (None: no scorer)
-    segment_id: str | None  # the server's segment id (None: no tokens, or a server without ids)
+    segment_id: str | None  # the segment log's id (None: no tokens, no log, or recorded too late)
 
 
 # Per asyncio task: the server calls made by the current outer generate().
@@ -117,24 +118,31 @@ class _RecordCallVersions(LLMServerClient):
     Args:
         old_logit_scorer: the ``dedicated`` provider's scorer actor (``score(prompt_ids,
             token_ids, version)``), or None.
+        segment_log: the ``interrupt`` provider's ``SegmentLog`` actor (``record(prompt_ids,
+            token_ids, version)``), or None.
     """
 
     old_logit_scorer: Any = None
+    segment_log: Any = None
 
-    def __init__(self, *args: Any, old_logit_scorer: Any = None, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, old_logit_scorer: Any = None, segment_log: Any = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.old_logit_scorer = old_logit_scorer
+        self.segment_log = segment_log
 
     async def generate(self, request_id, **kwargs: Any) -> TokenOutput:
         output = await super().generate(request_id, **kwargs)
-        segment_id = output.extra_fields.pop(SEGMENT_ID_KEY, None)
-        old_log_probs = await self._score(kwargs["prompt_ids"], output)
+        version = output.extra_fields.get("global_steps")
+        segment_id = None
+        if self.segment_log is not None and output.token_ids:
+            segment_id = await self.segment_log.record.remote(kwargs["prompt_ids"], output.token_ids, version)
+        old_log_probs = await self._score(kwargs["prompt_ids"], output, version)
         sink = _calls.get()
         if sink is not None:
             sink.append(_Call(call_token_versions(output), old_log_probs, segment_id))
         return output
 
-    async def _score(self, prompt_ids: list[int], output: TokenOutput) -> list[float | None] | None:
+    async def _score(self, prompt_ids: list[int], output: TokenOutput, version: Any) -> list[float | None] | None:
         """The scorer's log-probs of the call's tokens, asked for right away, while the scorer
         still holds the call's version (every call with tokens: the scorer's weight update waits
         for all of them). None without a scorer; ``None`` entries where the scorer refused."""
@@ -142,9 +150,7 @@ class _RecordCallVersions(LLMServerClient):
             return None
         if not output.token_ids:
             return []
-        scored = await self.old_logit_scorer.score.remote(
-            prompt_ids, output.token_ids, output.extra_fields.get("global_steps")
-        )
+        scored = await self.old_logit_scorer.score.remote(prompt_ids, output.token_ids, version)
         return scored if scored is not None else [None] * len(output.token_ids)
 
 

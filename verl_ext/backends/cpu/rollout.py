@@ -14,18 +14,15 @@ its tokens, as vLLM's does) and ``extra_fields["token_global_steps"]`` (one vers
 One server call never spans a weight update (updates happen while generation is paused), so
 a resumed partial rollout's per-token versions are the concatenation of its calls' versions.
 
-For the exact old-logit providers (``verl_ext.old_logits.precomputed``) every call that returns
-tokens is a *segment*: the server stamps it with an id (``extra_fields["old_logit_segment"]``),
-counts it per weight version, and, once the trainer enables the log (``interrupt``), keeps its
-prompt and tokens until the trainer takes them at the next weight sync. ``HFOldLogitScorer``
-(``dedicated``) is a forward-only copy of the model that receives every weight version together
-with the replica's server and scores segments as the LLM client hands them over.
+``HFOldLogitScorer`` (the ``dedicated`` old-logit provider, ``verl_ext.old_logits.precomputed``) is
+a forward-only copy of the policy, on the host CPU or on a GPU, that receives every weight version
+in the same sync as the rollout servers (of any engine) and scores each segment as the LLM client
+hands it over.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import os
 import threading
@@ -40,7 +37,8 @@ from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 
 from verl_ext.backends.cpu.hf_engine import GenerationRequest, HFGenerationEngine
-from verl_ext.old_logits.precomputed import SEGMENT_ID_KEY
+from verl_ext.old_logits.segment_log import ServedSegments
+from verl_ext.timing import held_bytes
 
 logger = logging.getLogger("verl_ext.hf_rollout")
 
@@ -69,15 +67,17 @@ def rollout_dtype(name: str) -> torch.dtype:
     return dtypes[name]
 
 
-class HFRolloutServer:
-    """Token-in/token-out generation server for one replica (runs as a Ray actor).
+class HFRolloutServer(ServedSegments):
+    """Token-in/token-out generation server for one replica (runs as a Ray actor). It counts the
+    segments it serves per weight version (``served_segments``) for the exact old-logit providers.
 
     Args:
         dtype: the precision to load the model in; None: ``config.dtype`` (``rollout_dtype``).
+        device: where the model runs (the rollout server: the host CPU).
     """
 
     def __init__(self, config: RolloutConfig, model_config: HFModelConfig, replica_rank: int,
-                 dtype: torch.dtype | None = None) -> None:
+                 dtype: torch.dtype | None = None, device: str = "cpu") -> None:
         from transformers import AutoModelForCausalLM, GenerationConfig
 
         config = omega_conf_to_dataclass(config)
@@ -90,7 +90,7 @@ class HFRolloutServer:
             dtype=dtype or rollout_dtype(config.dtype),
             attn_implementation="sdpa",
             trust_remote_code=model_config.trust_remote_code,
-        )
+        ).to(device)
         tokenizer = model_config.tokenizer
         eos = set()
         try:
@@ -114,10 +114,6 @@ class HFRolloutServer:
         self._abort = threading.Event()
         self._gate_open: asyncio.Event | None = None
         self._rejecting = False
-        # Segments (calls that returned tokens), for the exact old-logit providers.
-        self._segment_ids = itertools.count()
-        self._served_segments: dict[int | None, int] = {}
-        self._segment_log: list[dict[str, Any]] | None = None  # None: not kept (only `interrupt` keeps them)
 
     # ------------------------------------------------------------------ generation
     def _ensure_loop(self) -> None:
@@ -184,16 +180,13 @@ class HFRolloutServer:
         future: asyncio.Future = asyncio.get_running_loop().create_future()
         self._queue.append((request, future))
         self._wakeup.set()
-        segment_id = await future
+        await future
         stop_reason = {"stop": "completed", "length": "completed", "abort": "aborted"}[request.finish_reason]
-        extra_fields = self._version_fields(len(request.tokens))
-        if segment_id is not None:
-            extra_fields[SEGMENT_ID_KEY] = segment_id
         return TokenOutput(
             token_ids=request.tokens,
             log_probs=request.log_probs if sampling_params.get("logprobs", True) else None,
             stop_reason=stop_reason,
-            extra_fields=extra_fields,
+            extra_fields=self._version_fields(len(request.tokens)),
         )
 
     async def _batch_loop(self) -> None:
@@ -211,10 +204,10 @@ class HFRolloutServer:
             self._batch_done.clear()
             try:
                 await asyncio.to_thread(self.engine.generate, requests, self._abort.is_set)
-                # recorded before the results are released and before an abort returns, so a
-                # weight sync that follows an abort sees every segment of the outgoing version
                 for request, future in taken:
-                    future.set_result(self._record_segment(request))
+                    if request.tokens:  # counted before the result is released and before an abort returns
+                        self.count_served(self.global_steps)
+                    future.set_result(None)
             except Exception as exc:  # a failed batch fails its requests, not the server
                 logger.exception("hf rollout batch failed")
                 for _, future in taken:
@@ -244,43 +237,6 @@ class HFRolloutServer:
         self._abort.clear()
         self._rejecting = False
         self._gate_open.set()
-
-    # ------------------------------------------------------------------ old-logit segments
-    def _record_segment(self, request: GenerationRequest) -> str | None:
-        """Counts a finished call that produced tokens as a segment of the current version and
-        returns its id (None: no tokens, nothing to score)."""
-        if not request.tokens:
-            return None
-        segment_id = f"{self.replica_rank}:{next(self._segment_ids)}"
-        self._served_segments[self.global_steps] = self._served_segments.get(self.global_steps, 0) + 1
-        if self._segment_log is not None:
-            self._segment_log.append(
-                {
-                    "segment_id": segment_id,
-                    "version": self.global_steps,
-                    "prompt_ids": list(request.prompt_ids),
-                    "token_ids": list(request.tokens),
-                }
-            )
-        return segment_id
-
-    async def served_segments(self, version: int) -> int:
-        """How many segments this server has returned under weight version ``version``."""
-        return self._served_segments.get(version, 0)
-
-    async def enable_segment_log(self) -> None:
-        """Keep every segment's prompt and tokens until ``take_segments`` (provider ``interrupt``)."""
-        if self._segment_log is None:
-            self._segment_log = []
-
-    async def take_segments(self) -> list[dict[str, Any]]:
-        """The segments logged since the last call (``segment_id``, ``version``, ``prompt_ids``,
-        ``token_ids``). Called by the trainer while generation is paused, so the list is complete
-        for the version being replaced."""
-        if self._segment_log is None:
-            raise RuntimeError("take_segments: the segment log is off; call enable_segment_log first")
-        taken, self._segment_log = self._segment_log, []
-        return taken
 
     # ------------------------------------------------------------------ weights
     async def update_weights(self, named_tensors: dict[str, torch.Tensor], global_steps: int | None) -> int:
@@ -320,28 +276,31 @@ class HFRolloutServer:
 
 
 class HFOldLogitScorer(HFRolloutServer):
-    """The ``dedicated`` old-logit scorer on the cpu backend: a forward-only copy of the policy
-    (runs as a named Ray actor, ``SCORER_ACTOR_NAME``).
+    """The ``dedicated`` old-logit scorer: a forward-only copy of the policy (runs as a named Ray
+    actor, ``SCORER_ACTOR_NAME``), for any rollout engine.
 
-    It inherits the server's model loading (transformers, sdpa) and weight updates, in fp32 whatever
-    ``actor_rollout_ref.rollout.dtype`` says (it stands for the training engine); the
-    leader of replica 0's ``HFServerAdapter`` sends it every weight version right after the
-    replica's server. On this backend the trainer also runs fp32 transformers, so its scores are
-    the training-side log-probs π_train(θ_v) up to summation order; on a GPU backend the point of
-    a dedicated scorer is to run the *training* engine's numerics, which this class does not do.
+    It inherits the ``hf`` server's model loading (transformers, sdpa) and weight updates, and
+    computes in the *training* engine's numerics rather than the rollout's: ``dtype`` is the
+    actor's FSDP ``mixed_precision.param_dtype`` (fp32 on the cpu backend, bf16 on GPUs), on
+    ``device`` (the host CPU on the cpu backend, a GPU otherwise). With FSDP2 on one GPU the
+    actor's forward is this forward: the same transformers model code and sdpa attention, the
+    fp32 master weights cast to bf16. The trainer sends it every weight version right after verl's
+    sync of the rollout servers, from the actor's own gathered weights
+    (``verl_ext.old_logits.host.DedicatedScorer``).
 
     Ordering: a weight update that changes the version first waits until this scorer has scored
     as many segments of the outgoing version as the rollout servers returned
-    (``served_segments``), so a segment handed over late (an aborted prefix still in flight to
-    the client) is still scored with its own weights. After ``sync_timeout_s`` it logs and moves
-    on; a segment whose version the scorer no longer holds is refused (``None``), never scored
-    with other weights.
+    (``served_segments``: the ``hf`` server and verl-ext's vLLM server count them before they
+    return them), so a segment still on its way to the client (an aborted prefix) is scored with
+    its own weights. After ``sync_timeout_s`` it logs and moves on; a segment whose version the
+    scorer no longer holds is refused (``None``), never scored with other weights.
 
     Args:
         servers: the rollout servers' actor handles (for ``served_segments``).
         temperature: the trainer's ``actor_rollout_ref.rollout.temperature`` (verl divides the
             logits by it when it computes old log-probs).
         sync_timeout_s: ``algorithm.old_logits.dedicated.sync_timeout_s``.
+        dtype, device: the training engine's precision and where the scorer runs.
     """
 
     def __init__(
@@ -351,14 +310,20 @@ class HFOldLogitScorer(HFRolloutServer):
         servers: list[Any],
         temperature: float,
         sync_timeout_s: float,
+        dtype: torch.dtype = torch.float32,
+        device: str = "cpu",
     ) -> None:
-        super().__init__(config=config, model_config=model_config, replica_rank=0, dtype=torch.float32)
+        super().__init__(config=config, model_config=model_config, replica_rank=0, dtype=dtype, device=device)
         self.servers = servers
         self.temperature = float(temperature)
         self.sync_timeout_s = sync_timeout_s
         self._scored: dict[int, int] = {}
         self._loading = False  # new weights are being copied in; scores would mix versions
         self._stats = self._empty_stats()
+
+    async def memory(self) -> dict[str, float]:
+        """``verl_ext/mem/dedicated_scorer/{gpu,host}_bytes``: the scorer's weights."""
+        return held_bytes("dedicated_scorer", self.engine.model.state_dict().values())
 
     @staticmethod
     def _empty_stats() -> dict[str, float]:
@@ -386,10 +351,10 @@ class HFOldLogitScorer(HFRolloutServer):
         with self.engine.lock, torch.inference_mode():
             if self._loading or version is None or version != self.global_steps:
                 return None
-            ids = torch.tensor([prompt_ids + token_ids], dtype=torch.long)
+            ids = torch.tensor([prompt_ids + token_ids], dtype=torch.long, device=self.engine.model.device)
             logits = self.engine.model(input_ids=ids, use_cache=False).logits[0, len(prompt_ids) - 1 : -1].float()
             log_probs = (logits / self.temperature).log_softmax(dim=-1)
-            return log_probs.gather(-1, ids[0, len(prompt_ids) :, None]).squeeze(-1).tolist()
+            return log_probs.gather(-1, ids[0, len(prompt_ids) :, None]).squeeze(-1).cpu().tolist()
 
     async def update_weights(self, named_tensors: dict[str, torch.Tensor], global_steps: int | None) -> int:
         moving = global_steps is not None and global_steps != self.global_steps
@@ -471,21 +436,11 @@ class HFServerAdapter(BaseRollout):
         self.is_leader = rank % replica_world == 0
         self.sleep_level = 2  # read by verl's worker for sglang only; kept for protocol parity
         self._server = None
-        self._scorer = None
 
     def _server_handle(self):
         if self._server is None:
             self._server = ray.get_actor(server_actor_name(self.replica_rank))
         return self._server
-
-    def _scorer_handle(self):
-        """The ``dedicated`` old-logit scorer if the trainer started one (replica 0's leader feeds it)."""
-        if self._scorer is None and self.replica_rank == 0:
-            try:
-                self._scorer = ray.get_actor(SCORER_ACTOR_NAME)
-            except ValueError:
-                return None
-        return self._scorer
 
     async def resume(self, tags: list[str]) -> None:
         pass
@@ -502,6 +457,3 @@ class HFServerAdapter(BaseRollout):
         state = {name: tensor.detach().to("cpu", copy=True) for name, tensor in weights}
         if self.is_leader:
             await self._server_handle().update_weights.remote(state, global_steps)
-            scorer = self._scorer_handle()
-            if scorer is not None:  # same weights, same sync: before generation resumes
-                await scorer.update_weights.remote(state, global_steps)

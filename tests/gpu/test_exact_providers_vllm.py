@@ -1,0 +1,78 @@
+"""The exact old-logit providers whose old log-probs are scored on the rollout side, ``dedicated``
+and ``interrupt``, with vLLM rollout servers and an FSDP2 trainer under verl's colocate_async
+trainer, on one GPU.
+
+Every run: ``recipes/text_corridor/run_gpu.sh`` as in ``test_vllm_fsdp2.py`` (random weights of
+Qwen2.5-0.5B's architecture, bf16 vLLM vs the bf16 FSDP2 trainer, two batches queued ahead so tokens
+1-2 versions old reach the provider, multi-turn rows whose turns straddle weight syncs). The LLM
+client hands every segment on (``verl_ext.old_logits.segment_log``); ``dedicated`` scores each one on a
+forward-only bf16 copy of the policy sharing the GPU, ``interrupt`` scores them with the trainer's
+own ``compute_log_prob`` at each sync; both wait for as many segments as verl's vLLM servers
+(verl-ext's counting subclass, ``verl_ext.old_logits.vllm_segments``) served. Exact old logits leave only bf16 vLLM-vs-trainer numerics in
+``training/rollout_probs_diff_max``: the bound is ``snapshot``'s in ``test_vllm_fsdp2.py``."""
+
+from __future__ import annotations
+
+import pytest
+
+from ..e2e.conftest import assert_finite, read_metrics
+from .conftest import assert_clean_end, run_script
+
+SCRIPT = "text_corridor/run_gpu.sh"
+RUN = {"MODE": "colocate_async", "ADV": "gigpo", "LOSS": "ppo_ewma"}
+STEPS = (1, 2, 3)
+
+
+def _assert_exact(metrics: dict, provider: str, steps) -> None:
+    for step in steps:
+        m = metrics[step]
+        assert_finite(m, ["actor/pg_loss", "training/rollout_probs_diff_max"])
+        # bf16 vLLM vs the bf16 trainer on each token's own weights: numerics only, as snapshot
+        assert m["training/rollout_probs_diff_max"] < 1e-2, (step, m["training/rollout_probs_diff_max"])
+        assert m[f"old_logits/{provider}/inexact_frac"] == 0.0  # no stale token fell back to the current weights
+        # per-token versions lie within verl's per-trajectory range (newest .. oldest version of the row)
+        gap = m["old_logits/stale/version_gap_max"]
+        assert m["training/off_policy/trajectory_staleness/max"] <= gap
+        assert gap <= m["training/off_policy/trajectory_staleness_worst/max"]
+
+
+@pytest.mark.parametrize("provider", ["dedicated", "interrupt"])
+def test_rollout_side_provider_gives_exact_old_logits_on_vllm(provider, tmp_path):
+    """Stale and two-version rows present; every token arrives scored (``filled_by_current_frac``
+    0: the trainer ran no old-log-prob forward for it); interrupt: checkpoint at step 3 with its
+    segment store, resumed for step 4, where the restored rows still resolve (with the default
+    ``on_missing=error`` an unscored stale token would stop the run)."""
+    run_script(SCRIPT, tmp_path, **RUN, PROVIDER=provider, STEPS=str(len(STEPS)))
+    metrics = read_metrics(tmp_path / "metrics.jsonl")
+    assert sorted(metrics) == list(STEPS)
+    assert any(metrics[s]["old_logits/stale/version_gap_max"] >= 1 for s in STEPS), "no stale tokens"
+    assert any(metrics[s]["old_logits/stale/partial_frac"] > 0 for s in STEPS), "no rows spanning two versions"
+    _assert_exact(metrics, provider, STEPS)
+    for step in STEPS:
+        assert metrics[step][f"old_logits/{provider}/filled_by_current_frac"] == 0.0
+    print(provider, {s: metrics[s]["training/rollout_probs_diff_max"] for s in STEPS})
+    if provider == "dedicated":
+        for step in STEPS:
+            assert metrics[step]["old_logits/dedicated/forward_rows"] == 0
+            assert metrics[step]["old_logits/dedicated/scorer_refused"] == 0
+            assert metrics[step]["old_logits/dedicated/scorer_sync_timeouts"] == 0
+            assert metrics[step]["verl_ext/mem/dedicated_scorer/gpu_bytes"] > 0  # the scorer is on the GPU
+        assert sum(metrics[s]["old_logits/dedicated/scorer_segments"] for s in STEPS) > 0
+        assert_clean_end(tmp_path)
+        return
+    for step in STEPS:
+        assert metrics[step]["old_logits/interrupt/segments"] > 0
+        assert metrics[step]["old_logits/interrupt/unscorable_segments"] == 0
+        # the sync had every segment the vLLM servers counted, aborted prefixes included
+        assert metrics[step]["old_logits/interrupt/late_segments"] == 0
+        assert metrics[step]["old_logits/interrupt/sync_timeouts"] == 0
+        assert metrics[step]["verl_ext/time/segment_scoring"] > 0
+    assert (tmp_path / "checkpoints" / "global_step_3" / "verl_ext_old_logits" / "rollout_side.pt").exists()
+    assert_clean_end(tmp_path)
+    run_script(SCRIPT, tmp_path, "trainer.resume_mode=auto", **RUN, PROVIDER=provider, STEPS="4")
+    resumed = read_metrics(tmp_path / "metrics.jsonl")
+    assert set(resumed) == {4}, "the resumed run must start at step 4"
+    _assert_exact(resumed, provider, (4,))
+    # the store came back: it holds the restored segments besides the ones scored at this sync
+    assert resumed[4]["old_logits/interrupt/stored_segments"] > resumed[4]["old_logits/interrupt/segments"]
+    assert_clean_end(tmp_path)
