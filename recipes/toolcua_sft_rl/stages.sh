@@ -162,7 +162,7 @@ run_stages() {
     stage rl "$SKIP_RL" rl_stage "$@"
     echo
     echo "verl-ext toolcua_sft_rl finished; the last stage's model: $MODEL"
-    echo "  SFT: $OUT/sft_metrics.jsonl, held-out calls $OUT/sft_eval.json (valid_call_rate: parseable; exact_call_rate: the oracle's call)"
+    echo "  SFT: $OUT/sft_metrics.jsonl, held-out calls $OUT/sft_eval.json (valid_call_rate: parseable; exact_call_rate: the oracle's call; tool_turn_call_rate: the oracle's tool at its tool turns)"
     echo "  RFT: $OUT/rft_metrics.jsonl (val-aux/verl_ext/text_hybrid_decisions/{chose_better,tool_call,...}: held-out decisions)"
     echo "  RL:  $OUT/metrics.jsonl (step 0: val-aux/... of the model it starts from; then verl_ext/episode/*)"
     echo "  stage wall times: $OUT/stage_times.txt"

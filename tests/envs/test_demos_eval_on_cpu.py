@@ -78,9 +78,13 @@ def test_call_rates_count_one_parseable_call_and_the_oracles_call(rows, tiny_mod
                                                    tokenize=True, return_dict=False)
             oracle[tuple(prompt)] = reply
     turns = len(oracle)
+    tool_turns = sum(call["name"] != "computer_use" for row in rows
+                     for _, call in turns_of(json.loads(row["messages"])))
+    assert tool_turns > 0  # the oracle calls app tools in these transcripts
 
     assert call_rates(tokenizer, rows, lambda p: oracle[tuple(p)]) == {
-        "turns": turns, "valid_call_rate": 1.0, "exact_call_rate": 1.0}
+        "turns": turns, "valid_call_rate": 1.0, "exact_call_rate": 1.0,
+        "tool_turns": tool_turns, "tool_turn_call_rate": 1.0}
 
     # the 128-wide model's greedy reply after too little SFT: keys repeat, the JSON never closes
     looping = tokenizer.encode('\n<tool_call>\n{"name": "computer_use", "arguments": {"action": "click", '
@@ -91,6 +95,7 @@ def test_call_rates_count_one_parseable_call_and_the_oracles_call(rows, tiny_mod
     click = '\n<tool_call>\n{"name": "computer_use", "arguments": {"action": "click", "element": 999}}\n</tool_call>'
     rates = call_rates(tokenizer, rows, lambda p: tokenizer.encode(click + "<|im_end|>"))
     assert (rates["valid_call_rate"], rates["exact_call_rate"]) == (1.0, 0.0)
+    assert rates["tool_turn_call_rate"] == 0.0  # only GUI calls: never the oracle's tool at its tool turns
     assert call_rates(tokenizer, rows, lambda p: tokenizer.encode(click + click + "<|im_end|>"))["valid_call_rate"] == 0.0
 
 
@@ -100,4 +105,5 @@ def test_eval_sft_command_on_an_untrained_model(rows, tiny_model_dir, tmp_path):
     torch.manual_seed(0)
     assert cli_main(["eval-sft", tiny_model_dir, path, "--max-new-tokens", "8", "--out", str(out)]) == 0
     rates = json.loads(out.read_text())
-    assert rates == {"turns": rows[0]["extra_info"]["num_calls"], "valid_call_rate": 0.0, "exact_call_rate": 0.0}
+    assert rates == {"turns": rows[0]["extra_info"]["num_calls"], "valid_call_rate": 0.0, "exact_call_rate": 0.0,
+                     "tool_turns": rates["tool_turns"], "tool_turn_call_rate": 0.0}

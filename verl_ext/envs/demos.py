@@ -139,33 +139,41 @@ def turns_of(messages: list[dict[str, Any]]) -> list[tuple[list[dict[str, Any]],
     return [(messages[:i], m["tool_calls"][0]["function"]) for i, m in enumerate(messages) if m["role"] == "assistant"]
 
 
-def score_reply(parser: Any, reply_ids: list[int], expected: dict[str, Any]) -> tuple[bool, bool]:
-    """(valid, exact) for one model reply: it holds exactly one call that ``parser`` (verl's
-    ``ToolParser``) parses -- the loop's ``valid_call_rate`` rule -- and that call is ``expected``."""
+def score_reply(parser: Any, reply_ids: list[int], expected: dict[str, Any]) -> tuple[bool, bool, bool]:
+    """(valid, exact, same_function) for one model reply: it holds exactly one call that ``parser``
+    (verl's ``ToolParser``) parses -- the loop's ``valid_call_rate`` rule --, that call is
+    ``expected``, and it calls ``expected``'s function (any arguments)."""
     _, calls = asyncio.run(parser.extract_tool_calls(reply_ids))
     if len(calls) != 1:
-        return False, False
-    return True, calls[0].name == expected["name"] and json.loads(calls[0].arguments) == expected["arguments"]
+        return False, False, False
+    same_function = calls[0].name == expected["name"]
+    return True, same_function and json.loads(calls[0].arguments) == expected["arguments"], same_function
 
 
 def call_rates(tokenizer: Any, rows: list[dict[str, Any]], generate: Callable[[list[int]], list[int]],
                parser_format: str = "hermes") -> dict[str, float]:
     """Share of the assistant turns of ``rows`` (``text_hybrid_sft_rows``) where ``generate`` (prompt
     ids -> reply ids) writes one parseable call (``valid_call_rate``) and the oracle's call
-    (``exact_call_rate``). The prompt of a turn is the chat template over the oracle's earlier turns
-    with the generation prompt: the tokens the ``hybrid_gui_tool`` loop feeds the model there."""
+    (``exact_call_rate``); of the turns where the oracle calls an app tool (``tool_turns``), the share
+    where the reply is one parseable call of that tool (``tool_turn_call_rate``): a model that only
+    ever writes ``computer_use`` calls scores 0 there, whatever its ``valid_call_rate``. The prompt of a
+    turn is the chat template over the oracle's earlier turns with the generation prompt: the tokens
+    the ``hybrid_gui_tool`` loop feeds the model there."""
     from verl.experimental.agent_loop.tool_parser import ToolParser
 
     parser = ToolParser.get_tool_parser(parser_format, tokenizer)
-    valid = exact = turns = 0
+    valid = exact = turns = tool_turns = tool_hits = 0
     for row in rows:
         tools = _decoded(row["tools"])
         for before, call in turns_of(_decoded(row["messages"])):
             prompt = tokenizer.apply_chat_template(before, tools=tools, add_generation_prompt=True,
                                                    tokenize=True, return_dict=False)
-            ok, same = score_reply(parser, generate(list(prompt)), call)
+            ok, same, same_function = score_reply(parser, generate(list(prompt)), call)
             valid, exact, turns = valid + ok, exact + same, turns + 1
-    return {"turns": turns, "valid_call_rate": valid / max(turns, 1), "exact_call_rate": exact / max(turns, 1)}
+            if call["name"] != GUI_TOOL_NAME:
+                tool_turns, tool_hits = tool_turns + 1, tool_hits + same_function
+    return {"turns": turns, "valid_call_rate": valid / max(turns, 1), "exact_call_rate": exact / max(turns, 1),
+            "tool_turns": tool_turns, "tool_turn_call_rate": tool_hits / max(tool_turns, 1)}
 
 
 def held_out_call_rates(model_path: str, data_file: str, max_new_tokens: int = 128,
