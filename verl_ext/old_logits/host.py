@@ -498,7 +498,6 @@ class DedicatedScorer:
         metrics.update(memory)
 
 
-
 def _share_gpu_of(worker: Any) -> dict[str, Any]:
     """Ray options for an actor on ``worker``'s node that sees ``worker``'s GPU without asking Ray
     for one (verl's ``vLLMReplica.launch_servers`` places its servers this way). The visible
