@@ -43,6 +43,8 @@ def assert_ewma_hook_metrics(metrics: dict) -> None:
         assert_hook_metrics(metrics, (*EWMA_HOOKS, "weight_swap"), memory=("ewma_shadow", "swap_backup"))
     else:
         assert_hook_metrics(metrics, EWMA_HOOKS, memory=("ewma_shadow",))
+
+
 PPO_EWMA = ("+plugins/old_logits=ewma", "+plugins/loss=ppo_ewma")
 
 
