@@ -174,8 +174,8 @@ def old_logits_settings(config: Any) -> list[str]:
     return found
 
 
-# Rollouts the rollout side of `dedicated` / `interrupt` has run with (verl_ext.old_logits.segment_log:
-# the LLM client logs the segments, whatever engine serves them).
+# Rollouts the rollout side of `dedicated` / `interrupt` is built for: their servers count the segments
+# they serve (verl_ext.old_logits.segment_log; vLLM's first GPU run is pending, docs/status.md).
 ROLLOUT_SIDE_ROLLOUTS = ("hf", "vllm")
 
 
