@@ -121,7 +121,7 @@ class VerlExtTrainerMixin:
             super()._setup()
 
     def on_init_end(self):
-        from verl_ext.old_logits.host import ROLLOUT_SIDE_PROVIDERS
+        from verl_ext.old_logits.config import ROLLOUT_SIDE_PROVIDERS
 
         if self.old_logit_provider.name in ROLLOUT_SIDE_PROVIDERS:  # before the first weight sync
             host = self._host()

@@ -137,7 +137,7 @@ def verl_ext_trainer_selected(config: Any) -> list[str]:
 def old_logits_settings(config: Any) -> list[str]:
     """``algorithm.old_logits.*`` parses (unknown keys, ``beta`` with ``com``, bad choices) and the
     provider suits the rollout engine and the trainer mode."""
-    from verl_ext.old_logits.config import OldLogitsConfig
+    from verl_ext.old_logits.config import ROLLOUT_SIDE_PROVIDERS, OldLogitsConfig
 
     section = select(config, "algorithm.old_logits")
     if section is None:
@@ -149,7 +149,7 @@ def old_logits_settings(config: Any) -> list[str]:
     except (TypeError, ValueError) as exc:
         return [str(exc)]
     found = rollout_side_problems(parsed.provider, str(select(config, "actor_rollout_ref.rollout.name", "")))
-    if parsed.provider in ("dedicated", "interrupt") and select(config, "actor_rollout_ref.rollout.disaggregation.enabled"):
+    if parsed.provider in ROLLOUT_SIDE_PROVIDERS and select(config, "actor_rollout_ref.rollout.disaggregation.enabled"):
         found.append(f"algorithm.old_logits.provider={parsed.provider} with actor_rollout_ref.rollout.disaggregation.enabled"
                      "=true: verl's prefill/decode replicas have no segment-counting server; turn disaggregation off "
                      "or use algorithm.old_logits.provider=snapshot")
@@ -182,7 +182,9 @@ ROLLOUT_SIDE_ROLLOUTS = ("hf", "vllm")
 def rollout_side_problems(provider: str, rollout_name: str) -> list[str]:
     """``dedicated`` and ``interrupt`` need verl-ext's rollout side, run with the ``hf`` and vLLM
     rollouts only (``verl_ext.old_logits.host`` raises the same sentence if it is ever reached)."""
-    if provider not in ("dedicated", "interrupt") or rollout_name in ROLLOUT_SIDE_ROLLOUTS:
+    from verl_ext.old_logits.config import ROLLOUT_SIDE_PROVIDERS
+
+    if provider not in ROLLOUT_SIDE_PROVIDERS or rollout_name in ROLLOUT_SIDE_ROLLOUTS:
         return []
     supported = " or ".join(f"actor_rollout_ref.rollout.name={name}" for name in ROLLOUT_SIDE_ROLLOUTS)
     return [f"algorithm.old_logits.provider={provider} is supported with {supported}, not "

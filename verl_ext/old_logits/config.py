@@ -22,6 +22,8 @@ from verl_ext.old_logits.loglinear import PROXIMAL_VERSIONS
 
 KEY = "algorithm.old_logits"
 STALENESS_KEY = "trainer.v1.sampler.max_off_policy_threshold"
+# the exact providers whose old log-probs are scored on the rollout side (segments of server calls)
+ROLLOUT_SIDE_PROVIDERS = ("dedicated", "interrupt")
 
 
 @dataclass(frozen=True)

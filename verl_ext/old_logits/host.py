@@ -39,7 +39,7 @@ from tensordict import TensorDict
 from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 from verl.workers.utils.padding import response_from_nested, response_to_nested
 
-from verl_ext.old_logits.config import OldLogitsConfig
+from verl_ext.old_logits.config import ROLLOUT_SIDE_PROVIDERS, OldLogitsConfig
 from verl_ext.old_logits.metrics import PREFIX, correction_by_staleness, staleness_metrics
 from verl_ext.old_logits.precomputed import SegmentStore, precomputed_log_probs
 from verl_ext.old_logits.providers import (
@@ -60,7 +60,6 @@ WORKER_SWAP_HOOK = "weight_swap_gpu"
 STATE_ATTR = "_verl_ext_old_logits"
 CHECKPOINT_DIR = "verl_ext_old_logits"
 ROLLOUT_SIDE_FILE = "rollout_side.pt"  # the segment store of `interrupt`
-ROLLOUT_SIDE_PROVIDERS = ("dedicated", "interrupt")
 
 logger = logging.getLogger("verl_ext.old_logits")
 
