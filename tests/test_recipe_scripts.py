@@ -196,9 +196,15 @@ GPU_TEST_MATRIX = [
       for p in ("dedicated", "interrupt")],
     dict(N_GPUS="2", MODE="colocate_async", ADV="gigpo", LOSS="ppo_ewma", PROVIDER="snapshot"),
     dict(N_GPUS="4", ADV="hgpo", LOSS="ppo_ewma", PROVIDER="ewma_bound"),
-    # tests/gpu/test_megatron.py on one GPU, and TP=2 x PP=2 for a 4-GPU machine (not lent yet)
+    # test_exact_providers_vllm.py::test_dedicated_scorer_on_a_gpu_of_its_own (2 GPUs visible, the trainer on one)
+    dict(MODE="colocate_async", ROLLOUT="vllm", ADV="gigpo", LOSS="ppo_ewma", PROVIDER="dedicated",
+         KV_CACHE_BYTES=str(1 << 30)),
+    # tests/gpu/test_megatron.py on one GPU and TP=2 on two, and TP=2 x PP=2 for a 4-GPU machine
     dict(STRATEGY="megatron", ADV="hgpo", LOSS="ppo_ewma", PROVIDER="ewma_bound"),
     dict(STRATEGY="megatron", MODE="colocate_async", ADV="gigpo", LOSS="ppo_ewma", PROVIDER="snapshot"),
+    dict(STRATEGY="megatron", N_GPUS="2", TP="2", ADV="hgpo", LOSS="ppo_ewma", PROVIDER="ewma_bound"),
+    dict(STRATEGY="megatron", N_GPUS="2", TP="2", MODE="colocate_async", ADV="gigpo", LOSS="ppo_ewma",
+         PROVIDER="snapshot"),
     dict(STRATEGY="megatron", N_GPUS="4", TP="2", PP="2", ADV="hgpo", LOSS="ppo_ewma", PROVIDER="ewma_bound"),
 ]
 
@@ -224,6 +230,8 @@ def test_gpu_test_matrix_composes(env, dry_run):
         assert (actor.megatron.tensor_model_parallel_size, actor.megatron.pipeline_model_parallel_size) == (
             int(env.get("TP", 1)), int(env.get("PP", 1)))
         assert actor.megatron.override_transformer_config.attention_backend == "fused"  # no flash-attn wheel
+    if "KV_CACHE_BYTES" in env:  # a fixed KV cache: vLLM skips its start-up memory profiling
+        assert config.actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes == int(env["KV_CACHE_BYTES"])
 
 
 def test_async_cpu_twin_composes_the_async_recipe(dry_run):

@@ -13,6 +13,8 @@
 #   MODE      sync | colocate_async [sync]
 #   ROLLOUT   vllm | hf [vllm]
 #   GPU_MEM   vLLM's gpu_memory_utilization [0.3]
+#   KV_CACHE_BYTES  a fixed vLLM KV cache in bytes [unset: vLLM sizes it by profiling free memory];
+#             set it when several runs share a card (profiling fails when another run frees memory)
 #   ROLLOUT_DTYPE  the rollout's precision: bfloat16 | float32 [bfloat16 for vllm, float32 for hf]
 #   LR [1e-5], WARMUP [2] and BOUND [4] (colocate_async: batches queued ahead, staleness bound)
 #   STRATEGY  fsdp2 | megatron [fsdp2]: megatron is verl's Megatron engine (Megatron-Bridge builds
@@ -57,6 +59,9 @@ case "$ADV" in grpo) ;; *) plugins+=("+plugins/advantage=$ADV") ;; esac
 [ "$LOSS" = vanilla ] || plugins+=("+plugins/loss=$LOSS")
 [ "$PROVIDER" = none ] || plugins+=("+plugins/old_logits=$PROVIDER")
 if [ ${#plugins[@]} -gt 0 ]; then trainer_mode="verl_ext_$MODE"; fi
+if [ -n "${KV_CACHE_BYTES:-}" ]; then
+    plugins+=("+actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes=$KV_CACHE_BYTES")
+fi
 if [ "$MODE" = colocate_async ]; then
     # WARMUP batches queued ahead of the trainer (2: tokens 1-2 versions old reach every provider)
     plugins+=(trainer.v1.colocate_async.num_warmup_batches="$WARMUP" trainer.v1.sampler.max_off_policy_threshold="$BOUND")

@@ -8,8 +8,8 @@ correction (token IS truncated at 2 + token_k1 band [0.5, 2]); only the old-logi
 (``ARMS``), plus fp32-rollout controls for ``current`` and ``snapshot`` (vLLM and trainer in fp32:
 almost no mismatch). Staleness from ``num_warmup_batches`` 3 and 6 (bound 2x), ``--steps`` (>= 60)
 steps, ``--seeds`` (>= 3) seeds per arm. Runs share the card, at most ``--parallel`` at a time. Each
-vLLM engine gets a fixed KV cache (``--kv-cache-bytes``, vLLM's ``kv_cache_memory_bytes`` through
-verl's ``rollout.engine_kwargs.vllm``): vLLM then skips the start-up memory profiling that failed
+vLLM engine gets a fixed KV cache (``--kv-cache-bytes``, vLLM's ``kv_cache_memory_bytes``: ``run_gpu.sh``'s
+``KV_CACHE_BYTES``): vLLM then skips the start-up memory profiling that failed
 when three engines profiled at once while other processes freed memory, so runs start
 ``--start-gap-s`` apart. With ``--kv-cache-bytes 0`` vLLM profiles, and each run starts only once
 the previous one has trained its first step (its engine is up) or ``--stagger-s`` passed.
@@ -74,12 +74,11 @@ def slug(label: str) -> str:
 def run_spec(arm: str, warmup: int, seed: int, steps: int, out: Path, kv_cache_bytes: int = 0) -> dict:
     """Environment and arguments of one run of ``SCRIPT``."""
     env, extra = ARMS[arm]
-    if kv_cache_bytes:
-        extra = (*extra, f"+actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes={kv_cache_bytes}")
     run_dir = out / f"warmup{warmup}" / slug(arm) / f"seed{seed}"
+    kv_cache = {"KV_CACHE_BYTES": str(kv_cache_bytes)} if kv_cache_bytes else {}
     return {
         "arm": arm, "warmup": warmup, "seed": seed, "out": str(run_dir),
-        "env": {**SHARED_ENV, **env, "WARMUP": str(warmup), "BOUND": str(2 * warmup), "SEED": str(seed),
+        "env": {**SHARED_ENV, **env, **kv_cache, "WARMUP": str(warmup), "BOUND": str(2 * warmup), "SEED": str(seed),
                 "STEPS": str(steps), "OUT": str(run_dir), "MODEL": str(run_dir / "model")},
         "args": [*SHARED_OVERRIDES, *extra],
     }

@@ -14,7 +14,9 @@ Checked, for the ``snapshot`` and ``ewma`` providers' state (``OldLogitWorkerSta
   bit and the fp32 main parameters were never touched; a second optimizer step after the swap
   gives the same weights as one without a swap.
 
-Run as ``python tests/gpu/megatron_swap_worker.py``; exits non-zero with the failed check.
+Run as ``python tests/gpu/megatron_swap_worker.py`` (one GPU) or ``torchrun --nproc-per-node 2
+tests/gpu/megatron_swap_worker.py`` (tensor parallel over 2 GPUs: every rank checks its shard);
+exits non-zero with the failed check.
 """
 
 from __future__ import annotations
@@ -70,8 +72,10 @@ def forward(model, tokens: torch.Tensor) -> torch.Tensor:
 
 def train_step(model, optimizer, tokens: torch.Tensor, state) -> None:  # noqa: ANN001
     state.before_optimizer_step(state.version)
-    logits = forward(model, tokens)
-    F.cross_entropy(logits.float().flatten(0, 1), tokens.roll(-1, 1).flatten()).backward()
+    from megatron.core.tensor_parallel import vocab_parallel_cross_entropy
+
+    logits = forward(model, tokens)  # [batch, seq, vocab / TP]: this rank's slice of the vocabulary
+    vocab_parallel_cross_entropy(logits.float(), tokens.roll(-1, 1)).mean().backward()
     model.finish_grad_sync()
     ok, _, _ = optimizer.step()
     assert ok, "Megatron optimizer step failed"
@@ -144,17 +148,23 @@ def check(provider: str) -> None:
         train_step(twin, twin_optimizer, tokens, twin_state)
     assert all(torch.equal(a, b) for a, b in zip(after_swap, local_parameters([twin]))), \
         "a swap changed the next optimizer step"
-    print(f"{provider}: forward under {spec} = expected bit for bit; live weights and fp32 main params intact")
+    print(f"rank {dist.get_rank()}: {provider}: forward under {spec} = expected bit for bit; live weights and "
+          "fp32 main params intact", flush=True)
 
 
 def main() -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+    """One process on one GPU, or under ``torchrun --nproc-per-node N``: tensor parallel over N
+    GPUs, each rank checking its own shard of every parameter and of the logits."""
+    if "WORLD_SIZE" not in os.environ:  # run directly: a world of one
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), RANK="0", WORLD_SIZE="1",
+                          LOCAL_RANK="0")  # fmt: skip
     os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "1")
-    torch.cuda.set_device(0)
-    dist.init_process_group("nccl", rank=0, world_size=1)
+    world = int(os.environ["WORLD_SIZE"])
+    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    dist.init_process_group("nccl")
     from megatron.core import parallel_state
 
-    parallel_state.initialize_model_parallel(tensor_model_parallel_size=1, pipeline_model_parallel_size=1)
+    parallel_state.initialize_model_parallel(tensor_model_parallel_size=world, pipeline_model_parallel_size=1)
     try:
         for provider in ("snapshot", "ewma"):
             check(provider)

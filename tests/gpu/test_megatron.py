@@ -1,6 +1,7 @@
-"""verl's Megatron engine on one GPU: TransformerEngine, Megatron-Core and Megatron-Bridge, vLLM rollout.
+"""verl's Megatron engine on one GPU and with tensor parallelism over two (``[2]``: skipped, with the
+count, on a one-GPU machine): TransformerEngine, Megatron-Core and Megatron-Bridge, vLLM rollout.
 
-Every run is ``recipes/text_corridor/run_gpu.sh`` with ``STRATEGY=megatron`` (TP=1, PP=1; random
+Every run is ``recipes/text_corridor/run_gpu.sh`` with ``STRATEGY=megatron`` (``TP`` 1 or 2, PP=1; random
 weights of Qwen2.5-0.5B's shapes, built locally), as in ``test_vllm_fsdp2.py``. A missing or
 unloadable Megatron stack fails here with the start-up check's sentence (package, cause, the
 bundle command that fixes it), never skips. Install it offline with ``verl-ext bundle --extras
@@ -14,6 +15,7 @@ model with a real optimizer step.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -25,7 +27,7 @@ from verl_ext.megatron_checks import cublas_version, megatron_stack_problems
 from verl_ext.megatron_stack import te_version_for_cublas
 
 from ..e2e.conftest import assert_finite, read_metrics
-from .conftest import assert_clean_end, run_script
+from .conftest import assert_clean_end, run_script, worker_gpus
 
 pytestmark = pytest.mark.megatron
 SCRIPT = "text_corridor/run_gpu.sh"
@@ -48,19 +50,29 @@ def test_transformer_engine_is_the_release_that_pairs_with_this_cublas():
     import transformer_engine.pytorch as te  # noqa: F401 - loads the core library and the extension
 
 
-def test_swapped_weights_are_what_the_megatron_forward_uses():
-    worker = Path(__file__).with_name("megatron_swap_worker.py")
-    proc = subprocess.run([sys.executable, str(worker)], capture_output=True, text=True, timeout=600)
+@pytest.mark.parametrize("tp", [1, 2])
+def test_swapped_weights_are_what_the_megatron_forward_uses(tp):
+    """TP=1: one process; TP=2: ``torchrun`` over 2 GPUs, each rank checking its own shards."""
+    worker = str(Path(__file__).with_name("megatron_swap_worker.py"))
+    command = [sys.executable, worker] if tp == 1 else [sys.executable, "-m", "torch.distributed.run",
+                                                        f"--nproc-per-node={tp}", worker]
+    with worker_gpus(tp) as visible:
+        env = {**os.environ, **({"CUDA_VISIBLE_DEVICES": visible} if visible is not None else {})}
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
-    assert "snapshot: forward under snapshot:0 = expected bit for bit" in proc.stdout
-    assert "ewma: forward under ewma = expected bit for bit" in proc.stdout
+    for rank in range(tp):
+        assert f"rank {rank}: snapshot: forward under snapshot:0 = expected bit for bit" in proc.stdout
+        assert f"rank {rank}: ewma: forward under ewma = expected bit for bit" in proc.stdout
 
 
-def test_sync_hgpo_ppo_ewma_ewma_checkpoint_and_resume(tmp_path):
+@pytest.mark.parametrize("tp", [1, 2])
+def test_sync_hgpo_ppo_ewma_ewma_checkpoint_and_resume(tp, tmp_path):
     """Sync trainer on Megatron: hgpo + ppo_ewma + the EWMA provider (``ewma_bound``: under the sync
     trainer the calibrated ``ewma`` scores every fresh token with the live weights) for 2 steps (checkpoint at
-    step 2), then resumed for step 3 with the per-rank EWMA state restored."""
-    run_script(SCRIPT, tmp_path, ADV="hgpo", LOSS="ppo_ewma", PROVIDER="ewma_bound", STEPS="2", **MEGATRON)
+    step 2), then resumed for step 3 with the per-rank EWMA state restored (TP=2: one file per rank,
+    each holding the EWMA of that rank's shards)."""
+    run = dict(gpus=tp, ADV="hgpo", LOSS="ppo_ewma", PROVIDER="ewma_bound", TP=str(tp), **MEGATRON)
+    run_script(SCRIPT, tmp_path, **run, STEPS="2")
     metrics = read_metrics(tmp_path / "metrics.jsonl")
     assert sorted(metrics) == [1, 2]
     for step in (1, 2):
@@ -68,10 +80,10 @@ def test_sync_hgpo_ppo_ewma_ewma_checkpoint_and_resume(tmp_path):
                                       "training/rollout_probs_diff_max", "critic/advantages/mean"])
         assert metrics[step]["training/rollout_probs_diff_max"] < 0.5  # bf16 vLLM vs bf16 Megatron
     assert metrics[2]["actor/ppo_ewma/prox_lag"] > 0.0
-    assert (tmp_path / "checkpoints" / "global_step_2" / "verl_ext_old_logits" / "rank_0.pt").exists()
+    for rank in range(tp):
+        assert (tmp_path / "checkpoints" / "global_step_2" / "verl_ext_old_logits" / f"rank_{rank}.pt").exists()
     assert_clean_end(tmp_path)
-    run_script(SCRIPT, tmp_path, "trainer.resume_mode=auto", ADV="hgpo", LOSS="ppo_ewma", PROVIDER="ewma_bound", STEPS="3",
-               **MEGATRON)  # fmt: skip
+    run_script(SCRIPT, tmp_path, "trainer.resume_mode=auto", **run, STEPS="3")
     resumed = read_metrics(tmp_path / "metrics.jsonl")
     assert set(resumed) == {3}, "the resumed run must start at step 3"
     assert_finite(resumed[3], ["actor/ppo_ewma/prox_lag", "old_logits/ewma/forward_rows"])
@@ -79,16 +91,17 @@ def test_sync_hgpo_ppo_ewma_ewma_checkpoint_and_resume(tmp_path):
     assert_clean_end(tmp_path)
 
 
-def test_colocate_async_snapshot_on_megatron(tmp_path):
+@pytest.mark.parametrize("tp", [1, 2])
+def test_colocate_async_snapshot_on_megatron(tp, tmp_path):
     """colocate_async on Megatron with the snapshot provider: stale tokens (1-2 versions) are scored
     under the snapshots of their own versions, so only bf16 numerics separate pi_old from vLLM's."""
-    run_script(SCRIPT, tmp_path, MODE="colocate_async", ADV="gigpo", LOSS="ppo_ewma", PROVIDER="snapshot", STEPS="4",
-               **MEGATRON)  # fmt: skip
+    run_script(SCRIPT, tmp_path, gpus=tp, MODE="colocate_async", ADV="gigpo", LOSS="ppo_ewma", PROVIDER="snapshot",
+               STEPS="4", TP=str(tp), **MEGATRON)  # fmt: skip
     metrics = read_metrics(tmp_path / "metrics.jsonl")
     assert sorted(metrics) == [1, 2, 3, 4]
     staleness = [metrics[s]["training/off_policy/trajectory_staleness/max"] for s in (1, 2, 3, 4)]
     diff = [metrics[s]["training/rollout_probs_diff_max"] for s in (1, 2, 3, 4)]
-    print(f"megatron snapshot: staleness={staleness} rollout_probs_diff_max={diff}")
+    print(f"megatron TP={tp} snapshot: staleness={staleness} rollout_probs_diff_max={diff}")
     assert max(staleness) >= 1, f"no stale samples: {staleness}"
     stale = [s for s in (1, 2, 3, 4) if metrics[s]["training/off_policy/trajectory_staleness/max"] >= 1]
     assert any(metrics[s]["old_logits/stale/version_gap_max"] >= 1 for s in stale)

@@ -16,8 +16,12 @@ class TinyPolicy(torch.nn.Module):
         self.head = torch.nn.Linear(HIDDEN, VOCAB)
 
     def response_log_probs(self, batch: dict[str, torch.Tensor], rows: torch.Tensor) -> torch.Tensor:
-        """``(len(rows), RESPONSE)`` log π(response token | prefix)."""
-        ids = batch["input_ids"][rows]
+        """``(len(rows), RESPONSE)`` log π(response token | prefix), one row at a time: a batched
+        forward's rounding can depend on which rows share the batch (1 ulp on an AVX-512 CPU), and
+        the bit-exact tests compare a provider's forwards over row subsets with one over all rows."""
+        return torch.cat([self._row_log_probs(ids[None]) for ids in batch["input_ids"][rows]])
+
+    def _row_log_probs(self, ids: torch.Tensor) -> torch.Tensor:
         hidden, _ = self.rnn(self.emb(ids[:, :-1]))
         logp = torch.log_softmax(self.head(hidden), dim=-1)
         return logp[:, PROMPT - 1 :].gather(-1, ids[:, PROMPT:, None]).squeeze(-1)

@@ -478,6 +478,13 @@ class DedicatedScorer:
             )
         )
         ray.get(self.actor.get_global_steps.remote())  # surfaces model-loading errors here
+        self.on_actor_gpu = 0.0
+        if on_gpu:  # where the scorer landed, in the log and as a metric (dedicated.gpu=own must not share)
+            _, actor_gpu = _node_and_gpu(trainer.actor_rollout_wg.workers[0])
+            scorer_gpu = ray.get(self.actor.__ray_call__.remote(lambda _: _visible_devices()))
+            self.on_actor_gpu = float(scorer_gpu == actor_gpu)
+            logger.warning("dedicated old-logit scorer (%s) on GPU %s; the actor's first worker on GPU %s",
+                           config.dedicated.gpu, scorer_gpu, actor_gpu)
 
     def client_kwargs(self) -> dict[str, Any]:
         return {"old_logit_scorer": self.actor}
@@ -494,6 +501,7 @@ class DedicatedScorer:
         """Nothing to score here; reports the scorer's work since the last step and its memory."""
         stats, memory = ray.get([self.actor.take_stats.remote(), self.actor.memory.remote()])
         metrics.update({f"{PREFIX}dedicated/scorer_{name}": float(value) for name, value in stats.items()})
+        metrics[f"{PREFIX}dedicated/scorer_on_actor_gpu"] = self.on_actor_gpu
         metrics.update(memory)
 
 
@@ -503,18 +511,32 @@ def _share_gpu_of(worker: Any) -> dict[str, Any]:
     device is set in the process's environment before it starts: verl's imports read CUDA's
     device list, after which a change would be ignored."""
     from verl.plugin.platform import get_platform
-    from verl.utils.device import get_resource_name, get_visible_devices_keyword
+    from verl.utils.device import get_visible_devices_keyword
 
-    node_id, gpu = ray.get(worker.__ray_call__.remote(
-        lambda self: (ray.get_runtime_context().get_node_id(),
-                      str(ray.get_runtime_context().get_accelerator_ids()[get_resource_name()][0]))
-    ))
+    node_id, gpu = _node_and_gpu(worker)
     env = {var: "1" for var in get_platform().ray_noset_envvars()}
     env[get_visible_devices_keyword()] = gpu
     return {
         "scheduling_strategy": ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
         "runtime_env": {"env_vars": env},
     }
+
+
+def _node_and_gpu(worker: Any) -> tuple[str, str]:
+    """(Ray node id, the physical GPU Ray gave ``worker``, as CUDA_VISIBLE_DEVICES names it)."""
+    from verl.utils.device import get_resource_name
+
+    return ray.get(worker.__ray_call__.remote(
+        lambda self: (ray.get_runtime_context().get_node_id(),
+                      str(ray.get_runtime_context().get_accelerator_ids()[get_resource_name()][0]))
+    ))
+
+
+def _visible_devices() -> str:
+    """The devices this process sees (CUDA_VISIBLE_DEVICES or the platform's equivalent)."""
+    from verl.utils.device import get_visible_devices_keyword
+
+    return os.environ.get(get_visible_devices_keyword(), "")
 
 
 class InterruptScoring:
