@@ -222,3 +222,18 @@ def test_paired_verdict_uses_the_per_seed_differences():
     se = d.std(ddof=1) / 2
     assert learning_runs.paired_verdict(a, b) == f"{d.mean():+.3f} ± {se:.3f} (**exceeds 2 SE**)"
     assert "within 2 SE" in learning_runs.paired_verdict(a, a[::-1])
+
+
+def test_dedicated_placement_section_is_computed_from_the_stored_runs(tmp_path):
+    bench = _script("dedicated_placement")
+    results = BENCH.parents[1] / "docs" / "bench_results" / "dedicated_placement_h100x2"
+    rows = {name: bench.summarize(bench.load_steps(results / f"{name}.jsonl")) for name in bench.PLACEMENTS}
+    assert rows["shared"]["scorer on the actor's GPU"] == 1.0 and rows["own"]["scorer on the actor's GPU"] == 0.0
+    steps = bench.load_steps(results / "own.jsonl")  # medians skip step 1 (start-up)
+    later = sorted(m["verl_ext/time/scorer_weight_sync"] for s, m in steps.items() if s > 1)
+    assert rows["own"]["verl_ext/time/scorer_weight_sync"] == np.median(later)
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text("# Benchmarks\n\n## Other\n\nkept\n")
+    bench.write_section(doc, bench.HEADING, bench.section(results))
+    text = doc.read_text()
+    assert "kept" in text and f"{rows['own']['verl_ext/time/scorer_weight_sync']:.2f} s own" in text
