@@ -479,12 +479,12 @@ class DedicatedScorer:
         )
         ray.get(self.actor.get_global_steps.remote())  # surfaces model-loading errors here
         self.on_actor_gpu = 0.0
-        if on_gpu:  # where the scorer landed, in the log and as a metric (dedicated.gpu=own must not share)
+        if on_gpu:  # where the scorer landed, as a metric (dedicated.gpu=own must not share the actor's GPU)
             _, actor_gpu = _node_and_gpu(trainer.actor_rollout_wg.workers[0])
             scorer_gpu = ray.get(self.actor.__ray_call__.remote(lambda _: _visible_devices()))
             self.on_actor_gpu = float(scorer_gpu == actor_gpu)
-            logger.warning("dedicated old-logit scorer (%s) on GPU %s; the actor's first worker on GPU %s",
-                           config.dedicated.gpu, scorer_gpu, actor_gpu)
+            logger.info("dedicated old-logit scorer (%s) on GPU %s; the actor's first worker on GPU %s",
+                        config.dedicated.gpu, scorer_gpu, actor_gpu)
 
     def client_kwargs(self) -> dict[str, Any]:
         return {"old_logit_scorer": self.actor}
