@@ -191,8 +191,9 @@ GPU_TEST_MATRIX = [
       for p in ("current", "rollout", "snapshot", "ewma", "loglinear")],
     *[dict(MODE="colocate_async", ROLLOUT="hf", ADV="gigpo", LOSS="ppo_ewma", PROVIDER=p)
       for p in ("dedicated", "interrupt")],
-    # tests/gpu/test_exact_providers_vllm.py: the rollout-side providers on vLLM
-    *[dict(MODE="colocate_async", ROLLOUT="vllm", ADV="gigpo", LOSS="ppo_ewma", PROVIDER=p)
+    # tests/gpu/test_exact_providers_vllm.py: the rollout-side providers on vLLM, rows cut mid-decode trained
+    *[dict(MODE="colocate_async", ROLLOUT="vllm", ADV="gigpo", LOSS="ppo_ewma", PROVIDER=p, WARMUP="1", BOUND="2",
+           SAMPLER="wait", MAX_NUM_SEQS="8")
       for p in ("dedicated", "interrupt")],
     dict(N_GPUS="2", MODE="colocate_async", ADV="gigpo", LOSS="ppo_ewma", PROVIDER="snapshot"),
     dict(N_GPUS="4", ADV="hgpo", LOSS="ppo_ewma", PROVIDER="ewma_bound"),
@@ -230,6 +231,10 @@ def test_gpu_test_matrix_composes(env, dry_run):
         assert (actor.megatron.tensor_model_parallel_size, actor.megatron.pipeline_model_parallel_size) == (
             int(env.get("TP", 1)), int(env.get("PP", 1)))
         assert actor.megatron.override_transformer_config.attention_backend == "fused"  # no flash-attn wheel
+    if "SAMPLER" in env:
+        assert config.trainer.v1.sampler.max_off_policy_strategy == env["SAMPLER"]
+        assert config.trainer.v1.sampler.max_off_policy_threshold == int(env["BOUND"])
+        assert config.actor_rollout_ref.rollout.max_num_seqs == int(env["MAX_NUM_SEQS"])
     if "KV_CACHE_BYTES" in env:  # a fixed KV cache: vLLM skips its start-up memory profiling
         assert config.actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes == int(env["KV_CACHE_BYTES"])
 

@@ -17,6 +17,9 @@
 #             set it when several runs share a card (profiling fails when another run frees memory)
 #   ROLLOUT_DTYPE  the rollout's precision: bfloat16 | float32 [bfloat16 for vllm, float32 for hf]
 #   LR [1e-5], WARMUP [2] and BOUND [4] (colocate_async: batches queued ahead, staleness bound)
+#   SAMPLER   colocate_async: verl's max_off_policy_strategy, drop | wait [verl's default, drop];
+#             wait trains the rows a weight sync cut mid-decode before any newer prompt
+#   MAX_NUM_SEQS  sequences each rollout server decodes at once [verl's default]
 #   STRATEGY  fsdp2 | megatron [fsdp2]: megatron is verl's Megatron engine (Megatron-Bridge builds
 #             the model with TransformerEngine: `verl-ext bundle --extras megatron` brings it)
 #   TP, PP    Megatron tensor / pipeline parallel sizes [1, 1]; N_GPUS must be a multiple of TP*PP
@@ -62,9 +65,13 @@ if [ ${#plugins[@]} -gt 0 ]; then trainer_mode="verl_ext_$MODE"; fi
 if [ -n "${KV_CACHE_BYTES:-}" ]; then
     plugins+=("+actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes=$KV_CACHE_BYTES")
 fi
+if [ -n "${MAX_NUM_SEQS:-}" ]; then
+    plugins+=(actor_rollout_ref.rollout.max_num_seqs="$MAX_NUM_SEQS")
+fi
 if [ "$MODE" = colocate_async ]; then
     # WARMUP batches queued ahead of the trainer (2: tokens 1-2 versions old reach every provider)
     plugins+=(trainer.v1.colocate_async.num_warmup_batches="$WARMUP" trainer.v1.sampler.max_off_policy_threshold="$BOUND")
+    [ -z "${SAMPLER:-}" ] || plugins+=(trainer.v1.sampler.max_off_policy_strategy="$SAMPLER")
 fi
 
 # Batch: BATCH_PER_GPU prompts x 4 rollouts per data-parallel rank, so every rank gets the same

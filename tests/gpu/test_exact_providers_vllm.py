@@ -20,10 +20,14 @@ from ..e2e.conftest import assert_finite, read_metrics
 from .conftest import assert_clean_end, run_script
 
 SCRIPT = "text_corridor/run_gpu.sh"
-RUN = {"MODE": "colocate_async", "ADV": "gigpo", "LOSS": "ppo_ewma"}
-# 5 steps: with 3, two of four runs on 2 H100s (2026-11-28) had stale rows but none spanning two
-# versions (vLLM finished every queued row before the trainer paused it); rows were cut on steps
-# 2-4 in the others (docs/status.md)
+# Rows cut mid-decode by a weight sync and trained, by construction as in the cpu e2e test
+# (tests/e2e/test_exact_providers_rollout_side.py): vLLM decodes 8 sequences at a time, so requests
+# still queue when the trainer pauses generation, and verl's `wait` sampler (threshold 2) trains the
+# groups the last step left in flight, cut rows included, before newer prompts. With verl's `drop`
+# default and unbounded decoding, two of four 3-step runs on 2 H100s (2026-11-28) trained stale rows
+# but none spanning two versions (docs/status.md).
+RUN = {"MODE": "colocate_async", "ADV": "gigpo", "LOSS": "ppo_ewma", "WARMUP": "1", "BOUND": "2", "SAMPLER": "wait",
+       "MAX_NUM_SEQS": "8"}
 STEPS = (1, 2, 3, 4, 5)
 LAST = STEPS[-1]
 
