@@ -27,6 +27,7 @@ RFT_STEPS=${RFT_STEPS:-50}
 RFT_BATCH=${RFT_BATCH:-64}           # decisions per step (x RFT_N samples: GRPO groups)
 RFT_N=${RFT_N:-8}
 RFT_LR=${RFT_LR:-1e-6}
+RFT_CHOICE_WEIGHT=${RFT_CHOICE_WEIGHT:-2}   # weight of R_choice (verl_ext/rewards/decision_reward.py; 0: off)
 RFT_ROWS=${RFT_ROWS:-4096}
 RFT_VAL_ROWS=${RFT_VAL_ROWS:-256}
 RFT_PROMPT_LENGTH=${RFT_PROMPT_LENGTH:-8192}

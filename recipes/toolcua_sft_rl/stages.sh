@@ -68,8 +68,9 @@ sft_stage() {
 # --- 2. RFT: single-turn RL on critical switching steps (ToolCUA's Tool-Bootstrapped GUI RFT).
 # Each row is one GUI-vs-tool decision of a TextHybrid task (on and off the oracle's path), its prompt
 # the hybrid_gui_tool transcript up to that turn with the episode's tools (decision_turn builds it with
-# verl's Continuous-Token builder, as the multi-turn loop does); the reward is 1 for one parseable call
-# plus best/remaining steps of the chosen way (verl_ext/rewards/decision_reward.py). Rows store the
+# verl's Continuous-Token builder, as the multi-turn loop does); the reward is RFT_CHOICE_WEIGHT for
+# naming a function of the shorter way (read from the reply's text, parseable or not), 1 for one
+# parseable call, plus best/remaining steps of the chosen way (verl_ext/rewards/decision_reward.py). Rows store the
 # prompt as JSON text, decoded by verl_ext.envs.decisions.DecisionDataset (data.custom_cls).
 rft_stage() {
     verl-ext prepare-data text_hybrid_decisions "$OUT/rft_data" --train-size "$RFT_ROWS" --val-size "$RFT_VAL_ROWS" \
@@ -96,6 +97,7 @@ rft_stage() {
         actor_rollout_ref.rollout.agent.default_agent_loop=decision_turn \
         reward.custom_reward_function.path=pkg://verl_ext.rewards.decision_reward \
         reward.custom_reward_function.name=compute_score \
+        +reward.custom_reward_function.reward_kwargs.choice_weight="$RFT_CHOICE_WEIGHT" \
         trainer.logger='[console,file]' \
         trainer.project_name=toolcua_sft_rl \
         trainer.experiment_name="rft_seed$SEED" \
