@@ -60,8 +60,14 @@ sft_stage() {
     MODEL="$OUT/sft/global_step_$SFT_STEPS/huggingface"   # weights + tokenizer in HF format (hf_model)
     # What SFT taught: greedy replies at every turn of held-out transcripts (the oracle's earlier
     # turns as context), parsed with verl's hermes parser as the agent loop parses them.
+    # SFT_MIN_TOOL_RATE (unset: no gate) stops the pipeline here when the SFT model calls the oracle's
+    # tool at fewer of the held-out tool turns (tool_turn_call_rate) than that.
     if [ "$SFT_EVAL_ROWS" -gt 0 ]; then
-        verl-ext eval-sft "$MODEL" "$OUT/sft_data/val.parquet" --max-rows "$SFT_EVAL_ROWS" --out "$OUT/sft_eval.json"
+        verl-ext eval-sft "$MODEL" "$OUT/sft_data/val.parquet" --max-rows "$SFT_EVAL_ROWS" --out "$OUT/sft_eval.json" \
+            ${SFT_MIN_TOOL_RATE:+--min-tool-turn-rate "$SFT_MIN_TOOL_RATE"}
+    elif [ -n "${SFT_MIN_TOOL_RATE:-}" ]; then
+        echo "verl-ext toolcua_sft_rl: SFT_MIN_TOOL_RATE=$SFT_MIN_TOOL_RATE needs the held-out eval; set SFT_EVAL_ROWS > 0 (or unset SFT_MIN_TOOL_RATE)" >&2
+        return 2
     fi
 }
 
