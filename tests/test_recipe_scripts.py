@@ -274,6 +274,7 @@ def test_staged_pipeline_gpu_stages_compose_and_hand_on_the_checkpoint(stage, dr
         assert config.actor_rollout_ref.model.path == "Qwen/Qwen2.5-1.5B-Instruct"  # SFT skipped: MODEL
         assert config.actor_rollout_ref.rollout.agent.default_agent_loop == "decision_turn"
         assert config.reward.custom_reward_function.path == "pkg://verl_ext.rewards.decision_reward"
+        assert config.reward.custom_reward_function.reward_kwargs.choice_weight == 2  # R_choice on (RFT_CHOICE_WEIGHT)
         assert config.data.custom_cls.name == "DecisionDataset" and not config.data.filter_overlong_prompts
         assert "hf_model" in config.actor_rollout_ref.actor.checkpoint.save_contents
     else:

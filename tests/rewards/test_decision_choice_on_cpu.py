@@ -79,3 +79,24 @@ def test_bad_weights_name_the_key_and_the_fix(key, value):
     with pytest.raises(ValueError, match=rf"reward_kwargs\.{key}=.*must be a finite number >= 0; set it to"):
         compute_score("verl_ext/text_hybrid_decisions", BROKEN_TOOL, "tool",
                       {"decision_calls": [], "decision": decision("tool")}, **{key: value})
+
+
+def _reward_config(**reward_kwargs):
+    from omegaconf import OmegaConf
+
+    return OmegaConf.create({"reward": {"custom_reward_function": {
+        "path": "pkg://verl_ext.rewards.decision_reward", "name": "compute_score", "reward_kwargs": reward_kwargs}}})
+
+
+def test_start_up_check_names_a_misspelt_or_bad_weight():
+    from verl_ext.validation import decision_reward_settings
+
+    assert decision_reward_settings(_reward_config(choice_weight=2, format_weight=1.0)) == []
+    assert decision_reward_settings(_reward_config()) == []
+    [problem] = decision_reward_settings(_reward_config(choise_weight=2))
+    assert "reward.custom_reward_function.reward_kwargs.choise_weight" in problem and "choice_weight" in problem
+    [problem] = decision_reward_settings(_reward_config(choice_weight=-2))
+    assert "reward_kwargs.choice_weight=-2 must be a finite number >= 0" in problem
+    other = _reward_config(bogus=1)
+    other.reward.custom_reward_function.path = "pkg://verl_ext.rewards.other"
+    assert decision_reward_settings(other) == []

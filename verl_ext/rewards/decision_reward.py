@@ -41,6 +41,7 @@ from typing import Any
 
 from verl_ext.envs.core import GUI_TOOL_NAME
 
+REWARD_KWARGS = {"format_weight": 1.0, "choice_weight": 0.0}  # reward_kwargs compute_score takes, and defaults
 CALLS_KEY = "decision_calls"  # where the decision_turn loop leaves the parsed calls (its CALLS_KEY)
 _NAME = re.compile(r'"name"\s*:\s*"([^"\\]*)"')
 
