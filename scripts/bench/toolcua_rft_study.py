@@ -107,7 +107,7 @@ def report(results: dict[str, Runs], probes: dict[str, dict[int, dict]], args, c
         f"warm-up SFT of {args.warmup_steps} steps (lr {args.warmup_lr}) on both options of the 128 training "
         f"decisions, then {args.rft_steps} GRPO steps of {args.rft_batch} training decisions x {args.rft_n} "
         f"samples, lr {args.rft_lr}, choice weight {args.choice_weight} (`{CHOICE}`) or 0 (`{GATED}`, from the "
-        f"same warm-up checkpoint). Held-out: {args.val_rows} decisions of task instances disjoint from training "
+        f"same warm-up checkpoint, so its step 0 is `{CHOICE}`'s). Held-out: {args.val_rows} decisions of task instances disjoint from training "
         f"(templates {args.templates}). Seeds: "
         + "; ".join(f"{arm}: {', '.join(map(str, sorted(runs))) or 'none'}" for arm, runs in results.items())
         + ". " + (f"Wall time per RFT stage {np.mean(walls):.0f} s on average ({len(walls)} runs)." if walls else
@@ -220,7 +220,9 @@ def main(argv: list[str]) -> int:
                   "RFT_LR": args.rft_lr, "RFT_VAL_ROWS": str(args.val_rows), "RFT_WARMUP_LR": args.warmup_lr}
         envs = {CHOICE: {**common, "INIT_MODEL": str(sft_model), "RFT_WARMUP_STEPS": str(args.warmup_steps),
                          "RFT_CHOICE_WEIGHT": args.choice_weight},
-                GATED: {**common, "INIT_MODEL": str(warm_model), "RFT_WARMUP_STEPS": "0", "RFT_CHOICE_WEIGHT": "0"},
+                # its step 0 is the choice arm's (same warm-up checkpoint, same held-out rows, greedy): not rerun
+                GATED: {**common, "INIT_MODEL": str(warm_model), "RFT_WARMUP_STEPS": "0", "RFT_CHOICE_WEIGHT": "0",
+                        "RFT_ARGS": "trainer.val_before_train=false"},
                 NO_WARMUP: {**common, "INIT_MODEL": str(sft_model), "RFT_WARMUP_STEPS": "0",
                             "RFT_CHOICE_WEIGHT": args.choice_weight}}
         if not args.report_only:
@@ -237,6 +239,8 @@ def main(argv: list[str]) -> int:
             if info:
                 runs_info.append(info)
             steps = load_steps(out / "rft_metrics.jsonl")
+            if arm == GATED and 0 not in steps and seed in results[CHOICE]:
+                steps[0] = results[CHOICE][seed][0]
             if 0 in steps and args.rft_steps in steps and RFT_VAL.format("choice") in steps[args.rft_steps]:
                 results[arm][seed] = steps
         rows = base / ARMS[CHOICE] / "rft_data" / "val.parquet"
