@@ -143,7 +143,8 @@ def report(results: dict[str, Runs], probes: dict[str, dict[int, dict]], args, c
         for model, vals in pv.items():
             lines.append(f"| {model} | " + " | ".join(fmt(vals[k], 3) for k in PROBE) + " |")
         lines += ["", "| paired difference | " + " | ".join(PROBE.values()) + " |", "|---" * (len(PROBE) + 1) + "|"]
-        for a, b in ((CHOICE, "after warm-up"), (GATED, "after warm-up"), (CHOICE, GATED), ("after warm-up", "SFT model")):
+        for a, b in ((CHOICE, "after warm-up"), (GATED, "after warm-up"), (CHOICE, GATED), ("after warm-up", "SFT model"),
+                     (NO_WARMUP, "SFT model")):
             if a in pv and b in pv:
                 lines.append(f"| {a} - {b} | " + " | ".join(paired_cell(pv[a][k], pv[b][k]) for k in PROBE) + " |")
     return "\n".join(lines + [""])
@@ -209,7 +210,7 @@ def main(argv: list[str]) -> int:
                f"{args.steps} --warmup-steps {args.warmup_steps} --rft-lr {args.rft_lr} --choice-weight "
                f"{args.choice_weight}")
     results: dict[str, Runs] = {arm: {} for arm in ARMS}
-    probes: dict[str, dict[int, dict]] = {"SFT model": {}, "after warm-up": {}, CHOICE: {}, GATED: {}}
+    probes: dict[str, dict[int, dict]] = {"SFT model": {}, NO_WARMUP: {}, "after warm-up": {}, CHOICE: {}, GATED: {}}
     runs_info: list[dict] = []
     for seed in args.seeds:
         base = args.out / f"seed{seed}"
@@ -244,8 +245,8 @@ def main(argv: list[str]) -> int:
             if 0 in steps and args.rft_steps in steps and RFT_VAL.format("choice") in steps[args.rft_steps]:
                 results[arm][seed] = steps
         rows = base / ARMS[CHOICE] / "rft_data" / "val.parquet"
-        for name, model in (("SFT model", sft_model), ("after warm-up", warm_model), (CHOICE, finals[CHOICE]),
-                            (GATED, finals[GATED])):
+        for name, model in (("SFT model", sft_model), (NO_WARMUP, finals[NO_WARMUP]), ("after warm-up", warm_model),
+                            (CHOICE, finals[CHOICE]), (GATED, finals[GATED])):
             summary = probed(model, rows, base / f"probe_{ARMS.get(name, name.replace(' ', '_'))}.json")
             if summary:
                 probes[name][seed] = summary
