@@ -237,3 +237,45 @@ def test_dedicated_placement_section_is_computed_from_the_stored_runs(tmp_path):
     bench.write_section(doc, bench.HEADING, bench.section(results))
     text = doc.read_text()
     assert "kept" in text and f"{rows['own']['verl_ext/time/scorer_weight_sync']:.2f} s own" in text
+
+
+def test_toolcua_rft_study_report_is_computed_from_the_run_metrics_and_probes(tmp_path, capsys):
+    """scripts/bench/toolcua_rft_study.py --report-only: greedy held-out decision rates from verl's
+    validation metrics and the decision probe's tool shares, mean ± SE and paired differences by seed."""
+    import json
+
+    study = _script("toolcua_rft_study")
+    val = study.RFT_VAL.format
+
+    def write(arm: str, seed: int, named_tool: dict[int, float]) -> None:
+        out = tmp_path / f"seed{seed}" / study.ARMS[arm]
+        out.mkdir(parents=True)
+        lines = [json.dumps({"step": step, "data": {
+            val("better_tool"): 0.5, val("better_gui"): 0.5, val("named_tool_tool_shorter"): 0.5 * rate,
+            val("named_tool_gui_shorter"): 0.1, val("choice"): 0.5, val("format_ok"): 1.0}})
+            for step, rate in named_tool.items()]
+        (out / "rft_metrics.jsonl").write_text("\n".join(lines) + "\n")
+        (out / "stage_times.txt").write_text("verl-ext toolcua_sft_rl: rft took 500 s (model: m)\n")
+
+    def probe(seed: int, name: str, share_tool: float, share_gui: float) -> None:
+        summary = {"tool_share_tool_shorter": share_tool, "tool_share_gui_shorter": share_gui,
+                   "p_tool_tool_shorter": 0.1, "p_gui_gui_shorter": 0.3}
+        (tmp_path / f"seed{seed}" / f"probe_{name}.json").write_text(json.dumps({"summary": summary}))
+
+    for seed, rate in enumerate((0.7, 0.8, 0.9)):
+        write(study.CHOICE, seed, {0: 0.0, 2: rate})
+        write(study.GATED, seed, {0: 0.0, 2: 0.0})
+        probe(seed, "warm_choice", 0.5 + 0.1 * seed, 0.2)
+        probe(seed, "warm_gated", 0.1, 0.1)
+    doc = tmp_path / "bench.md"
+    assert study.main(["--report-only", "--out", str(tmp_path), "--seeds", "0", "1", "2", "--steps", "2",
+                       "--doc", str(doc)]) == 0
+    text = doc.read_text()
+    assert f"| {study.CHOICE} | 2 | 0.80 ± 0.06 | 0.20 ± 0.00 | 0.50 ± 0.00 | 1.00 ± 0.00 | T 0.00 short of 0.8" in text
+    assert f"| {study.CHOICE}: after - before | +0.80 ± 0.06 (> 2 SE) |" in text
+    assert f"| after: {study.CHOICE} - {study.GATED} | +0.80 ± 0.06 (> 2 SE) |" in text
+    # probe: choice 0.5/0.6/0.7 vs gated 0.1 where tools shorter; separation 0.4 ± 0.058 vs 0
+    assert f"| {study.CHOICE} | 0.600 ± 0.058 | 0.200 ± 0.000 | 0.400 ± 0.058 |" in text
+    assert f"| {study.CHOICE} - {study.GATED} | +0.50 ± 0.06 (> 2 SE) | +0.10 ± 0.00 (> 2 SE) | +0.40 ± 0.06 (> 2 SE) |" in text
+    assert "after warm-up - SFT model" not in text  # no probe of those models here: no row
+    assert "Wall time per RFT stage 500 s" in text

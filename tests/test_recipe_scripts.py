@@ -287,6 +287,7 @@ def test_staged_pipeline_gpu_stages_compose_and_hand_on_the_checkpoint(stage, dr
         assert config.actor_rollout_ref.model.path == "Qwen/Qwen2.5-1.5B-Instruct"  # SFT skipped: MODEL
         assert config.actor_rollout_ref.rollout.agent.default_agent_loop == "decision_turn"
         assert config.reward.custom_reward_function.path == "pkg://verl_ext.rewards.decision_reward"
+        assert config.reward.custom_reward_function.reward_kwargs.choice_weight == 2  # R_choice on (RFT_CHOICE_WEIGHT)
         assert config.data.custom_cls.name == "DecisionDataset" and not config.data.filter_overlong_prompts
         assert "hf_model" in config.actor_rollout_ref.actor.checkpoint.save_contents
     else:
@@ -294,6 +295,19 @@ def test_staged_pipeline_gpu_stages_compose_and_hand_on_the_checkpoint(stage, dr
         assert config.actor_rollout_ref.rollout.agent.default_agent_loop == "hybrid_gui_tool"
         assert config.reward.custom_reward_function.reward_kwargs.tool_term == "decision"
         assert config.algorithm.path_length_reward.weight == 0.2
+
+
+def test_staged_pipeline_rft_warmup_hands_its_checkpoint_to_the_rl_half(dry_run):
+    """RFT_WARMUP_STEPS: the RFT stage first runs verl's SFT trainer on the switching-step warm-up rows
+    (composed only: ``--cfg job``), then its single-turn RL starts from the warm-up's HF checkpoint."""
+    env = {**SCRIPT_ENV[TOOLCUA_SFT_RL_GPU], "SKIP_RL": "1", "RFT_WARMUP_STEPS": "2",
+           "SFT_LAUNCHER": sys.executable, "SFT_ARGS": "--cfg job"}
+    code, out, err = dry_run(TOOLCUA_SFT_RL_GPU, [], **env)
+    assert code == 0, err[-4000:]
+    config = OmegaConf.create(out)
+    assert config.actor_rollout_ref.model.path.endswith("/rft_warmup/global_step_2/huggingface")
+    assert config.actor_rollout_ref.rollout.agent.default_agent_loop == "decision_turn"
+    assert (Path(dry_run.root) / "out" / "rft_warmup_data" / "train.parquet").exists()
 
 
 def test_staged_pipeline_gpu_sft_stage_composes(tmp_path):

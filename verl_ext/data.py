@@ -93,6 +93,14 @@ def _text_hybrid_decision_rows(n: int, seed: int, split: str, templates: list[st
     return decision_rows(n, seed, split, templates)
 
 
+def _text_hybrid_switch_warmup_rows(n: int, seed: int, split: str, templates: list[str] | None = None) -> list[dict]:
+    """Warm-up SFT rows of the RFT stage: the critical switching steps of ``text_hybrid_decisions`` with both
+    options' first calls as targets, no preference (``verl_ext.envs.decisions.switch_warmup_rows``)."""
+    from verl_ext.envs.decisions import switch_warmup_rows
+
+    return switch_warmup_rows(n, seed, split, templates)
+
+
 def _dv_describe_rows(n: int, seed: int, split: str) -> list[dict]:
     """Templated description prompts with their DVReward questions (``recipes/dvreward_judge``)."""
     from verl_ext.rewards.dvreward.describe_task import describe_rows
@@ -107,9 +115,10 @@ DATASETS: dict[str, Callable[[int, int, str], list[dict]]] = {
     "text_hybrid": _text_hybrid_rows,
     "text_hybrid_sft": _text_hybrid_sft_rows,
     "text_hybrid_decisions": _text_hybrid_decision_rows,
+    "text_hybrid_switch_warmup": _text_hybrid_switch_warmup_rows,
     "dv_describe": _dv_describe_rows,
 }
-TEMPLATED = ("minidesk", "text_hybrid", "text_hybrid_sft", "text_hybrid_decisions")  # take --templates
+TEMPLATED = ("minidesk", "text_hybrid", "text_hybrid_sft", "text_hybrid_decisions", "text_hybrid_switch_warmup")  # take --templates
 
 
 def write_parquet(rows: list[dict], path: str) -> str:

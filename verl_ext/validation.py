@@ -426,6 +426,28 @@ def dvreward_settings(config: Any) -> list[str]:
     return []
 
 
+@check
+def decision_reward_settings(config: Any) -> list[str]:
+    """``reward.custom_reward_function.reward_kwargs`` of the per-decision reward (the RFT stage's
+    ``pkg://verl_ext.rewards.decision_reward``): only ``format_weight`` and ``choice_weight``, each a
+    finite number >= 0 (its ``compute_score`` takes ``**kwargs``, so a misspelt key would be ignored)."""
+    path = select(config, "reward.custom_reward_function.path") or ""
+    if not str(path).endswith("verl_ext.rewards.decision_reward"):
+        return []
+    from verl_ext.rewards.decision_reward import REWARD_KWARGS, check_weights
+
+    kwargs = dict(select(config, "reward.custom_reward_function.reward_kwargs") or {})
+    unknown = sorted(set(kwargs) - set(REWARD_KWARGS))
+    if unknown:
+        return [f"unknown keys {[f'reward.custom_reward_function.reward_kwargs.{k}' for k in unknown]} of the decision "
+                f"reward; known: {list(REWARD_KWARGS)} (fix the spelling or drop the key)"]
+    try:
+        check_weights(**{**REWARD_KWARGS, **kwargs})
+    except ValueError as exc:
+        return [str(exc)]
+    return []
+
+
 def _run_env(config: Any) -> dict[str, str]:
     """The environment the workers see: this process's plus ``ray_kwargs.ray_init.runtime_env.env_vars``."""
     extra = select(config, "ray_kwargs.ray_init.runtime_env.env_vars") or {}

@@ -32,6 +32,7 @@ RFT_STEPS=${RFT_STEPS:-10}           # single-turn RL steps on critical switchin
 RFT_BATCH=${RFT_BATCH:-4}            # decisions per RFT step (x RFT_N samples each: GRPO groups)
 RFT_N=${RFT_N:-4}
 RFT_LR=${RFT_LR:-1e-4}
+RFT_CHOICE_WEIGHT=${RFT_CHOICE_WEIGHT:-2}   # weight of R_choice: naming the shorter way's function, parseable or not (0: off)
 RFT_ROWS=${RFT_ROWS:-128}            # decision rows for training
 RFT_VAL_ROWS=${RFT_VAL_ROWS:-16}     # decision rows of held-out task instances, greedy before and after RFT
 RFT_PROMPT_LENGTH=${RFT_PROMPT_LENGTH:-8192}      # a decision prompt is the transcript so far: up to ~4.7k tokens (settings_panel, measured)

@@ -14,6 +14,8 @@ SKIP_RL=${SKIP_RL:-0}
 RL_TEST_FREQ=${RL_TEST_FREQ:--1}     # validate every N online RL steps as well (-1: only before)
 RL_VAL_ONLY=${RL_VAL_ONLY:-false}    # true: validate the model handed to stage 3 and stop (no online RL)
 TOOL_TERM=${TOOL_TERM:-task}         # R_tool of the path reward: task (ToolCUA's) | decision (per decision)
+RFT_WARMUP_STEPS=${RFT_WARMUP_STEPS:-0}   # warm-up SFT steps on the switching steps before the RL half (0: none)
+RFT_WARMUP_LR=${RFT_WARMUP_LR:-3e-3}
 RFT_ARGS=${RFT_ARGS:-}               # extra main_ppo overrides of stage 2 only (space-separated)
 SFT_ARGS=${SFT_ARGS:-}               # extra sft_trainer overrides of stage 1 (space-separated)
 if [ -n "${SFT_LAUNCHER:-}" ]; then  # another launcher of the SFT trainer (space-separated), e.g. `python`
@@ -24,14 +26,13 @@ fi
 # function-call transcripts); the rows' messages/tools are JSON text, decoded by
 # verl_ext.envs.demos.JsonMultiTurnSFTDataset (parquet would add null keys to the tool schemas).
 # total_epochs is only a bound: the run stops at SFT_STEPS.
-sft_stage() {
-    verl-ext prepare-data text_hybrid_sft "$OUT/sft_data" --train-size "$SFT_ROWS" --val-size 4 --seed "$SEED" \
-        --templates "$TEMPLATES"
+sft_run() {  # sft_run DATA_DIR STEPS LR WARMUP_STEPS CKPT_DIR NAME METRICS: verl's SFT trainer from $MODEL
+    local data=$1 steps=$2 lr=$3 warmup=$4 ckpt=$5 name=$6 metrics=$7
     # shellcheck disable=SC2086  # SFT_ARGS: space-separated overrides
-    VERL_FILE_LOGGER_PATH="$OUT/sft_metrics.jsonl" "${SFT_LAUNCH[@]}" -m verl.trainer.sft_trainer \
+    VERL_FILE_LOGGER_PATH="$metrics" "${SFT_LAUNCH[@]}" -m verl.trainer.sft_trainer \
         "${SFT_BACKEND[@]}" \
-        data.train_files="$OUT/sft_data/train.parquet" \
-        data.val_files="$OUT/sft_data/val.parquet" \
+        data.train_files="$data/train.parquet" \
+        data.val_files="$data/val.parquet" \
         data.custom_cls.path=pkg://verl_ext.envs.demos \
         data.custom_cls.name=JsonMultiTurnSFTDataset \
         data.train_batch_size="$SFT_BATCH" \
@@ -41,37 +42,59 @@ sft_stage() {
         data.num_workers=0 \
         model.path="$MODEL" \
         engine.strategy=fsdp2 \
-        optim.lr="$SFT_LR" \
-        optim.lr_warmup_steps="$SFT_WARMUP" \
+        optim.lr="$lr" \
+        optim.lr_warmup_steps="$warmup" \
         optim.lr_scheduler_type=cosine \
         'optim.betas=[0.9,0.95]' \
         'checkpoint.save_contents=[model,optimizer,extra,hf_model]' \
         trainer.seed="$SEED" \
         'trainer.logger=[console,file]' \
         trainer.project_name=toolcua_sft_rl \
-        trainer.experiment_name="sft_seed$SEED" \
-        trainer.total_training_steps="$SFT_STEPS" \
+        trainer.experiment_name="${name}_seed$SEED" \
+        trainer.total_training_steps="$steps" \
         trainer.total_epochs=1000 \
-        trainer.save_freq="$SFT_STEPS" \
-        trainer.test_freq="$SFT_STEPS" \
-        trainer.default_local_dir="$OUT/sft" \
+        trainer.save_freq="$steps" \
+        trainer.test_freq="$steps" \
+        trainer.default_local_dir="$ckpt" \
         trainer.resume_mode=disable \
         $SFT_ARGS
+}
+
+sft_stage() {
+    verl-ext prepare-data text_hybrid_sft "$OUT/sft_data" --train-size "$SFT_ROWS" --val-size 4 --seed "$SEED" \
+        --templates "$TEMPLATES"
+    sft_run "$OUT/sft_data" "$SFT_STEPS" "$SFT_LR" "$SFT_WARMUP" "$OUT/sft" sft "$OUT/sft_metrics.jsonl"
     MODEL="$OUT/sft/global_step_$SFT_STEPS/huggingface"   # weights + tokenizer in HF format (hf_model)
     # What SFT taught: greedy replies at every turn of held-out transcripts (the oracle's earlier
     # turns as context), parsed with verl's hermes parser as the agent loop parses them.
+    # SFT_MIN_TOOL_RATE (unset: no gate) stops the pipeline here when the SFT model calls the oracle's
+    # tool at fewer of the held-out tool turns (tool_turn_call_rate) than that.
     if [ "$SFT_EVAL_ROWS" -gt 0 ]; then
-        verl-ext eval-sft "$MODEL" "$OUT/sft_data/val.parquet" --max-rows "$SFT_EVAL_ROWS" --out "$OUT/sft_eval.json"
+        verl-ext eval-sft "$MODEL" "$OUT/sft_data/val.parquet" --max-rows "$SFT_EVAL_ROWS" --out "$OUT/sft_eval.json" \
+            ${SFT_MIN_TOOL_RATE:+--min-tool-turn-rate "$SFT_MIN_TOOL_RATE"}
+    elif [ -n "${SFT_MIN_TOOL_RATE:-}" ]; then
+        echo "verl-ext toolcua_sft_rl: SFT_MIN_TOOL_RATE=$SFT_MIN_TOOL_RATE needs the held-out eval; set SFT_EVAL_ROWS > 0 (or unset SFT_MIN_TOOL_RATE)" >&2
+        return 2
     fi
 }
 
 # --- 2. RFT: single-turn RL on critical switching steps (ToolCUA's Tool-Bootstrapped GUI RFT).
 # Each row is one GUI-vs-tool decision of a TextHybrid task (on and off the oracle's path), its prompt
 # the hybrid_gui_tool transcript up to that turn with the episode's tools (decision_turn builds it with
-# verl's Continuous-Token builder, as the multi-turn loop does); the reward is 1 for one parseable call
-# plus best/remaining steps of the chosen way (verl_ext/rewards/decision_reward.py). Rows store the
+# verl's Continuous-Token builder, as the multi-turn loop does); the reward is RFT_CHOICE_WEIGHT for
+# naming a function of the shorter way (read from the reply's text, parseable or not), 1 for one
+# parseable call, plus best/remaining steps of the chosen way (verl_ext/rewards/decision_reward.py). Rows store the
 # prompt as JSON text, decoded by verl_ext.envs.decisions.DecisionDataset (data.custom_cls).
 rft_stage() {
+    # Warm-up SFT on the same training decisions, both options' first calls as targets (no preference):
+    # how to write either call at a switching step, so that the RL half samples both (RFT_WARMUP_STEPS=0: off).
+    if [ "$RFT_WARMUP_STEPS" -gt 0 ]; then
+        verl-ext prepare-data text_hybrid_switch_warmup "$OUT/rft_warmup_data" --train-size $((2 * RFT_ROWS)) \
+            --val-size 4 --seed "$SEED" --templates "$TEMPLATES"
+        sft_run "$OUT/rft_warmup_data" "$RFT_WARMUP_STEPS" "$RFT_WARMUP_LR" 0 "$OUT/rft_warmup" rft_warmup \
+            "$OUT/rft_warmup_metrics.jsonl"
+        MODEL="$OUT/rft_warmup/global_step_$RFT_WARMUP_STEPS/huggingface"
+    fi
     verl-ext prepare-data text_hybrid_decisions "$OUT/rft_data" --train-size "$RFT_ROWS" --val-size "$RFT_VAL_ROWS" \
         --seed "$SEED" --templates "$TEMPLATES"
     # shellcheck disable=SC2086  # RFT_ARGS: space-separated overrides
@@ -96,6 +119,7 @@ rft_stage() {
         actor_rollout_ref.rollout.agent.default_agent_loop=decision_turn \
         reward.custom_reward_function.path=pkg://verl_ext.rewards.decision_reward \
         reward.custom_reward_function.name=compute_score \
+        +reward.custom_reward_function.reward_kwargs.choice_weight="$RFT_CHOICE_WEIGHT" \
         trainer.logger='[console,file]' \
         trainer.project_name=toolcua_sft_rl \
         trainer.experiment_name="rft_seed$SEED" \

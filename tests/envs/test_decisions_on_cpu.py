@@ -151,3 +151,22 @@ def test_too_many_rows_for_the_tasks_is_an_error(monkeypatch):
     monkeypatch.setattr(decisions, "SPARE_TASKS", -39)  # 40 rows asked of 1 task (it has at most 6 decisions)
     with pytest.raises(RuntimeError, match="ask for fewer rows"):
         decision_rows(40, seed=0, split="val", templates=["settings_panel"])
+
+
+def test_switch_warmup_rows_teach_both_options_of_each_decision():
+    """``prepare-data text_hybrid_switch_warmup``: per decision, the transcript up to it plus one
+    option's first call, once for the GUI and once for the tool (no preference), as SFT rows."""
+    from verl_ext.envs.decisions import switch_warmup_rows
+
+    rows = switch_warmup_rows(6, seed=0, split="train", templates=["settings_panel"])
+    decisions = decision_rows(3, seed=0, split="train", templates=["settings_panel"])
+    assert len(rows) == 6 and [r["extra_info"]["mode"] for r in rows] == ["gui", "tool"] * 3
+    for pair, decision in zip((rows[0:2], rows[2:4], rows[4:6]), decisions):
+        first_calls = json.loads(decision["extra_info"]["decision"]["first_calls"])
+        for row in pair:
+            messages = json.loads(row["messages"])
+            assert messages[:-1] == json.loads(decision["prompt"]) and row["tools"] == decision["extra_info"]["tools"]
+            call = messages[-1]["tool_calls"][0]["function"]
+            expected = first_calls[row["extra_info"]["mode"]]
+            assert messages[-1]["role"] == "assistant" and call["name"] == expected["name"]
+            assert call["arguments"] == expected["arguments"]

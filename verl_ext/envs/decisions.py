@@ -180,3 +180,29 @@ class DecisionDataset(RLHFDataset):
 
     def _build_messages(self, example: dict, key: str) -> list:
         return super()._build_messages({**example, key: decoded_prompt(example[key])}, key)
+
+
+def switch_warmup_rows(n: int, seed: int, split: str, templates: list[str] | None = None,
+                       max_steps: int = 30) -> list[dict[str, Any]]:
+    """SFT rows for the warm-up half of ToolCUA's Tool-Bootstrapped GUI RFT (warm-up SFT, then
+    single-turn RL on critical switching steps): for each of ``decision_rows(ceil(n / 2), ...)``, one row
+    per option, its transcript up to the decision followed by that option's first call (the loop's
+    ``assistant_message``). Both options of every decision are targets, so the rows teach how to
+    write either call at a switching step and hold no preference between GUI and tool; which one
+    is shorter is left to the RL half's reward. Rows are ``JsonMultiTurnSFTDataset``'s (``messages``
+    and ``tools`` as JSON text), ``n`` of them."""
+    import verl.experimental.agent_loop  # noqa: F401  (first: its plugin hook imports the agent loop module)
+    from verl_ext.agent_loops.hybrid_gui_tool import assistant_message
+    from verl_ext.envs.demos import _Call
+
+    rows: list[dict[str, Any]] = []
+    for decision in decision_rows((n + 1) // len(MODES), seed, split, templates, max_steps):
+        info = decision["extra_info"]
+        first_calls = json.loads(info["decision"]["first_calls"])
+        for mode in MODES:
+            call = first_calls[mode]
+            messages = json.loads(decision["prompt"]) + [assistant_message("", _Call(call["name"], call["arguments"]))]
+            rows.append({"messages": json.dumps(messages), "tools": info["tools"],
+                         "extra_info": {"split": split, "index": len(rows), "env": info["env"], "mode": mode,
+                                        "better": info["decision"]["better"]}})
+    return rows[:n]

@@ -209,6 +209,27 @@ def held_out_call_rates(model_path: str, data_file: str, max_new_tokens: int = 1
     return call_rates(tokenizer, rows, generate)
 
 
+def check_tool_turn_rate(rates: dict[str, Any], min_rate: float | None) -> None:
+    """The gate before the RFT stage: raise ``UserError`` when the SFT model calls the oracle's tool at
+    fewer than ``min_rate`` of the held-out tool turns (``tool_turn_call_rate``); None: no gate."""
+    if min_rate is None or rates["tool_turn_call_rate"] >= min_rate:
+        return
+    raise UserError(
+        f"SFT gate: tool_turn_call_rate {rates['tool_turn_call_rate']:.2f} (one parseable call of the oracle's tool at "
+        f"{rates['tool_turns']} held-out tool turns) is below SFT_MIN_TOOL_RATE / --min-tool-turn-rate={min_rate}: "
+        "the SFT model cannot yet write the tool calls the RFT stage would rank. Train SFT longer (raise SFT_STEPS, "
+        "or continue this checkpoint with INIT_MODEL=<it> SFT_STEPS=150 SFT_LR=3e-3), or lower SFT_MIN_TOOL_RATE "
+        "(unset: no gate; the RFT stage's choice term, RFT_CHOICE_WEIGHT, scores the choice of a tool whose "
+        "arguments do not parse)")
+
+
+def unit_rate(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text} is not a rate in [0, 1]")
+    return value
+
+
 def main(argv: list[str]) -> int:
     """``verl-ext eval-sft MODEL DATA.parquet``: print (and with ``--out`` write) the held-out call rates."""
     parser = argparse.ArgumentParser(prog="verl-ext eval-sft", description=held_out_call_rates.__doc__)
@@ -217,6 +238,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--max-rows", type=positive_int, default=None)
     parser.add_argument("--out", default=None, help="also write the rates to this JSON file")
+    parser.add_argument("--min-tool-turn-rate", type=unit_rate, default=None,
+                        help="fail (after writing the rates) when tool_turn_call_rate is below this: the gate "
+                             "before the RFT stage (recipes/toolcua_sft_rl: SFT_MIN_TOOL_RATE)")
     args = parser.parse_args(argv)
     if not os.path.isfile(args.data):
         raise UserError(f"DATA {args.data}: the file does not exist (verl-ext prepare-data text_hybrid_sft writes one)")
@@ -226,4 +250,5 @@ def main(argv: list[str]) -> int:
     if args.out:
         with open(args.out, "w") as f:
             f.write(text + "\n")
+    check_tool_turn_rate(rates, args.min_tool_turn_rate)
     return 0

@@ -5,8 +5,15 @@ A verl ``custom_reward_function`` (``reward.custom_reward_function.path=
 pkg://verl_ext.rewards.decision_reward``) for rows rolled out by the ``decision_turn`` loop, which
 leaves the reply's calls (verl's tool parser) in ``extra_info["decision_calls"]``.
 
-``R = format_weight * R_fmt + R_path`` with
+``R = choice_weight * R_choice + format_weight * R_fmt + R_path`` with
 
+- ``R_choice`` = 1 when the function the reply *names* is of the shorter mode here (``computer_use``
+  where the GUI is shorter, an app tool where tools are), else 0. The name is read from the reply's
+  text (``named_function``), so it counts even when the arguments do not parse: the choice between
+  GUI and tool is scored apart from how well the call is written. ``choice_weight`` is 0 by default
+  (the reward below, unchanged); the recipe's RFT stage sets it (``RFT_CHOICE_WEIGHT``). With
+  ``choice_weight >= format_weight + 1`` a right choice with broken arguments scores at least as
+  much as a wrong choice written perfectly (whose ``R_path`` is below 1);
 - ``R_fmt`` = 1 when the reply holds exactly one parseable function call (the ``hybrid_gui_tool``
   loop's ``valid_call_rate`` rule; ToolCUA's format term), else 0 and ``R = 0``;
 - ``R_path = best / remaining``: ``remaining`` = steps to the end of the task after this call,
@@ -17,18 +24,50 @@ leaves the reply's calls (verl's tool parser) in ``extra_info["decision_calls"]`
   of an unknown function as one wasted step followed by the longer of the two paths.
 
 ToolCUA's own single-turn RFT reward is not documented in the sources available here (research
-notes §2.4, §12); this one is built from the path-efficiency idea of its Tool-Efficient Path
-Reward, per decision.
+notes §2.4, §12; its project page says only that the RFT stage "calibrate[s] local switching
+behavior"); this one is built from the path-efficiency idea of its Tool-Efficient Path Reward, per
+decision. Where it departs: ToolCUA's path reward gates its tool term on success (``I_succ`` in
+``R_tool``), and the per-decision analogue would gate the choice on a parseable call; ``R_choice``
+is *not* gated on the format, because a model that cannot yet write a tool's arguments (the cpu
+tiny model, recipes/toolcua_sft_rl/README.md) would otherwise be taught to avoid tools.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import re
 from typing import Any
 
 from verl_ext.envs.core import GUI_TOOL_NAME
 
+REWARD_KWARGS = {"format_weight": 1.0, "choice_weight": 0.0}  # reward_kwargs compute_score takes, and defaults
 CALLS_KEY = "decision_calls"  # where the decision_turn loop leaves the parsed calls (its CALLS_KEY)
+_NAME = re.compile(r'"name"\s*:\s*"([^"\\]*)"')
+
+
+def named_function(reply: str) -> str | None:
+    """The function the reply names first (its first ``"name": "<fn>"``), parseable or not; None when
+    it names none. ``'{"name": "settings_set", "arguments": "click", "click"'`` names ``settings_set``."""
+    match = _NAME.search(reply)
+    return match.group(1) if match else None
+
+
+def mode_of_name(name: str | None, app_tools: list[str]) -> str:
+    """``gui`` for ``computer_use``, ``tool`` for an app tool, ``other`` (a distractor, an unknown
+    function, or no name)."""
+    if name == GUI_TOOL_NAME:
+        return "gui"
+    return "tool" if name is not None and name in app_tools else "other"
+
+
+def check_weights(format_weight: float, choice_weight: float) -> None:
+    """Raise ``ValueError`` naming the reward_kwargs key when a weight is negative or not finite."""
+    for key, value in (("format_weight", format_weight), ("choice_weight", choice_weight)):
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
+            raise ValueError(f"decision reward: reward.custom_reward_function.reward_kwargs.{key}={value!r} must be a "
+                             f"finite number >= 0; set it to e.g. {1.0 if key == 'format_weight' else 2.0} "
+                             "(choice_weight 0 scores only format and path, the reward without the choice term)")
 
 
 def classify_call(call: dict[str, Any], first_calls: dict[str, dict[str, Any]], app_tools: list[str]) -> tuple[str, bool]:
@@ -49,11 +88,15 @@ def classify_call(call: dict[str, Any], first_calls: dict[str, dict[str, Any]], 
     return ("tool" if call["name"] in app_tools else "other"), False
 
 
-def decision_reward(calls: list[dict[str, Any]], decision: dict[str, Any], format_weight: float = 1.0) -> dict[str, float]:
+def decision_reward(calls: list[dict[str, Any]], decision: dict[str, Any], format_weight: float = 1.0,
+                    reply: str | None = None, choice_weight: float = 0.0) -> dict[str, float]:
     """Reward and components of one reply at one decision.
 
     Args:
         calls: the reply's parsed calls (``decision_turn``: ``extra_info["decision_calls"]``).
+        reply: the reply's text, from which ``named_function`` reads the chosen function when its call
+            does not parse (None: only the parsed call names it).
+        choice_weight: weight of ``R_choice`` (0: the reward without the choice term).
         decision: the row's ``extra_info["decision"]``: ``remaining`` ({gui, tool}: steps to the end
             after each option), ``best``, ``better``, ``first_calls`` (JSON text or dict), ``app_tools``.
         format_weight: weight of ``R_fmt``.
@@ -65,8 +108,11 @@ def decision_reward(calls: list[dict[str, Any]], decision: dict[str, Any], forma
         ``tool_call_gui_shorter`` (``tool_call`` where tools / the GUI are shorter, else 0: verl
         averages each extra over the batch, so mean(``tool_call_tool_shorter``) / mean(``better_tool``)
         is the per-decision T rate where tools are shorter), ``extra_steps`` (``remaining - best``;
-        0 for a malformed reply).
+        0 for a malformed reply); ``choice`` (``R_choice``), ``named_tool`` (the named function is an app
+        tool, parseable or not) and ``named_tool_tool_shorter`` / ``named_tool_gui_shorter`` (as
+        ``tool_call_*``, from the name).
     """
+    check_weights(format_weight, choice_weight)
     remaining = {mode: int(n) for mode, n in decision["remaining"].items()}
     best = int(decision["best"])
     out = {"format_ok": 0.0, "path": 0.0, "exact": 0.0, "chose_better": 0.0, "tool_call": 0.0,
@@ -83,18 +129,27 @@ def decision_reward(calls: list[dict[str, Any]], decision: dict[str, Any], forma
             cost = remaining[mode] if exact else 1 + (remaining[mode] if mode in remaining else max(remaining.values()))
             out.update(format_ok=1.0, path=best / cost, exact=float(exact), chose_better=float(mode == decision["better"]),
                        tool_call=float(mode == "tool"), extra_steps=float(cost - best))
+    app_tools = list(decision["app_tools"])
+    name = calls[0]["name"] if len(calls) == 1 else named_function(reply) if reply is not None else None
+    named = mode_of_name(name, app_tools)
+    out["choice"] = float(named == decision["better"])
+    out["named_tool"] = float(named == "tool")
+    out["named_tool_tool_shorter"] = out["named_tool"] * out["better_tool"]
+    out["named_tool_gui_shorter"] = out["named_tool"] * out["better_gui"]
     out["tool_call_tool_shorter"] = out["tool_call"] * out["better_tool"]
     out["tool_call_gui_shorter"] = out["tool_call"] * out["better_gui"]
-    out["score"] = format_weight * out["format_ok"] + out["path"]
+    out["score"] = choice_weight * out["choice"] + format_weight * out["format_ok"] + out["path"]
     return out
 
 
 def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_info: dict[str, Any] | None = None,
-                  format_weight: float = 1.0, **kwargs: Any) -> dict[str, float]:
-    """verl reward function for ``decision_turn`` rows (``decision_reward`` of the parsed calls)."""
+                  format_weight: float = 1.0, choice_weight: float = 0.0, **kwargs: Any) -> dict[str, float]:
+    """verl reward function for ``decision_turn`` rows (``decision_reward`` of the parsed calls and,
+    for ``R_choice``, of the reply's text ``solution_str``)."""
     extra_info = extra_info or {}
     if CALLS_KEY not in extra_info or "decision" not in extra_info:
         raise KeyError(f"decision reward needs extra_info.{CALLS_KEY} (written by the decision_turn agent loop) and "
                        "extra_info.decision (rows of `verl-ext prepare-data text_hybrid_decisions`); set the rows' "
                        "agent_name to decision_turn")
-    return decision_reward(list(extra_info[CALLS_KEY]), extra_info["decision"], format_weight)
+    return decision_reward(list(extra_info[CALLS_KEY]), extra_info["decision"], format_weight,
+                           reply=solution_str, choice_weight=choice_weight)
