@@ -86,3 +86,19 @@ def test_the_lock_is_reentrant_within_a_process_and_released_after(gpu, tmp_path
     other = subprocess.run([sys.executable, "-c", HOLDER, str(tmp_path), str(release)],
                            capture_output=True, text=True, timeout=60)  # fmt: skip
     assert other.stdout.strip() == "held" and "waiting" not in other.stderr
+
+
+def test_a_resumed_run_keeps_the_first_runs_log_and_metrics(gpu, tmp_path, monkeypatch):
+    """A test that resumes in its own folder rewrites run.log and metrics.jsonl: the collected copy of
+    the first run must survive next to the second's."""
+    monkeypatch.setenv("VERL_EXT_GPU_LOG_DIR", str(tmp_path / "logs"))
+    out = tmp_path / "pytest-3" / "test_resume0"
+    out.mkdir(parents=True)
+    for step in (1, 2):
+        (out / "run.log").write_text(f"run {step}")
+        (out / "metrics.jsonl").write_text(f'{{"step": {step}}}')
+        gpu._collect(out)
+    logs = tmp_path / "logs"
+    assert (logs / "pytest-3_test_resume0.log").read_text() == "run 1"
+    assert (logs / "pytest-3_test_resume0_2.log").read_text() == "run 2"
+    assert (logs / "pytest-3_test_resume0_2.jsonl").read_text() == '{"step": 2}'

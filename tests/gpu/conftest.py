@@ -156,12 +156,17 @@ def assert_clean_end(out: Path) -> None:
 
 
 def _collect(out: Path) -> None:
-    """Copy the run's log and metrics to VERL_EXT_GPU_LOG_DIR (one flat name per run)."""
+    """Copy the run's log and metrics to VERL_EXT_GPU_LOG_DIR (one flat name per run; a test's second
+    run in the same folder, a resume, gets ``_2``: it rewrites both files)."""
     target = os.environ.get("VERL_EXT_GPU_LOG_DIR")
     if not target:
         return
     name = "_".join(out.parts[-2:]).replace("[", "-").replace("]", "").replace("/", "-")
+    run, k = name, 1
+    while (Path(target) / f"{run}.log").exists():
+        k += 1
+        run = f"{name}_{k}"
     for source, suffix in ((out / "run.log", "log"), (out / "metrics.jsonl", "jsonl")):
         if source.exists():
             Path(target).mkdir(parents=True, exist_ok=True)
-            shutil.copy(source, Path(target) / f"{name}.{suffix}")
+            shutil.copy(source, Path(target) / f"{run}.{suffix}")
