@@ -40,6 +40,16 @@ def positive_int(text: str) -> int:
     return value
 
 
+def unit_rate(text: str) -> float:
+    """An argparse ``type`` for rates in [0, 1] (``eval-sft --min-tool-turn-rate``)."""
+    import argparse
+
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text} is not a rate in [0, 1]")
+    return value
+
+
 def _usage() -> str:
     width = max(map(len, COMMANDS))
     lines = ["usage: verl-ext <command> [args]", "", "commands:"]

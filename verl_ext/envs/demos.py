@@ -24,7 +24,7 @@ from typing import Any
 
 from verl.utils.dataset.multiturn_sft_dataset import MultiTurnSFTDataset
 
-from verl_ext.cli import positive_int
+from verl_ext.cli import positive_int, unit_rate
 from verl_ext.envs.core import GUI_TOOL_NAME, Action, ToolCall
 from verl_ext.errors import UserError
 
@@ -221,13 +221,6 @@ def check_tool_turn_rate(rates: dict[str, Any], min_rate: float | None) -> None:
         "or continue this checkpoint with INIT_MODEL=<it> SFT_STEPS=150 SFT_LR=3e-3), or lower SFT_MIN_TOOL_RATE "
         "(unset: no gate; the RFT stage's choice term, RFT_CHOICE_WEIGHT, scores the choice of a tool whose "
         "arguments do not parse)")
-
-
-def unit_rate(text: str) -> float:
-    value = float(text)
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"{text} is not a rate in [0, 1]")
-    return value
 
 
 def main(argv: list[str]) -> int:
