@@ -281,6 +281,16 @@ def goal_met(tool_rate: np.ndarray, gui_rate: np.ndarray) -> str:
     return "yes" if t >= GOAL_TOOL and g <= GOAL_GUI else "no"
 
 
+def goal_gap(tool_when_shorter: np.ndarray, tool_when_gui_shorter: np.ndarray) -> str:
+    """How far the mean per-decision tool rates (one value per seed) are from the goal ("met" when
+    both sides are), or "n/a" without finite values."""
+    t, g = mean_se(tool_when_shorter)[0], mean_se(tool_when_gui_shorter)[0]
+    if not (np.isfinite(t) and np.isfinite(g)):
+        return "n/a"
+    short, over = max(0.0, GOAL_TOOL - t), max(0.0, g - GOAL_GUI)
+    return "met" if short == over == 0 else f"T {short:.2f} short of {GOAL_TOOL}, {over:.2f} over {GOAL_GUI}"
+
+
 def old_logits_section(results: dict[str, Runs], steps: int, plot: str) -> list[str]:
     vs = val_steps(results)
     success = {arm: final(derived(runs, vs)["success"]) for arm, runs in results.items()}

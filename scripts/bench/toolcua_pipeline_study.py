@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 from learning_runs import REPO, Runs, machine_line, load_steps, run_once, series, study_parser, write_section
-from text_hybrid_study import GOAL_GUI, GOAL_TOOL, derived, final, fmt, mean_se, ratio
+from text_hybrid_study import derived, final, fmt, goal_gap, mean_se, ratio
 
 HEADING = "## ToolCUA pipeline study: SFT -> RFT -> online RL"
 SCRIPT = "toolcua_sft_rl/run_cpu.sh"
@@ -124,15 +124,6 @@ def verdict_lines(values: dict[str, dict[str, np.ndarray]]) -> list[str]:
     return lines
 
 
-def goal_gap(values: dict[str, np.ndarray]) -> str:
-    """How far the mean per-decision rates are from the goal (0 when met)."""
-    t, g = mean_se(values["decision_tool_when_shorter"])[0], mean_se(values["decision_tool_when_gui_shorter"])[0]
-    if not (np.isfinite(t) and np.isfinite(g)):
-        return "n/a"
-    short, over = max(0.0, GOAL_TOOL - t), max(0.0, g - GOAL_GUI)
-    return "met" if short == over == 0 else f"T {short:.2f} short of {GOAL_TOOL}, {over:.2f} over {GOAL_GUI}"
-
-
 def report(results: dict[str, Runs], rft: Runs, args, command: str, runs_info: list[dict]) -> str:
     values = arm_values(results, args.seeds)
     arms = [arm for arm in (FULL, NO_RFT, NO_RL, PER_DECISION) if arm in values]
@@ -152,8 +143,8 @@ def report(results: dict[str, Runs], rft: Runs, args, command: str, runs_info: l
     ]
     for arm in arms:
         digits = {name: 1 if name == "steps_per_success" else 2 for name in METRICS}
-        lines.append(f"| {arm} | " + " | ".join(fmt(values[arm][n], digits[n]) for n in METRICS)
-                     + f" | {goal_gap(values[arm])} |")
+        gap = goal_gap(values[arm]["decision_tool_when_shorter"], values[arm]["decision_tool_when_gui_shorter"])
+        lines.append(f"| {arm} | " + " | ".join(fmt(values[arm][n], digits[n]) for n in METRICS) + f" | {gap} |")
     lines += ["", "Paired differences to the full pipeline (per seed, then mean and standard error over seeds):", "",
               *verdict_lines(values), ""]
     if rft:

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 from learning_runs import REPO, Runs, load_steps, machine_line, series, study_parser, write_section
-from text_hybrid_study import GOAL_GUI, GOAL_TOOL, fmt, mean_se, ratio
+from text_hybrid_study import fmt, goal_gap, mean_se, ratio
 
 HEADING = "## ToolCUA pipeline: the RFT stage alone (critical switching steps)"
 SCRIPT = REPO / "recipes/toolcua_sft_rl/run_cpu.sh"
@@ -73,14 +73,6 @@ def paired_cell(a: np.ndarray, b: np.ndarray) -> str:
     if n < 2:
         return f"{mean:+.2f} (1 seed)"
     return f"{mean:+.2f} ± {se:.2f}" + (" (> 2 SE)" if abs(mean) > 2 * se else "")
-
-
-def goal_gap(rates: dict[str, np.ndarray]) -> str:
-    t, g = mean_se(rates["T_tools_shorter"])[0], mean_se(rates["T_gui_shorter"])[0]
-    if not (np.isfinite(t) and np.isfinite(g)):
-        return "n/a"
-    short, over = max(0.0, GOAL_TOOL - t), max(0.0, g - GOAL_GUI)
-    return "met" if short == over == 0 else f"T {short:.2f} short of {GOAL_TOOL}, {over:.2f} over {GOAL_GUI}"
 
 
 def probe_values(probes: dict[str, dict[int, dict]], seeds: list[int]) -> dict[str, dict[str, np.ndarray]]:
@@ -126,7 +118,8 @@ def report(results: dict[str, Runs], probes: dict[str, dict[int, dict]], args, c
         values[arm] = (before, after)
         for step, rates in ((0, before), (args.rft_steps, after)):
             label = "0 (before RL)" if step == 0 else str(step)
-            lines.append(f"| {arm} | {label} | " + " | ".join(fmt(rates[m]) for m in GREEDY) + f" | {goal_gap(rates)} |")
+            gap = goal_gap(rates["T_tools_shorter"], rates["T_gui_shorter"])
+            lines.append(f"| {arm} | {label} | " + " | ".join(fmt(rates[m]) for m in GREEDY) + f" | {gap} |")
     lines += ["", "| paired difference | " + " | ".join(GREEDY.values()) + " |", "|---" * (len(GREEDY) + 1) + "|"]
     for arm, (before, after) in values.items():
         lines.append(f"| {arm}: after - before | " + " | ".join(paired_cell(after[m], before[m]) for m in GREEDY) + " |")
