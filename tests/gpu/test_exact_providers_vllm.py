@@ -30,8 +30,6 @@ RUN = {"MODE": "colocate_async", "ADV": "gigpo", "LOSS": "ppo_ewma", "WARMUP": "
        "MAX_NUM_SEQS": "8"}
 STEPS = (1, 2, 3, 4, 5)
 LAST = STEPS[-1]
-
-
 SHOWN = ("training/off_policy/trajectory_staleness/max", "old_logits/stale/partial_frac",
          "training/rollout_probs_diff_max")
 
