@@ -20,14 +20,23 @@ from ..e2e.conftest import assert_finite, read_metrics
 from .conftest import assert_clean_end, run_script
 
 SCRIPT = "text_corridor/run_gpu.sh"
-# Rows cut mid-decode by a weight sync and trained, by construction as in the cpu e2e test
-# (tests/e2e/test_exact_providers_rollout_side.py): vLLM decodes 8 sequences at a time, so requests
-# still queue when the trainer pauses generation, and verl's `wait` sampler (threshold 2) trains the
-# groups the last step left in flight, cut rows included, before newer prompts. With verl's `drop`
-# default and unbounded decoding, two of four 3-step runs on 2 H100s (2026-11-28) trained stale rows
-# but none spanning two versions (docs/status.md).
-RUN = {"MODE": "colocate_async", "ADV": "gigpo", "LOSS": "ppo_ewma", "WARMUP": "1", "BOUND": "2", "SAMPLER": "wait",
-       "MAX_NUM_SEQS": "8"}
+# Rows cut mid-decode by a weight sync (verl aborts the requests in flight when the trainer takes its
+# batch and resumes them on the new weights) must be trained, or the test proves nothing about them.
+# Whether a run has any depends on timing; each provider runs the setting that gave them on GPUs:
+# - interrupt: one batch queued, vLLM decoding 8 sequences at a time (requests still queue when the
+#   trainer pauses generation) and verl's `wait` sampler (threshold 2: the groups the last step left
+#   in flight, cut rows included, train before newer prompts), as in the cpu e2e test
+#   (tests/e2e/test_exact_providers_rollout_side.py). H200, 2026-11-28: two-version rows on steps 3
+#   and 5 (0.34, 0.41 of the rows); with the setting below, none in a 3-step run on H100.
+# - dedicated: two batches queued, bound 4, verl's `drop` sampler, unbounded decoding. 2 x H100,
+#   2026-11-28: two-version rows in both runs (0.06 on step 3; 0.63 and 0.22 on the own-GPU run);
+#   with interrupt's setting, none in a 5-step run on the H200 (why is not established; dedicated's
+#   weight sync, ~2 s longer for its scorer, shifts when the next batch's requests start).
+COMMON = {"MODE": "colocate_async", "ADV": "gigpo", "LOSS": "ppo_ewma"}
+RUN = {
+    "interrupt": {**COMMON, "WARMUP": "1", "BOUND": "2", "SAMPLER": "wait", "MAX_NUM_SEQS": "8"},
+    "dedicated": {**COMMON, "WARMUP": "2", "BOUND": "4"},
+}
 STEPS = (1, 2, 3, 4, 5)
 LAST = STEPS[-1]
 SHOWN = ("training/off_policy/trajectory_staleness/max", "old_logits/stale/partial_frac",
@@ -53,7 +62,7 @@ def test_rollout_side_provider_gives_exact_old_logits_on_vllm(provider, tmp_path
     0: the trainer ran no old-log-prob forward for it); interrupt: checkpoint at the last step with its
     segment store, resumed for one more step, where the restored rows still resolve (with the default
     ``on_missing=error`` an unscored stale token would stop the run)."""
-    run_script(SCRIPT, tmp_path, **RUN, PROVIDER=provider, STEPS=str(len(STEPS)))
+    run_script(SCRIPT, tmp_path, **RUN[provider], PROVIDER=provider, STEPS=str(len(STEPS)))
     metrics = read_metrics(tmp_path / "metrics.jsonl")
     assert sorted(metrics) == list(STEPS)
     assert any(metrics[s]["old_logits/stale/version_gap_max"] >= 1 for s in STEPS), "no stale tokens"
@@ -81,7 +90,8 @@ def test_rollout_side_provider_gives_exact_old_logits_on_vllm(provider, tmp_path
         assert metrics[step]["verl_ext/time/segment_scoring"] > 0
     assert (tmp_path / "checkpoints" / f"global_step_{LAST}" / "verl_ext_old_logits" / "rollout_side.pt").exists()
     assert_clean_end(tmp_path)
-    run_script(SCRIPT, tmp_path, "trainer.resume_mode=auto", **RUN, PROVIDER=provider, STEPS=str(LAST + 1))
+    run_script(SCRIPT, tmp_path, "trainer.resume_mode=auto", **RUN[provider], PROVIDER=provider,
+               STEPS=str(LAST + 1))
     resumed = read_metrics(tmp_path / "metrics.jsonl")
     assert set(resumed) == {LAST + 1}, f"the resumed run must start at step {LAST + 1}"
     _assert_exact(resumed, provider, (LAST + 1,))
@@ -94,7 +104,7 @@ def test_dedicated_scorer_on_a_gpu_of_its_own(tmp_path):
     """``dedicated.gpu=own`` on a 2-GPU machine: trainer and vLLM on GPU 0 (``N_GPUS=1``), the scorer
     on the GPU Ray has left free, with the same run as ``[dedicated]`` above otherwise (compare their
     ``timing_s/step``, ``timing_s/old_log_prob`` and memory: docs/benchmarks.md)."""
-    run_script(SCRIPT, tmp_path, "algorithm.old_logits.dedicated.gpu=own", gpus=2, N_GPUS="1", **RUN,
+    run_script(SCRIPT, tmp_path, "algorithm.old_logits.dedicated.gpu=own", gpus=2, N_GPUS="1", **RUN["dedicated"],
                PROVIDER="dedicated", STEPS=str(len(STEPS)))  # fmt: skip
     metrics = read_metrics(tmp_path / "metrics.jsonl")
     assert sorted(metrics) == list(STEPS)
