@@ -67,8 +67,12 @@ def test_report_pairs_seeds_and_counts_steps_to_target():
     study = _script("old_logits_gpu_study")
     curve = np.array([[0.1] * 5 + [0.9] * 10, [0.1] * 15])
     assert study.steps_to(curve, 0.8).tolist()[0] == 10 and np.isnan(study.steps_to(curve, 0.8)[1])
-    runs = {seed: {t: {study.SUCCESS: 0.5 + 0.01 * seed, "timing_s/step": 2.0} for t in range(1, 11)}
+    # the stale tokens' masked fraction falls to 0 once the policy stops moving (step 5 on here)
+    runs = {seed: {t: {study.SUCCESS: 0.5 + 0.01 * seed, "timing_s/step": 2.0,
+                       "old_logits/correction/masked_stale": 0.3 if t < 5 else 0.0} for t in range(1, 11)}
             for seed in range(3)}
-    row = study.summary(runs, 10)
+    row = study.summary(runs, 10, phase_steps=4)
     np.testing.assert_allclose(row["final success (last 5 steps)"], [0.5, 0.51, 0.52])
     assert row["collapses"].sum() == 0 and row["time per step (s)"].tolist() == [2.0] * 3
+    np.testing.assert_allclose(row["masked, stale tokens"], [0.3] * 3)  # the learning phase only
+    np.testing.assert_allclose(study.summary(runs, 10, phase_steps=8)["masked, stale tokens"], [0.15] * 3)

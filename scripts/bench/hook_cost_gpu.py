@@ -119,15 +119,16 @@ class Run:
     def folder(self, out: Path) -> Path:
         return out / self.point / f"{self.arm}_r{self.repeat}"
 
-    def env(self, out: Path, models: Path, steps: int) -> dict[str, str]:
-        return {**COMMON_ENV, **dict(POINTS[self.point].env), "PROVIDER": ARMS[self.arm],
+    def env(self, out: Path, models: Path, steps: int, kv_cache_bytes: int = 0) -> dict[str, str]:
+        kv_cache = {"KV_CACHE_BYTES": str(kv_cache_bytes)} if kv_cache_bytes else {}
+        return {**COMMON_ENV, **dict(POINTS[self.point].env), **kv_cache, "PROVIDER": ARMS[self.arm],
                 "MODEL": str(models / self.point), "OUT": str(self.folder(out)), "STEPS": str(steps)}
 
     def overrides(self) -> list[str]:
         return [*COMMON_OVERRIDES, *POINTS[self.point].overrides]
 
-    def command(self, out: Path, models: Path, steps: int) -> str:
-        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env(out, models, steps).items())
+    def command(self, out: Path, models: Path, steps: int, kv_cache_bytes: int = 0) -> str:
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env(out, models, steps, kv_cache_bytes).items())
         return f"{env} bash recipes/text_corridor/run_gpu.sh {' '.join(map(shlex.quote, self.overrides()))}"
 
 
@@ -151,13 +152,13 @@ def is_done(run: Run, out: Path, steps: int) -> bool:
     return steps in load_steps(run.folder(out) / "metrics.jsonl")
 
 
-def execute(run: Run, out: Path, models: Path, steps: int, timeout_s: float) -> bool:
+def execute(run: Run, out: Path, models: Path, steps: int, timeout_s: float, kv_cache_bytes: int = 0) -> bool:
     """One run; keeps ``metrics.jsonl``, ``run.json`` and the log's tail. False if it failed or ran
     out of time (its folder is then cleared so that the next call starts it again)."""
     folder = run.folder(out)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "metrics.jsonl").unlink(missing_ok=True)  # verl's file logger appends
-    env = {**os.environ, **run.env(out, models, steps)}
+    env = {**os.environ, **run.env(out, models, steps, kv_cache_bytes)}
     start = time.perf_counter()
     proc = subprocess.Popen(["bash", str(REPO / "recipes/text_corridor/run_gpu.sh"), *run.overrides()], cwd=REPO,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
@@ -186,7 +187,7 @@ def run_all(args: argparse.Namespace) -> int:
         for point in args.points:
             print(" ".join(model_command(point, args.models)))
         for run in runs:
-            print(run.command(args.out, args.models, args.steps))
+            print(run.command(args.out, args.models, args.steps, args.kv_cache_bytes))
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
     if not (args.out / "machine.json").exists():
@@ -203,7 +204,7 @@ def run_all(args: argparse.Namespace) -> int:
         _record_parameters(args.out, run.point, args.models)
         print(f"[hook_cost] {run.point} {run.arm} repeat {run.repeat}", flush=True)
         t0 = time.perf_counter()
-        ok = execute(run, args.out, args.models, args.steps, timeout_s=left)
+        ok = execute(run, args.out, args.models, args.steps, timeout_s=left, kv_cache_bytes=args.kv_cache_bytes)
         print(f"[hook_cost]   {'done' if ok else 'FAILED or out of time'} in {time.perf_counter() - t0:.0f} s",
               flush=True)
     left = [r for r in runs if not is_done(r, args.out, args.steps)]
@@ -365,6 +366,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--out", type=Path, default=REPO / "runs" / "hook_cost")
     parser.add_argument("--models", type=Path, default=Path("/tmp/verl_ext_hook_cost_models"))
+    parser.add_argument("--kv-cache-bytes", type=int, default=0,
+                        help="a fixed vLLM KV cache per run (run_gpu.sh's KV_CACHE_BYTES): needed when other runs "
+                        "share the card, whose freeing memory breaks vLLM's start-up profiling; 0: vLLM profiles")
     parser.add_argument("--budget-s", type=float, default=540.0, help="start no run that would end after this")
     parser.add_argument("--dry-run", action="store_true", help="print every run's command and exit")
     parser.add_argument("--results", type=Path, help="a folder written by --out: (re)write the docs table")

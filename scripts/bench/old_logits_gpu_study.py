@@ -12,7 +12,11 @@ vLLM engine gets a fixed KV cache (``--kv-cache-bytes``, vLLM's ``kv_cache_memor
 ``KV_CACHE_BYTES``): vLLM then skips the start-up memory profiling that failed
 when three engines profiled at once while other processes freed memory, so runs start
 ``--start-gap-s`` apart. With ``--kv-cache-bytes 0`` vLLM profiles, and each run starts only once
-the previous one has trained its first step (its engine is up) or ``--stagger-s`` passed.
+the previous one has trained its first step (its engine is up) or ``--stagger-s`` passed. Host
+memory bounds how many runs share a machine: a run holds ~10 GB of host memory and ~13 GB while it
+starts (Ray, TransferQueue and reward workers, the FSDP worker, the vLLM engine); nine runs on one
+128 GB H200 host reached 120 GB and Ray's memory monitor killed workers of several runs
+(2026-11-28), so a run starts only while ``--min-free-gb`` are available.
 
 Each run writes ``metrics.jsonl`` and ``run.json`` (wall time, card, versions) under
 ``--out/<warmup>/<arm>/seed<k>``; finished runs are reused. The report (``--report-only`` to
@@ -46,7 +50,7 @@ FP32_TRAINER = ("++actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dty
 SHARED_OVERRIDES = (
     "algorithm.rollout_correction.rollout_is=token", "algorithm.rollout_correction.rollout_is_threshold=2.0",
     "algorithm.rollout_correction.rollout_rs=token_k1", "algorithm.rollout_correction.rollout_rs_threshold=0.5_2.0",
-    "trainer.test_freq=10", "trainer.val_before_train=true",
+    "trainer.test_freq=10", "trainer.val_before_train=true", "trainer.save_freq=-1",
     "actor_rollout_ref.rollout.val_kwargs.do_sample=true", "actor_rollout_ref.rollout.val_kwargs.temperature=1.0",
 )
 SHARED_ENV = {"MODE": "colocate_async", "ADV": "hgpo", "LOSS": "ppo_ewma", "ROLLOUT": "vllm", "LR": "3e-3",
@@ -87,7 +91,7 @@ def run_spec(arm: str, warmup: int, seed: int, steps: int, out: Path, kv_cache_b
 def all_specs(args: argparse.Namespace) -> list[dict]:
     """Seed-major, so a study cut short still compares every arm."""
     return [run_spec(arm, warmup, seed, args.steps, args.out, args.kv_cache_bytes)
-            for seed in args.seeds for warmup in WARMUPS for arm in ARMS]
+            for seed in args.seeds for warmup in WARMUPS for arm in args.arms]
 
 
 def environment() -> dict:
@@ -111,7 +115,7 @@ def start(spec: dict) -> subprocess.Popen:
     (run_dir / "metrics.jsonl").unlink(missing_ok=True)  # verl's file logger appends
     model = Path(spec["env"]["MODEL"])
     if not (model / "config.json").exists():  # head dim 256 / 4 = 64: vLLM's FlashAttention takes it
-        subprocess.run([str(Path(sys.executable).parent / "verl-ext"), "make-tiny-model", str(model), "--hidden-size",
+        subprocess.run([sys.executable, "-m", "verl_ext.cli", "make-tiny-model", str(model), "--hidden-size",
                         "256", "--layers", "4", "--seed", spec["env"]["SEED"]], check=True)
     env = {**os.environ, **spec["env"], "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     log = open(run_dir / "run.log", "w")
@@ -130,22 +134,41 @@ def finish(proc: subprocess.Popen, steps: int, env_info: dict) -> None:
           f"{'done' if ok else f'FAILED (exit {proc.returncode})'} in {time.time() - proc.started:.0f} s", flush=True)
 
 
+def available_host_gb() -> float:
+    """The host's ``MemAvailable`` in GB (infinite where /proc/meminfo is absent)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) / 2**20
+    except OSError:
+        pass
+    return float("inf")
+
+
 def run_all(args: argparse.Namespace) -> None:
-    """Runs every unfinished spec, at most ``--parallel`` at once, starts spaced (see the module doc)."""
+    """Runs every unfinished spec, at most ``--parallel`` at once, starts spaced (see the module doc);
+    starts none that would end after ``--budget-s`` (a run's expected wall time: the longest one
+    finished so far, else ``--run-s``), so a lent machine's hold ends with no run cut short."""
     env_info = environment()
+    began = time.time()
+    walls: list[float] = []
     pending = [s for s in all_specs(args) if args.steps not in load_steps(Path(s["out"]) / "metrics.jsonl")]
     running: list[subprocess.Popen] = []
     while pending or running:
         for proc in [p for p in running if p.poll() is not None]:
             finish(proc, args.steps, env_info)
+            walls.append(time.time() - proc.started)
             running.remove(proc)
+        if pending and time.time() - began + max(walls, default=args.run_s) > args.budget_s:
+            print(f"budget: {len(pending)} runs not started (the same command continues them)", flush=True)
+            pending = []
         last = running[-1] if running else None
         since_last = float("inf") if last is None else time.time() - last.started
         if args.kv_cache_bytes:  # no memory profiling: only spread the start-ups' CPU load
             may_start = since_last > args.start_gap_s
         else:
             may_start = since_last > args.stagger_s or (Path(last.spec["out"]) / "metrics.jsonl").exists()
-        if pending and len(running) < args.parallel and may_start:
+        if pending and len(running) < args.parallel and may_start and available_host_gb() >= args.min_free_gb:
             running.append(start(pending.pop(0)))
         time.sleep(5)
 
@@ -167,10 +190,13 @@ def steps_to(curve: np.ndarray, target: float, window: int = 5) -> np.ndarray:
     return out
 
 
-def summary(runs: dict[int, dict], n_steps: int) -> dict[str, np.ndarray]:
+def summary(runs: dict[int, dict], n_steps: int, phase_steps: int) -> dict[str, np.ndarray]:
+    """Per seed: the success curve's summaries over all ``n_steps``; the correction's and the clip's
+    over the learning phase, the first ``phase_steps`` (the corridor saturates: once every episode
+    succeeds the policy stops moving and stale tokens stop drifting, in every arm alike)."""
     steps = list(range(1, n_steps + 1))
     success = per_seed(runs, SUCCESS, steps)
-    half = slice(n_steps // 2, None)
+    phase = slice(0, phase_steps)
     final = np.nanmean(success[:, -5:], axis=1)
     peak = np.nanmax(np.array([np.convolve(np.nan_to_num(r), np.ones(5) / 5, mode="valid") for r in success]), axis=1)
     row = {
@@ -183,8 +209,8 @@ def summary(runs: dict[int, dict], n_steps: int) -> dict[str, np.ndarray]:
                        ("masked, stale tokens", "old_logits/correction/masked_stale"),
                        ("IS-truncated, stale tokens", "old_logits/correction/truncated_stale"),
                        ("clip fraction", "actor/pg_clipfrac"), ("time per step (s)", "timing_s/step")):
-        row[label] = np.nanmean(per_seed(runs, key, steps)[:, half], axis=1)
-    row["max IS ratio"] = np.nanmax(per_seed(runs, "rollout_corr/rollout_is_max", steps)[:, half], axis=1)
+        row[label] = np.nanmean(per_seed(runs, key, steps)[:, phase], axis=1)
+    row["max IS ratio"] = np.nanmax(per_seed(runs, "rollout_corr/rollout_is_max", steps)[:, phase], axis=1)
     return row
 
 
@@ -206,7 +232,9 @@ def cell(values: np.ndarray, digits: int) -> str:
     if digits == 0:
         return f"{int(np.nansum(values))}/{len(values)}"
     m, se, n = mean_and_se(values)
-    return "n/a" if n == 0 else f"{m:.{digits}f} ± {se:.{digits}f}"
+    if n < 2:
+        return "n/a" if n == 0 else f"{m:.{digits}f}"
+    return f"{m:.{digits}f} ± {se:.{digits}f}"
 
 
 def report(args: argparse.Namespace) -> str:
@@ -221,23 +249,29 @@ def report(args: argparse.Namespace) -> str:
              f"random Qwen2 (hidden 256, 4 layers), lr {SHARED_ENV['LR']}, {SHARED_ENV['ADV']}, loss `ppo_ewma` "
              "and the same rollout correction in every arm (token IS truncated at 2, token_k1 band [0.5, 2]); "
              "fp32 controls: vLLM and trainer in fp32. "
+             + (f"Run context: {args.context} " if args.context else "")
              + (f"{len(walls)} runs, {np.mean(walls) / 60:.0f} min each on average (several share the card)."
                 if walls else "No run recorded yet."), ""]
     columns = [("final success (last 5 steps)", 3), ("success AUC", 3), (f"steps to {TARGET}", 1), ("collapses", 0),
                ("masked, fresh tokens (numerics)", 4), ("masked, stale tokens", 4), ("IS-truncated, stale tokens", 4),
                ("clip fraction", 3), ("max IS ratio", 2), ("time per step (s)", 1)]
     for warmup, arms in sorted(results.items()):
-        rows = {arm: summary(runs, args.steps) for arm, runs in arms.items()}
+        rows = {arm: summary(runs, args.steps, args.phase_steps) for arm, runs in arms.items()}
         lines += [f"### num_warmup_batches = {warmup} (staleness bound {2 * warmup})", "",
                   "| arm | seeds | " + " | ".join(c for c, _ in columns) + " |", "|---" * (len(columns) + 2) + "|"]
         for arm, row in rows.items():
             lines.append(f"| {arm} | {len(arms[arm])} | " + " | ".join(cell(row[c], d) for c, d in columns) + " |")
-        lines += ["", "Differences paired by seed (final success; success AUC; masked, stale tokens):", ""]
-        for arm in rows:
-            if arm != "current" and "current" in rows and set(arms[arm]) == set(arms["current"]):
-                lines.append(f"- {arm} − current: " + "; ".join(
-                    paired_verdict(rows[arm][k], rows["current"][k])
-                    for k in ("final success (last 5 steps)", "success AUC", "masked, stale tokens")))
+        lines += ["", f"Masked and truncated fractions, clip fraction, max IS ratio and time per step: means over "
+                  f"steps 1-{args.phase_steps} (the learning phase). Differences paired by seed (final success; "
+                  "success AUC; masked, stale tokens):", ""]
+        paired = [arm for arm in rows if arm != "current" and "current" in rows and len(arms[arm]) >= 2
+                  and set(arms[arm]) == set(arms["current"])]
+        if not paired:
+            lines.append("- no arm shares two or more seeds with `current`: no paired differences.")
+        for arm in paired:
+            lines.append(f"- {arm} − current: " + "; ".join(
+                paired_verdict(rows[arm][k], rows["current"][k])
+                for k in ("final success (last 5 steps)", "success AUC", "masked, stale tokens")))
         lines.append("")
     return "\n".join(lines)
 
@@ -250,12 +284,22 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--kv-cache-bytes", type=int, default=1 << 30,
                         help="vLLM KV cache per run (skips its memory profiling); 0: profile, starts staggered")
     parser.add_argument("--start-gap-s", type=float, default=20.0, help="seconds between starts with a fixed KV cache")
+    parser.add_argument("--min-free-gb", type=float, default=16.0,
+                        help="start a run only while the host has this much memory available (a run peaks at ~13 GB "
+                        "while it starts; below ~5%% free Ray's memory monitor kills workers of every run)")
+    parser.add_argument("--phase-steps", type=int, default=20,
+                        help="report the correction's fractions over the first this many steps (the learning phase)")
     parser.add_argument("--stagger-s", type=float, default=180.0,
                         help="without a fixed KV cache: start the next run after the last one's first step, or after this long")
+    parser.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS), metavar="ARM",
+                        help=f"arms to run, in this order within each seed and warm-up (default: all: {list(ARMS)})")
+    parser.add_argument("--budget-s", type=float, default=float("inf"), help="start no run that would end after this")
+    parser.add_argument("--run-s", type=float, default=600.0, help="a run's expected wall time until one has finished")
     parser.add_argument("--out", type=Path, default=REPO / "runs/old_logits_gpu_study")
     parser.add_argument("--doc", type=Path, default=REPO / "docs/benchmarks.md")
     parser.add_argument("--dry-run", action="store_true", help="print every run's environment and command; run nothing")
     parser.add_argument("--report-only", action="store_true", help="run nothing; report the runs under --out")
+    parser.add_argument("--context", default="", help="how the runs were made (machine, other load), in the report")
     args = parser.parse_args(argv)
     if args.steps < 60 or len(args.seeds) < 3:
         print("warning: issue 19 asks for >= 60 steps and >= 3 seeds per arm", file=sys.stderr)
