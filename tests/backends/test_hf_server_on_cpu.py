@@ -11,6 +11,7 @@ import torch
 from verl.workers.config import HFModelConfig, RolloutConfig
 
 from verl_ext.backends.cpu.rollout import HFRolloutServer
+from verl_ext.backends.cpu.wire import named_to_wire
 
 
 @pytest.fixture
@@ -74,7 +75,7 @@ async def test_abort_returns_partial_output_and_resume_continues_under_the_new_v
     )
     await asyncio.sleep(0.1)
     assert not parked.done()
-    state = {name: tensor.clone() for name, tensor in server.engine.model.state_dict().items()}
+    state = named_to_wire((name, tensor.clone()) for name, tensor in server.engine.model.state_dict().items())
     assert await server.update_weights(state, global_steps=2) == len(state)
     await server.resume_generation()
     resumed = await parked
@@ -97,7 +98,7 @@ async def test_update_weights_changes_the_policy(server):
     before = await server.generate(prompt_ids=[7, 8, 9], sampling_params=dict(params), request_id="b")
     torch.manual_seed(1)
     state = {name: torch.randn_like(t) for name, t in server.engine.model.state_dict().items()}
-    await server.update_weights(state, global_steps=5)
+    await server.update_weights(named_to_wire(state.items()), global_steps=5)
     after = await server.generate(prompt_ids=[7, 8, 9], sampling_params=dict(params), request_id="c")
     assert after.log_probs != before.log_probs
     assert after.extra_fields["global_steps"] == 5

@@ -28,6 +28,7 @@ from verl.workers.config import HFModelConfig, RolloutConfig
 from verl.workers.rollout.llm_server import LLMServerClient
 
 from verl_ext.backends.cpu.rollout import HFOldLogitScorer, HFRolloutServer
+from verl_ext.backends.cpu.wire import WireTensor, named_to_wire
 from verl_ext.old_logits import OldLogitsConfig, build_provider
 from verl_ext.old_logits.local_host import LocalPolicyHost
 from verl_ext.old_logits.precomputed import (
@@ -89,9 +90,11 @@ def _slow(server, seconds=0.02) -> None:
     server.engine.model.forward = slow_forward
 
 
-def _new_weights(server, seed: int) -> dict[str, torch.Tensor]:
+def _new_weights(server, seed: int) -> dict[str, WireTensor]:
+    """The server's weights moved by noise, as the trainer sends them (``wire.named_to_wire``)."""
     g = torch.Generator().manual_seed(seed)
-    return {n: t + 0.05 * torch.randn(t.shape, generator=g) for n, t in server.engine.model.state_dict().items()}
+    state = server.engine.model.state_dict()
+    return named_to_wire((n, t + 0.05 * torch.randn(t.shape, generator=g)) for n, t in state.items())
 
 
 def _client(monkeypatch, server, log=None, scorer=None) -> VersionedFullyAsyncLLMServerClient:

@@ -39,6 +39,7 @@ from tensordict import TensorDict
 from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 from verl.workers.utils.padding import response_from_nested, response_to_nested
 
+from verl_ext.backends.cpu.wire import to_wire
 from verl_ext.old_logits.config import ROLLOUT_SIDE_PROVIDERS, OldLogitsConfig
 from verl_ext.old_logits.metrics import PREFIX, correction_by_staleness, staleness_metrics
 from verl_ext.old_logits.precomputed import SegmentStore, precomputed_log_probs
@@ -160,7 +161,7 @@ def send_weights_to_scorer(ray_self: Any, scorer_name: str, version: int | None,
     state = {}
     for name, tensor in params:  # every rank takes part in each gather; rank 0 keeps the tensors
         if sender:
-            state[name] = tensor.detach().to("cpu", dtype=dtype if tensor.is_floating_point() else tensor.dtype)
+            state[name] = to_wire(tensor.detach().to("cpu", dtype=dtype if tensor.is_floating_point() else tensor.dtype))
     if sender:
         ray.get(ray.get_actor(scorer_name).update_weights.remote(state, version))
 

@@ -37,6 +37,7 @@ from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 
 from verl_ext.backends.cpu.hf_engine import GenerationRequest, HFGenerationEngine
+from verl_ext.backends.cpu.wire import WireTensor, named_from_wire, named_to_wire
 from verl_ext.old_logits.segment_log import ServedSegments
 from verl_ext.timing import held_bytes
 
@@ -239,8 +240,9 @@ class HFRolloutServer(ServedSegments):
         self._gate_open.set()
 
     # ------------------------------------------------------------------ weights
-    async def update_weights(self, named_tensors: dict[str, torch.Tensor], global_steps: int | None) -> int:
-        loaded = await asyncio.to_thread(self.engine.load_weights, named_tensors.items())
+    async def update_weights(self, named_tensors: dict[str, WireTensor], global_steps: int | None) -> int:
+        """Loads full weights (``wire.named_to_wire``) and stamps them ``global_steps``."""
+        loaded = await asyncio.to_thread(self.engine.load_weights, named_from_wire(named_tensors))
         if global_steps is not None:
             self.global_steps = global_steps
         return loaded
@@ -356,7 +358,7 @@ class HFOldLogitScorer(HFRolloutServer):
             log_probs = (logits / self.temperature).log_softmax(dim=-1)
             return log_probs.gather(-1, ids[0, len(prompt_ids) :, None]).squeeze(-1).cpu().tolist()
 
-    async def update_weights(self, named_tensors: dict[str, torch.Tensor], global_steps: int | None) -> int:
+    async def update_weights(self, named_tensors: dict[str, WireTensor], global_steps: int | None) -> int:
         moving = global_steps is not None and global_steps != self.global_steps
         if moving and self.global_steps is not None:
             await self._wait_until_scored(self.global_steps)
@@ -454,6 +456,6 @@ class HFServerAdapter(BaseRollout):
         if kwargs.get("peft_config") is not None:
             raise NotImplementedError("hf rollout: LoRA adapters must be merged (actor_rollout_ref.model.lora.merge=True)")
         # Every rank iterates: for FSDP the generator all-gathers each tensor collectively.
-        state = {name: tensor.detach().to("cpu", copy=True) for name, tensor in weights}
+        state = named_to_wire((name, tensor.detach().to("cpu", copy=True)) for name, tensor in weights)
         if self.is_leader:
             await self._server_handle().update_weights.remote(state, global_steps)

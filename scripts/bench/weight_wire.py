@@ -1,0 +1,99 @@
+"""Full weights into a Ray actor: a dict of torch tensors (pickled) against ``wire.named_to_wire``
+(numpy byte views, handed over through Ray's object store without pickling the data).
+
+    python scripts/bench/weight_wire.py [--arch qwen2.5-0.5b] [--repeats 3] [--doc docs/benchmarks.md]
+
+The weights are random tensors of the architecture's parameter shapes in bf16 (as the trainer
+sends them to the ``hf`` rollout server and to the ``dedicated`` scorer, both on this path). Each
+repeat sends both forms to one actor, which rebuilds every tensor and sums an element of each (so
+nothing is skipped), in alternating order; the table gives the medians and their ratio. The
+numbers are this host's (one Ray worker); on a GPU the device-to-host copy comes on top.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import ray
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from learning_runs import REPO, write_section  # noqa: E402
+
+from verl_ext.backends.cpu.wire import named_from_wire, named_to_wire  # noqa: E402
+from verl_ext.tiny_model import ARCHITECTURES, build_tokenizer  # noqa: E402
+
+HEADING = "## Weights over Ray: torch tensors vs numpy byte views"
+
+
+@ray.remote
+class Receiver:
+    def tensors(self, state: dict[str, torch.Tensor]) -> float:
+        return float(sum(t.reshape(-1)[0].float() for t in state.values()))
+
+    def wire(self, state) -> float:
+        return float(sum(t.reshape(-1)[0].float() for _, t in named_from_wire(state)))
+
+
+def parameter_shapes(arch: str) -> dict[str, tuple[int, ...]]:
+    """Parameter shapes of ``verl-ext make-tiny-model --arch ARCH`` (the local tokenizer's
+    vocabulary), built on the meta device: no memory, no weights."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    dims = {k: v for k, v in ARCHITECTURES[arch].items() if k != "vision"}
+    config = Qwen2Config(vocab_size=len(build_tokenizer()), **{"tie_word_embeddings": True, **dims})
+    with torch.device("meta"):
+        model = Qwen2ForCausalLM(config)
+    return {name: tuple(p.shape) for name, p in model.named_parameters()}
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--arch", default="qwen2.5-0.5b", choices=sorted(a for a in ARCHITECTURES if "vision" not in ARCHITECTURES[a]))
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--doc", type=Path, default=REPO / "docs" / "benchmarks.md")
+    args = parser.parse_args(argv)
+
+    shapes = parameter_shapes(args.arch)
+    state = {name: torch.randn(shape).to(torch.bfloat16) for name, shape in shapes.items()}
+    n_bytes = sum(t.numel() * t.element_size() for t in state.values())
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, object_store_memory=max(2**30, 3 * n_bytes))
+    receiver = Receiver.remote()
+    ray.get(receiver.wire.remote({}))  # the actor is up before any timing
+    times: dict[str, list[float]] = {"torch tensors": [], "numpy byte views (to_wire)": []}
+    for repeat in range(args.repeats):
+        order = list(times) if repeat % 2 == 0 else list(reversed(times))
+        for form in order:
+            start = time.perf_counter()
+            if form == "torch tensors":
+                ray.get(receiver.tensors.remote(state))
+            else:
+                ray.get(receiver.wire.remote(named_to_wire(state.items())))
+            times[form].append(time.perf_counter() - start)
+            print(f"[weight_wire] repeat {repeat}: {form} {times[form][-1]:.2f} s", flush=True)
+    ray.shutdown()
+
+    medians = {form: statistics.median(t) for form, t in times.items()}
+    base = medians["torch tensors"]
+    lines = [HEADING, "",
+             f"`python scripts/bench/weight_wire.py --arch {args.arch} --repeats {args.repeats}`: {len(state)} bf16 "
+             f"tensors of {args.arch}'s parameter shapes ({n_bytes / 1e9:.2f} GB) sent to one Ray actor, which "
+             f"rebuilds them; {platform.machine()}, {torch.get_num_threads()} torch threads, Python "
+             f"{platform.python_version()}, Ray {ray.__version__}, shared machine (medians of {args.repeats} "
+             "alternating repeats). The `hf` rollout server and the `dedicated` scorer receive weights as "
+             "numpy byte views (`verl_ext/backends/cpu/wire.py`).", "",
+             "| form | median (s) | GB/s | vs torch tensors |", "|---|---|---|---|"]
+    for form, median in medians.items():
+        lines.append(f"| {form} | {median:.2f} | {n_bytes / 1e9 / median:.2f} | {median / base:.3f}x |")
+    write_section(args.doc, HEADING, "\n".join(lines) + "\n")
+    print(f"wrote {args.doc} ({HEADING!r})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
