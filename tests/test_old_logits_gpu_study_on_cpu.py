@@ -76,3 +76,22 @@ def test_report_pairs_seeds_and_counts_steps_to_target():
     assert row["collapses"].sum() == 0 and row["time per step (s)"].tolist() == [2.0] * 3
     np.testing.assert_allclose(row["masked, stale tokens"], [0.3] * 3)  # the learning phase only
     np.testing.assert_allclose(study.summary(runs, 10, phase_steps=8)["masked, stale tokens"], [0.15] * 3)
+
+
+def test_pilot_report_is_computed_from_the_stored_runs(tmp_path):
+    """docs/benchmarks.md's "GPU: old-logit study" (the one-seed H200 pilot) from its stored runs:
+    the learning-phase cells are the means of the runs' own metrics, one seed gives no verdicts."""
+    study = _script("old_logits_gpu_study")
+    results = REPO / "docs" / "bench_results" / "old_logits_gpu_pilot_h200"
+    doc = tmp_path / "benchmarks.md"
+    assert study.main(["--report-only", "--out", str(results), "--seeds", "0", "--doc", str(doc)]) == 0
+    text = doc.read_text()
+    steps = study.load_steps(results / "warmup6" / "current" / "seed0" / "metrics.jsonl")
+    key = "old_logits/correction/masked_stale"  # absent on steps without stale tokens
+    masked = np.mean([steps[t][key] for t in range(1, 21) if key in steps[t]])
+    six_queued = text[text.index("### num_warmup_batches = 6"):].splitlines()
+    row = next(line for line in six_queued if line.startswith("| current | 1 |"))
+    assert f"| {masked:.4f} |" in row and masked > 0.1  # the baseline masks stale tokens: the failure shows
+    snapshot = next(line for line in six_queued if line.startswith("| snapshot | 1 |"))
+    assert "| 0.0000 | 0.0000 | 0.0000 |" in snapshot  # exact old logits: nothing masked for staleness
+    assert "no paired differences" in text and "exceeds 2 SE" not in text
