@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 from omegaconf import OmegaConf
@@ -95,3 +96,11 @@ def test_pilot_report_is_computed_from_the_stored_runs(tmp_path):
     snapshot = next(line for line in six_queued if line.startswith("| snapshot | 1 |"))
     assert "| 0.0000 | 0.0000 | 0.0000 |" in snapshot  # exact old logits: nothing masked for staleness
     assert "no paired differences" in text and "exceeds 2 SE" not in text
+
+
+def test_runs_spread_over_the_cards_least_used_first():
+    study = _script("old_logits_gpu_study")
+    running = [SimpleNamespace(gpu=0), SimpleNamespace(gpu=0), SimpleNamespace(gpu=1)]
+    assert study.least_used_gpu(running, 2) == 1
+    assert study.least_used_gpu(running, 4) == 2
+    assert study.least_used_gpu(running, 1) is None  # one card: nothing to pick

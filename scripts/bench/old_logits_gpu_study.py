@@ -109,7 +109,7 @@ def environment() -> dict:
     return {"card": card, **versions}
 
 
-def start(spec: dict) -> subprocess.Popen:
+def start(spec: dict, gpu: int | None = None) -> subprocess.Popen:
     run_dir = Path(spec["out"])
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "metrics.jsonl").unlink(missing_ok=True)  # verl's file logger appends
@@ -118,10 +118,12 @@ def start(spec: dict) -> subprocess.Popen:
         subprocess.run([sys.executable, "-m", "verl_ext.cli", "make-tiny-model", str(model), "--hidden-size",
                         "256", "--layers", "4", "--seed", spec["env"]["SEED"]], check=True)
     env = {**os.environ, **spec["env"], "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    if gpu is not None:  # one card per run (N_GPUS=1): Ray and vLLM see only this one
+        env["CUDA_VISIBLE_DEVICES"] = str(gpu)
     log = open(run_dir / "run.log", "w")
     proc = subprocess.Popen(["bash", str(SCRIPT), *spec["args"]], cwd=REPO, env=env, stdout=log,
                             stderr=subprocess.STDOUT)
-    proc.spec, proc.started, proc.log = spec, time.time(), log
+    proc.spec, proc.started, proc.log, proc.gpu = spec, time.time(), log, gpu
     return proc
 
 
@@ -143,6 +145,14 @@ def available_host_gb() -> float:
     except OSError:
         pass
     return float("inf")
+
+
+def least_used_gpu(running: list[subprocess.Popen], gpus: int) -> int | None:
+    """The card with the fewest running runs (None on a one-card machine: every run sees it)."""
+    if gpus <= 1:
+        return None
+    load = [sum(p.gpu == g for p in running) for g in range(gpus)]
+    return load.index(min(load))
 
 
 def run_all(args: argparse.Namespace) -> None:
@@ -169,7 +179,7 @@ def run_all(args: argparse.Namespace) -> None:
         else:
             may_start = since_last > args.stagger_s or (Path(last.spec["out"]) / "metrics.jsonl").exists()
         if pending and len(running) < args.parallel and may_start and available_host_gb() >= args.min_free_gb:
-            running.append(start(pending.pop(0)))
+            running.append(start(pending.pop(0), least_used_gpu(running, args.gpus)))
         time.sleep(5)
 
 
@@ -280,7 +290,9 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--parallel", type=int, default=6, help="runs sharing the card at once")
+    parser.add_argument("--parallel", type=int, default=6, help="runs at once, all cards together")
+    parser.add_argument("--gpus", type=int, default=1,
+                        help="cards of this machine: each run gets the least used one (CUDA_VISIBLE_DEVICES)")
     parser.add_argument("--kv-cache-bytes", type=int, default=1 << 30,
                         help="vLLM KV cache per run (skips its memory profiling); 0: profile, starts staggered")
     parser.add_argument("--start-gap-s", type=float, default=20.0, help="seconds between starts with a fixed KV cache")
