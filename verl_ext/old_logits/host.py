@@ -160,8 +160,9 @@ def send_weights_to_scorer(ray_self: Any, scorer_name: str, version: int | None,
     sender = int(os.environ.get("RANK", 0)) == 0
     state = {}
     for name, tensor in params:  # every rank takes part in each gather; rank 0 keeps the tensors
-        if sender:
-            state[name] = to_wire(tensor.detach().to("cpu", dtype=dtype if tensor.is_floating_point() else tensor.dtype))
+        if sender:  # cast where the tensor is (on a GPU: half the bytes to copy to the host for bf16)
+            cast = tensor.detach().to(dtype=dtype if tensor.is_floating_point() else tensor.dtype)
+            state[name] = to_wire(cast.to("cpu"))
     if sender:
         ray.get(ray.get_actor(scorer_name).update_weights.remote(state, version))
 
