@@ -38,8 +38,6 @@ from typing import IO
 
 import pytest
 
-from ..run_logs import unexplained_tracebacks
-
 REPO = Path(__file__).resolve().parents[2]
 REQUIRED = {"torch": "torch==2.11.0 (CUDA build)", "vllm": "verl-ext[vllm]", "ray": "verl", "verl": "verl==0.9.1",
             "transfer_queue": "verl[verl-core]"}
@@ -153,6 +151,8 @@ def run_script(script: str, out: Path, *overrides: str, timeout: int = 900, gpus
 def assert_clean_end(out: Path) -> None:
     """A good run prints no traceback (checked last, after the test's own assertions), except verl's
     colocate_async exit race (``run_logs.is_teardown_race``; seen once, H200, 2026-11-28)."""
+    from ..run_logs import unexplained_tracebacks  # here: tests load this file on its own too
+
     found = unexplained_tracebacks((out / "run.log").read_text())
     assert not found, f"the run exited 0 but printed {len(found)} traceback(s); the first:\n{found[0]}"
 
