@@ -56,6 +56,8 @@ def test_an_arm_and_a_control_compose_through_verls_checks(dry_run):  # noqa: F8
         assert config.trainer.v1.colocate_async.num_warmup_batches == key[1]
         assert config.algorithm.rollout_correction.rollout_rs_threshold == "0.5_2.0"
         assert config.actor_rollout_ref.actor.optim.lr == 3e-3
+        assert config.reward.num_workers == 2  # host memory per run
+        assert config.transfer_queue.backend.SimpleStorage.num_data_storage_units == 2
         # a fixed KV cache (vLLM skips its start-up memory profiling, so runs can start together)
         assert config.actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes == 1 << 30
         fp32 = "fp32" in key[0]

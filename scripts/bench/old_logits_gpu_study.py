@@ -13,10 +13,12 @@ vLLM engine gets a fixed KV cache (``--kv-cache-bytes``, vLLM's ``kv_cache_memor
 when three engines profiled at once while other processes freed memory, so runs start
 ``--start-gap-s`` apart. With ``--kv-cache-bytes 0`` vLLM profiles, and each run starts only once
 the previous one has trained its first step (its engine is up) or ``--stagger-s`` passed. Host
-memory bounds how many runs share a machine: a run holds ~10 GB of host memory and ~13 GB while it
-starts (Ray, TransferQueue and reward workers, the FSDP worker, the vLLM engine); nine runs on one
-128 GB H200 host reached 120 GB and Ray's memory monitor killed workers of several runs
-(2026-11-28), so a run starts only while ``--min-free-gb`` are available.
+memory bounds how many runs share a machine: with verl's defaults a run held ~10 GB of host memory
+and ~13 GB while it started (Ray, 8 TransferQueue storage units and 8 reward workers, the FSDP
+worker, the vLLM engine); nine runs on one 128 GB H200 host reached 120 GB and Ray's memory monitor
+killed workers of several runs (2026-11-28). The study runs 2 storage units and 2 reward workers
+(about 5 GB less per run by Ray's per-actor figures, not yet measured whole), and a run starts only
+while ``--min-free-gb`` are available.
 
 Each run writes ``metrics.jsonl`` and ``run.json`` (wall time, card, versions) under
 ``--out/<warmup>/<arm>/seed<k>``; finished runs are reused. The report (``--report-only`` to
@@ -52,6 +54,9 @@ SHARED_OVERRIDES = (
     "algorithm.rollout_correction.rollout_rs=token_k1", "algorithm.rollout_correction.rollout_rs_threshold=0.5_2.0",
     "trainer.test_freq=10", "trainer.val_before_train=true", "trainer.save_freq=-1",
     "actor_rollout_ref.rollout.val_kwargs.do_sample=true", "actor_rollout_ref.rollout.val_kwargs.temperature=1.0",
+    # Host memory per run, so more runs share a machine: verl's 8 reward workers (0.52 GB each) and 8
+    # TransferQueue storage units (0.38 GB each, Ray's figures on the H200) serve a 32-row batch with 2.
+    "reward.num_workers=2", "transfer_queue.backend.SimpleStorage.num_data_storage_units=2",
 )
 SHARED_ENV = {"MODE": "colocate_async", "ADV": "hgpo", "LOSS": "ppo_ewma", "ROLLOUT": "vllm", "LR": "3e-3",
               "GPU_MEM": "0.1"}
