@@ -8,7 +8,7 @@ paired by seed (one SFT run per seed shared by every arm; one warm-up shared by 
   (``verl_ext.rewards.decision_reward``);
 - ``warm-up + format-gated``: the same warm-up checkpoint, RL with ``choice_weight`` 0 (``R = R_fmt +
   R_path``: a reply whose call does not parse scores 0 whatever it chose);
-- ``choice, no warm-up`` (``--no-warmup-arm``): RL with the choice term straight from SFT.
+- ``choice, no warm-up`` (``--arms`` lists it): RL with the choice term straight from SFT.
 
 Each run is ``recipes/toolcua_sft_rl/run_cpu.sh`` with ``SKIP_RL=1`` (verl's ``main_ppo``, GRPO, the
 ``decision_turn`` loop). Two measurements on held-out decisions (task instances disjoint from
@@ -92,7 +92,7 @@ def report(results: dict[str, Runs], probes: dict[str, dict[int, dict]], args, c
            runs_info: list[dict]) -> str:
     walls = [info["wall_s"] for info in runs_info]
     lines = [
-        HEADING, "",
+        args.section, "",
         f"{machine_line({'all': [i for i in runs_info if 'load_avg_5min' in i]})} `{command}` (one core: "
         f"`taskset -c 1`, `OMP_NUM_THREADS=1`). Per seed one SFT run (`recipes/toolcua_sft_rl/run_cpu.sh`, "
         f"{args.sft_steps} steps, the recipe's defaults), then the RFT stage alone (`SKIP_SFT=1 SKIP_RL=1`): "
@@ -196,12 +196,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--choice-weight", default="2")
     parser.add_argument("--val-rows", type=int, default=32)
     parser.add_argument("--templates", default="settings_panel")
-    parser.add_argument("--no-warmup-arm", action="store_true", help=f"also run `{NO_WARMUP}`")
+    parser.add_argument("--arms", nargs="+", choices=list(ARMS), default=[CHOICE, GATED],
+                        help="arms to run (the others are only reported where their runs exist under --out)")
+    parser.add_argument("--section", default=HEADING, help="docs heading the report replaces (a new one is appended)")
     args = parser.parse_args(argv)
     args.rft_steps = args.steps
     command = (f"python scripts/bench/toolcua_rft_study.py --seeds {' '.join(map(str, args.seeds))} --steps "
                f"{args.steps} --warmup-steps {args.warmup_steps} --rft-lr {args.rft_lr} --choice-weight "
-               f"{args.choice_weight}")
+               f"{args.choice_weight} --arms " + " ".join(f"'{arm}'" for arm in args.arms))
     results: dict[str, Runs] = {arm: {} for arm in ARMS}
     probes: dict[str, dict[int, dict]] = {"SFT model": {}, NO_WARMUP: {}, "after warm-up": {}, CHOICE: {}, GATED: {}}
     runs_info: list[dict] = []
@@ -226,7 +228,7 @@ def main(argv: list[str]) -> int:
         for arm, folder in ARMS.items():
             out = base / folder
             finals[arm] = out / "rft" / f"global_step_{args.rft_steps}" / "actor" / "huggingface"
-            if not args.report_only and (arm != NO_WARMUP or args.no_warmup_arm):
+            if not args.report_only and arm in args.arms:
                 wall = run_stage(envs[arm], out, finals[arm] / "config.json", "rft")
                 print(f"{arm} seed {seed}: " + ("reused" if wall is None else f"{wall:.0f} s"), flush=True)
             info = stage_time(out)
@@ -244,9 +246,9 @@ def main(argv: list[str]) -> int:
             if summary:
                 probes[name][seed] = summary
     text = report(results, probes, args, command, runs_info)
-    write_section(args.doc, HEADING, text)
+    write_section(args.doc, args.section, text)
     print(text)
-    print(f"wrote {args.doc} ({HEADING!r})")
+    print(f"wrote {args.doc} ({args.section!r})")
     return 0
 
 
