@@ -299,6 +299,6 @@ def test_decision_legibility_measures_what_the_rows_hold():
     assert sum(result["n"].values()) == len(rows)
     for row in rows:
         last = json.loads(row["prompt"])[-1]["content"]
-        assert legibility.last_page(row) in last and legibility.last_page(row).startswith("Page (")
+        assert last.endswith(legibility.last_observation(row)) and legibility.last_observation(row).startswith("Page (")
         assert f"Step {legibility.shown_step(row)}/" in last
         assert legibility.subgoal_word(row).isalpha()

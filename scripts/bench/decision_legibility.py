@@ -7,13 +7,17 @@
   alone gives the shorter way (the share of rows whose label is their word's majority label);
 - **same task, both labels**: rows whose task instance also has rows of the other label: their first
   user turn (the task's numbered subgoal list and the first page) is the same text;
-- **last page**: rows whose last observation's page (the text after ``Page (``) is also the last page
-  of a row of the other label: the screen the model answers from does not tell them apart;
+- **last observation**: rows whose last observation from its page on (``Page (`` to the end) also ends
+  a row of the other label: the screen the model answers from does not tell them apart;
 - **subgoals done vs steps shown**: the decision's subgoal is the list's item ``index + 1`` (the oracle
   and the row prefixes do the subgoals in order); the prompt shows no count of subgoals done, only the
   env's step counter, which differs from ``index`` when an earlier subgoal took 0 or 2+ actions;
 - **tokens back**: how far (tiny tokenizer, chat template with the row's tools) the decision's
-  subgoal text lies before the end of the prompt, where it appears only in the task line.
+  subgoal text lies before the end of the prompt (its last occurrence): as the env renders
+  observations by default it is only in the task line; with ``show_todo`` (``SHOW_TODO=1`` in the
+  recipe) it leads the last observation's to-do list.
+
+Each measurement is taken on the rows as built today and with ``show_todo`` (same tasks and states).
 
     python scripts/bench/decision_legibility.py --seeds 0 1 2 --tokenizer runs/.../huggingface
 """
@@ -40,8 +44,9 @@ def subgoal_word(row: dict[str, Any]) -> str:
     return app.subgoals[decision["index"]].text.split()[0]
 
 
-def last_page(row: dict[str, Any]) -> str:
-    """The page of the prompt's last observation (title and elements), without result or step counter."""
+def last_observation(row: dict[str, Any]) -> str:
+    """The prompt's last observation from its page on (title, elements, the to-do line where shown), without
+    the result or the step counter."""
     content = json.loads(row["prompt"])[-1]["content"]
     return content[content.index("Page ("):]
 
@@ -70,11 +75,11 @@ def shared_across_labels(keys: list[Any], labels: list[str]) -> dict[str, float]
 
 
 def tokens_back(row: dict[str, Any], tokenizer: Any, subgoal_text: str) -> int:
-    """Tokens from the decision's subgoal text (its one occurrence, in the task line) to the end of
-    the prompt the ``decision_turn`` loop builds (chat template, row's tools, generation prompt)."""
+    """Tokens from the decision's subgoal text (its last occurrence) to the end of the prompt the
+    ``decision_turn`` loop builds (chat template, row's tools, generation prompt)."""
     prompt = tokenizer.apply_chat_template(json.loads(row["prompt"]), tools=json.loads(row["extra_info"]["tools"]),
                                            add_generation_prompt=True, tokenize=False)
-    start = prompt.index(subgoal_text)
+    start = prompt.rindex(subgoal_text)
     return len(tokenizer.encode(prompt[start:], add_special_tokens=False))
 
 
@@ -88,7 +93,7 @@ def measure(rows: list[dict[str, Any]], tokenizer: Any | None) -> dict[str, Any]
     instances = [(r["extra_info"]["env"]["task"], r["extra_info"]["env"]["seed"]) for r in rows]
     out = {"n": Counter(labels), "purity": purity, "by_word": counts,
            "same_task": shared_across_labels(instances, labels),
-           "last_page": shared_across_labels([last_page(r) for r in rows], labels),
+           "last_observation": shared_across_labels([last_observation(r) for r in rows], labels),
            "step_is_index": float(np.mean([shown_step(r) == r["extra_info"]["decision"]["index"] for r in rows]))}
     if tokenizer is not None:
         back = []
@@ -99,38 +104,48 @@ def measure(rows: list[dict[str, Any]], tokenizer: Any | None) -> dict[str, Any]
     return out
 
 
-def report(results: dict[int, dict[str, Any]], command: str, templates: str) -> str:
-    seeds = sorted(results)
+SETTINGS = {False: "observations as rendered by default", True: "with the to-do list (`show_todo`)"}
+
+
+def report(results: dict[bool, dict[int, dict[str, Any]]], command: str, templates: str) -> str:
+    """``results[show_todo][seed]`` = ``measure``'s output."""
+    plain = results[False]
+    seeds = sorted(plain)
     n = Counter()
     by_word: dict[str, Counter] = defaultdict(Counter)
-    for res in results.values():
+    for res in plain.values():
         n.update(res["n"])
         for word, c in res["by_word"].items():
             by_word[word].update(c)
 
-    def per_seed(get) -> str:
-        v = np.array([get(results[s]) for s in seeds], float)
+    def per_seed(by_seed: dict[int, dict[str, Any]], get) -> str:
+        v = np.array([get(by_seed[s]) for s in seeds], float)
         return f"{v.mean():.2f} (seeds: " + ", ".join(f"{x:.2f}" for x in v) + ")"
 
+    def back(by_seed: dict[int, dict[str, Any]]) -> str:
+        values = np.concatenate([r["tokens_back"] for r in by_seed.values()])
+        return f"median {np.median(values):.0f}, range {values.min()}-{values.max()}"
+
+    measurements = [
+        ("share of rows whose label is their subgoal word's majority label", lambda r: per_seed(r, lambda x: x["purity"])),
+        ("GUI-shorter rows whose task instance also has tools-shorter rows (same task text and first page)",
+         lambda r: per_seed(r, lambda x: x["same_task"].get("gui", float("nan")))),
+        ("GUI-shorter rows whose last observation (page, and the to-do line where shown) ends a tools-shorter row too",
+         lambda r: per_seed(r, lambda x: x["last_observation"].get("gui", float("nan")))),
+        ("tools-shorter rows whose last observation (page, and the to-do line where shown) ends a GUI-shorter row too",
+         lambda r: per_seed(r, lambda x: x["last_observation"].get("tool", float("nan")))),
+        ("rows whose step counter equals the number of subgoals done", lambda r: per_seed(r, lambda x: x["step_is_index"])),
+    ]
+    if all("tokens_back" in r for by_seed in results.values() for r in by_seed.values()):
+        measurements.append(("tokens from the decision's subgoal text (last occurrence) to the end of the prompt", back))
     lines = [HEADING, "",
              f"`{command}`: the training decision rows (`verl-ext prepare-data text_hybrid_decisions`, "
              f"128 a seed, templates {templates}) of seeds {', '.join(map(str, seeds))}: {n['tool']} where tools "
              f"are shorter, {n['gui']} where the GUI is. No model involved.", "",
              "| the decision's subgoal (first word) | tools shorter | GUI shorter |", "|---|---|---|"]
     lines += [f"| `{word}` | {c['tool']} | {c['gui']} |" for word, c in sorted(by_word.items())]
-    lines += ["", "| measurement | value |", "|---|---|",
-              f"| share of rows whose label is their subgoal word's majority label | {per_seed(lambda r: r['purity'])} |",
-              f"| GUI-shorter rows whose task instance also has tools-shorter rows (same task text and first page) | "
-              f"{per_seed(lambda r: r['same_task'].get('gui', float('nan')))} |",
-              f"| GUI-shorter rows whose last page is also the last page of a tools-shorter row | "
-              f"{per_seed(lambda r: r['last_page'].get('gui', float('nan')))} |",
-              f"| tools-shorter rows whose last page is also the last page of a GUI-shorter row | "
-              f"{per_seed(lambda r: r['last_page'].get('tool', float('nan')))} |",
-              f"| rows whose step counter equals the number of subgoals done | {per_seed(lambda r: r['step_is_index'])} |"]
-    if all("tokens_back" in r for r in results.values()):
-        back = np.concatenate([r["tokens_back"] for r in results.values()])
-        lines.append(f"| tokens from the decision's subgoal text (task line only) to the end of the prompt | "
-                     f"median {np.median(back):.0f}, range {back.min()}-{back.max()} |")
+    lines += ["", "| measurement | " + " | ".join(SETTINGS.values()) + " |", "|---" * (len(SETTINGS) + 1) + "|"]
+    lines += [f"| {name} | " + " | ".join(get(results[todo]) for todo in SETTINGS) + " |" for name, get in measurements]
     return "\n".join(lines + [""])
 
 
@@ -147,8 +162,9 @@ def main(argv: list[str]) -> int:
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
-    results = {seed: measure(decision_rows(args.rows, seed, "train", args.templates.split(",")), tokenizer)
-               for seed in args.seeds}
+    results = {todo: {seed: measure(decision_rows(args.rows, seed, "train", args.templates.split(","),
+                                                  show_todo=todo), tokenizer) for seed in args.seeds}
+               for todo in SETTINGS}
     command = (f"python scripts/bench/decision_legibility.py --seeds {' '.join(map(str, args.seeds))} --templates "
                f"{args.templates}" + (" --tokenizer <the tiny model>" if args.tokenizer else ""))
     text = report(results, command, args.templates)
