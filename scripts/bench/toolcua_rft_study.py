@@ -100,7 +100,10 @@ def report(results: dict[str, Runs], probes: dict[str, dict[int, dict]], args, c
         f"decisions, then {args.rft_steps} GRPO steps of {args.rft_batch} training decisions x {args.rft_n} "
         f"samples, lr {args.rft_lr}, choice weight {args.choice_weight} (`{CHOICE}`) or 0 (`{GATED}`, from the "
         f"same warm-up checkpoint, so its step 0 is `{CHOICE}`'s). Held-out: {args.val_rows} decisions of task instances disjoint from training "
-        f"(templates {args.templates}). Seeds: "
+        f"(templates {args.templates}). Observations "
+        + ("end with the task's items still to do (`SHOW_TODO=1`, in the SFT demonstrations, the warm-up and the "
+           "decision rows alike)" if args.show_todo else "as the env renders them by default (`SHOW_TODO=0`)")
+        + ". Seeds: "
         + "; ".join(f"{arm}: {', '.join(map(str, sorted(runs))) or 'none'}" for arm, runs in results.items())
         + ". " + (f"Wall time per RFT stage {np.mean(walls):.0f} s on average ({len(walls)} runs)." if walls else
                   "Wall times not recorded."),
@@ -198,12 +201,15 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--templates", default="settings_panel")
     parser.add_argument("--arms", nargs="+", choices=list(ARMS), default=[CHOICE, GATED],
                         help="arms to run (the others are only reported where their runs exist under --out)")
+    parser.add_argument("--show-todo", action="store_true",
+                        help="SHOW_TODO=1 in every stage: observations end with the task's items still to do")
     parser.add_argument("--section", default=HEADING, help="docs heading the report replaces (a new one is appended)")
     args = parser.parse_args(argv)
     args.rft_steps = args.steps
     command = (f"python scripts/bench/toolcua_rft_study.py --seeds {' '.join(map(str, args.seeds))} --steps "
                f"{args.steps} --warmup-steps {args.warmup_steps} --rft-lr {args.rft_lr} --choice-weight "
-               f"{args.choice_weight} --arms " + " ".join(f"'{arm}'" for arm in args.arms))
+               f"{args.choice_weight} --arms " + " ".join(f"'{arm}'" for arm in args.arms)
+               + (" --show-todo" if args.show_todo else ""))
     results: dict[str, Runs] = {arm: {} for arm in ARMS}
     probes: dict[str, dict[int, dict]] = {"SFT model": {}, NO_WARMUP: {}, "after warm-up": {}, CHOICE: {}, GATED: {}}
     runs_info: list[dict] = []
@@ -211,7 +217,8 @@ def main(argv: list[str]) -> int:
         base = args.out / f"seed{seed}"
         sft_model = base / "sft" / f"global_step_{args.sft_steps}" / "huggingface"
         warm_model = base / ARMS[CHOICE] / "rft_warmup" / f"global_step_{args.warmup_steps}" / "huggingface"
-        common = {"SEED": str(seed), "TEMPLATES": args.templates, "SKIP_SFT": "1", "SKIP_RL": "1",
+        todo = {"SHOW_TODO": "1" if args.show_todo else "0"}
+        common = {**todo, "SEED": str(seed), "TEMPLATES": args.templates, "SKIP_SFT": "1", "SKIP_RL": "1",
                   "RFT_STEPS": str(args.rft_steps), "RFT_BATCH": str(args.rft_batch), "RFT_N": str(args.rft_n),
                   "RFT_LR": args.rft_lr, "RFT_VAL_ROWS": str(args.val_rows), "RFT_WARMUP_LR": args.warmup_lr}
         envs = {CHOICE: {**common, "INIT_MODEL": str(sft_model), "RFT_WARMUP_STEPS": str(args.warmup_steps),
@@ -222,7 +229,7 @@ def main(argv: list[str]) -> int:
                 NO_WARMUP: {**common, "INIT_MODEL": str(sft_model), "RFT_WARMUP_STEPS": "0",
                             "RFT_CHOICE_WEIGHT": args.choice_weight}}
         if not args.report_only:
-            run_stage({"SEED": str(seed), "TEMPLATES": args.templates, "SFT_STEPS": str(args.sft_steps),
+            run_stage({**todo, "SEED": str(seed), "TEMPLATES": args.templates, "SFT_STEPS": str(args.sft_steps),
                        "SKIP_RFT": "1", "SKIP_RL": "1", "SFT_EVAL_ROWS": "0"}, base, sft_model / "config.json", "sft")
         finals = {}
         for arm, folder in ARMS.items():
