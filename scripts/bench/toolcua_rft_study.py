@@ -143,6 +143,10 @@ def report(results: dict[str, Runs], probes: dict[str, dict[int, dict]], args, c
                      (NO_WARMUP, "SFT model")):
             if a in pv and b in pv:
                 lines.append(f"| {a} - {b} | " + " | ".join(paired_cell(pv[a][k], pv[b][k]) for k in PROBE) + " |")
+        lines += ["", "| separation by seed | " + " | ".join(f"seed {seed}" for seed in args.seeds) + " |",
+                  "|---" * (len(args.seeds) + 1) + "|"]
+        lines += [f"| {model} | " + " | ".join("n/a" if np.isnan(v) else f"{v:+.3f}" for v in vals["separation"]) + " |"
+                  for model, vals in pv.items()]
     return "\n".join(lines + [""])
 
 
