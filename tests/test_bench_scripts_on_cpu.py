@@ -279,3 +279,26 @@ def test_toolcua_rft_study_report_is_computed_from_the_run_metrics_and_probes(tm
     assert f"| {study.CHOICE} - {study.GATED} | +0.50 ± 0.06 (> 2 SE) | +0.10 ± 0.00 (> 2 SE) | +0.40 ± 0.06 (> 2 SE) |" in text
     assert "after warm-up - SFT model" not in text  # no probe of those models here: no row
     assert "Wall time per RFT stage 500 s" in text
+
+
+def test_decision_legibility_measures_what_the_rows_hold():
+    """scripts/bench/decision_legibility.py: label purity and cross-label sharing from built inputs,
+    and on real decision rows the subgoal word, last page and step counter read back from each prompt."""
+    import json
+
+    legibility = _script("decision_legibility")
+    purity, counts = legibility.label_purity(["a", "a", "a", "b"], ["tool", "tool", "gui", "gui"])
+    assert purity == 3 / 4 and counts["a"]["tool"] == 2
+    shared = legibility.shared_across_labels(["x", "x", "y", "z"], ["tool", "gui", "tool", "gui"])
+    assert shared == {"gui": 0.5, "tool": 0.5}
+
+    from verl_ext.envs.decisions import decision_rows
+
+    rows = decision_rows(6, 0, "train", ["settings_panel"])
+    result = legibility.measure(rows, tokenizer=None)
+    assert sum(result["n"].values()) == len(rows)
+    for row in rows:
+        last = json.loads(row["prompt"])[-1]["content"]
+        assert last.endswith(legibility.last_observation(row)) and legibility.last_observation(row).startswith("Page (")
+        assert f"Step {legibility.shown_step(row)}/" in last
+        assert legibility.subgoal_word(row).isalpha()

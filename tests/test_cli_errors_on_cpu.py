@@ -40,6 +40,13 @@ def test_prepare_data_unknown_template_names_it_and_the_known_ones(tmp_path, dat
     assert not list(tmp_path.iterdir()) and "settings" in line  # nothing written; a real template is listed
 
 
+def test_prepare_data_show_todo_on_a_dataset_without_observations_is_refused(tmp_path):
+    proc = run_cli("prepare-data", "text_hybrid", str(tmp_path), "--train-size", "2", "--val-size", "1", "--show-todo")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "verl-ext prepare-data: error: --show-todo applies to the text_hybrid_sft, " in proc.stderr
+    assert not list(tmp_path.iterdir())
+
+
 def test_eval_on_a_missing_checkpoint_says_the_path_does_not_exist(tmp_path):
     missing = tmp_path / "runs" / "global_step_30"
     proc = run_cli("eval", "--policy", f"checkpoint:{missing}", "--tasks", "mail_star_sender")

@@ -297,6 +297,25 @@ def test_staged_pipeline_gpu_stages_compose_and_hand_on_the_checkpoint(stage, dr
         assert config.algorithm.path_length_reward.weight == 0.2
 
 
+def test_staged_pipeline_show_todo_reaches_the_decision_rows_and_the_online_loop(dry_run):
+    """SHOW_TODO=1: the RFT stage's decision rows end each observation with the to-do list, and the
+    online stage's hybrid_gui_tool loop gets the same env option (its agent loop config, whose kwargs
+    verl-ext's start-up checks match against the loop's parameters)."""
+    import json
+
+    import pandas as pd
+
+    code, out, err = dry_run(TOOLCUA_SFT_RL_GPU, [], **SCRIPT_ENV[TOOLCUA_SFT_RL_GPU], SHOW_TODO="1")
+    assert code == 0, err[-4000:]
+    config = OmegaConf.create(out)
+    make_model_folders(config, dry_run.root)
+    check_config(config)
+    loops = OmegaConf.load(config.actor_rollout_ref.rollout.agent.agent_loop_config_path)
+    assert [loop.name for loop in loops] == ["hybrid_gui_tool"] and loops[0].env_options.show_todo is True
+    prompts = pd.read_parquet(Path(dry_run.root) / "out" / "rft_data" / "train.parquet")["prompt"]
+    assert all(json.loads(p)[-1]["content"].splitlines()[-1].startswith("To do: (") for p in prompts)
+
+
 def test_staged_pipeline_rft_warmup_hands_its_checkpoint_to_the_rl_half(dry_run):
     """RFT_WARMUP_STEPS: the RFT stage first runs verl's SFT trainer on the switching-step warm-up rows
     (composed only: ``--cfg job``), then its single-turn RL starts from the warm-up's HF checkpoint."""

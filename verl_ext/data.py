@@ -77,28 +77,31 @@ def _text_hybrid_rows(n: int, seed: int, split: str, templates: list[str] | None
     return text_hybrid_rows(n, seed, split, templates)
 
 
-def _text_hybrid_sft_rows(n: int, seed: int, split: str, templates: list[str] | None = None) -> list[dict]:
+def _text_hybrid_sft_rows(n: int, seed: int, split: str, templates: list[str] | None = None,
+                          show_todo: bool = False) -> list[dict]:
     """SFT demonstrations for ``verl.trainer.sft_trainer``: the ``text_hybrid`` tasks of the same seed played
     by the scripted oracle, as ``hybrid_gui_tool`` function-call transcripts (``verl_ext.envs.demos``)."""
     from verl_ext.envs.demos import text_hybrid_sft_rows
 
-    return text_hybrid_sft_rows(n, seed, split, templates)
+    return text_hybrid_sft_rows(n, seed, split, templates, show_todo=show_todo)
 
 
-def _text_hybrid_decision_rows(n: int, seed: int, split: str, templates: list[str] | None = None) -> list[dict]:
+def _text_hybrid_decision_rows(n: int, seed: int, split: str, templates: list[str] | None = None,
+                               show_todo: bool = False) -> list[dict]:
     """Critical switching steps for the single-turn RL stage: ``n`` GUI-vs-tool decisions of the ``text_hybrid``
     tasks of the same seed, each prompt the ``hybrid_gui_tool`` transcript up to it (``verl_ext.envs.decisions``)."""
     from verl_ext.envs.decisions import decision_rows
 
-    return decision_rows(n, seed, split, templates)
+    return decision_rows(n, seed, split, templates, show_todo=show_todo)
 
 
-def _text_hybrid_switch_warmup_rows(n: int, seed: int, split: str, templates: list[str] | None = None) -> list[dict]:
+def _text_hybrid_switch_warmup_rows(n: int, seed: int, split: str, templates: list[str] | None = None,
+                                    show_todo: bool = False) -> list[dict]:
     """Warm-up SFT rows of the RFT stage: the critical switching steps of ``text_hybrid_decisions`` with both
     options' first calls as targets, no preference (``verl_ext.envs.decisions.switch_warmup_rows``)."""
     from verl_ext.envs.decisions import switch_warmup_rows
 
-    return switch_warmup_rows(n, seed, split, templates)
+    return switch_warmup_rows(n, seed, split, templates, show_todo=show_todo)
 
 
 def _dv_describe_rows(n: int, seed: int, split: str) -> list[dict]:
@@ -119,6 +122,7 @@ DATASETS: dict[str, Callable[[int, int, str], list[dict]]] = {
     "dv_describe": _dv_describe_rows,
 }
 TEMPLATED = ("minidesk", "text_hybrid", "text_hybrid_sft", "text_hybrid_decisions", "text_hybrid_switch_warmup")  # take --templates
+SHOWS_TODO = ("text_hybrid_sft", "text_hybrid_decisions", "text_hybrid_switch_warmup")  # take --show-todo
 
 
 def write_parquet(rows: list[dict], path: str) -> str:
@@ -138,9 +142,16 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--templates", default=None,
                         help=f"{', '.join(TEMPLATED)} only: comma-separated task templates (default: all)")
+    parser.add_argument("--show-todo", action="store_true",
+                        help=f"{', '.join(SHOWS_TODO)} only: observations end with the task's items still to do "
+                             "(TextHybridEnv show_todo; the online stage's agent loop must set it too)")
     args = parser.parse_args(argv)
     make_rows = DATASETS[args.dataset]
     options = {}
+    if args.show_todo:
+        if args.dataset not in SHOWS_TODO:
+            parser.error(f"--show-todo applies to the {', '.join(SHOWS_TODO)} datasets only")
+        options["show_todo"] = True
     if args.templates:
         if args.dataset not in TEMPLATED:
             parser.error(f"--templates applies to the {', '.join(TEMPLATED)} datasets only")

@@ -16,6 +16,13 @@ RL_VAL_ONLY=${RL_VAL_ONLY:-false}    # true: validate the model handed to stage 
 TOOL_TERM=${TOOL_TERM:-task}         # R_tool of the path reward: task (ToolCUA's) | decision (per decision)
 RFT_WARMUP_STEPS=${RFT_WARMUP_STEPS:-0}   # warm-up SFT steps on the switching steps before the RL half (0: none)
 RFT_WARMUP_LR=${RFT_WARMUP_LR:-3e-3}
+SHOW_TODO=${SHOW_TODO:-0}            # 1: every observation ends with the task's items still to do (TextHybridEnv
+                                     # show_todo), in the SFT demonstrations, the decision rows and the online loop alike
+case "$SHOW_TODO" in
+    0) TODO_FLAG=() ;;
+    1) TODO_FLAG=(--show-todo) ;;
+    *) echo "verl-ext toolcua_sft_rl: SHOW_TODO must be 0 or 1, got '$SHOW_TODO'" >&2; exit 2 ;;
+esac
 RFT_ARGS=${RFT_ARGS:-}               # extra main_ppo overrides of stage 2 only (space-separated)
 SFT_ARGS=${SFT_ARGS:-}               # extra sft_trainer overrides of stage 1 (space-separated)
 if [ -n "${SFT_LAUNCHER:-}" ]; then  # another launcher of the SFT trainer (space-separated), e.g. `python`
@@ -62,7 +69,7 @@ sft_run() {  # sft_run DATA_DIR STEPS LR WARMUP_STEPS CKPT_DIR NAME METRICS: ver
 
 sft_stage() {
     verl-ext prepare-data text_hybrid_sft "$OUT/sft_data" --train-size "$SFT_ROWS" --val-size 4 --seed "$SEED" \
-        --templates "$TEMPLATES"
+        --templates "$TEMPLATES" "${TODO_FLAG[@]}"
     sft_run "$OUT/sft_data" "$SFT_STEPS" "$SFT_LR" "$SFT_WARMUP" "$OUT/sft" sft "$OUT/sft_metrics.jsonl"
     MODEL="$OUT/sft/global_step_$SFT_STEPS/huggingface"   # weights + tokenizer in HF format (hf_model)
     # What SFT taught: greedy replies at every turn of held-out transcripts (the oracle's earlier
@@ -90,13 +97,13 @@ rft_stage() {
     # how to write either call at a switching step, so that the RL half samples both (RFT_WARMUP_STEPS=0: off).
     if [ "$RFT_WARMUP_STEPS" -gt 0 ]; then
         verl-ext prepare-data text_hybrid_switch_warmup "$OUT/rft_warmup_data" --train-size $((2 * RFT_ROWS)) \
-            --val-size 4 --seed "$SEED" --templates "$TEMPLATES"
+            --val-size 4 --seed "$SEED" --templates "$TEMPLATES" "${TODO_FLAG[@]}"
         sft_run "$OUT/rft_warmup_data" "$RFT_WARMUP_STEPS" "$RFT_WARMUP_LR" 0 "$OUT/rft_warmup" rft_warmup \
             "$OUT/rft_warmup_metrics.jsonl"
         MODEL="$OUT/rft_warmup/global_step_$RFT_WARMUP_STEPS/huggingface"
     fi
     verl-ext prepare-data text_hybrid_decisions "$OUT/rft_data" --train-size "$RFT_ROWS" --val-size "$RFT_VAL_ROWS" \
-        --seed "$SEED" --templates "$TEMPLATES"
+        --seed "$SEED" --templates "$TEMPLATES" "${TODO_FLAG[@]}"
     # shellcheck disable=SC2086  # RFT_ARGS: space-separated overrides
     VERL_FILE_LOGGER_PATH="$OUT/rft_metrics.jsonl" python -m verl.trainer.main_ppo \
         "${PPO_BACKEND[@]}" trainer.v1.trainer_mode=verl_ext_sync \
@@ -139,8 +146,15 @@ rft_stage() {
 rl_stage() {
     verl-ext prepare-data text_hybrid "$OUT/rl_data" --train-size "$RL_ROWS" --val-size "$RL_VAL_SIZE" --seed "$SEED" \
         --templates "$TEMPLATES"
+    local loop_config=()
+    if [ "$SHOW_TODO" = 1 ]; then  # the loop's env must show the to-do list as the SFT and RFT rows did
+        printf '%s\n' "- name: hybrid_gui_tool" "  _target_: verl_ext.agent_loops.hybrid_gui_tool.HybridGuiToolAgentLoop" \
+            "  env_options: {show_todo: true}" > "$OUT/agent_loops.yaml"
+        loop_config=(actor_rollout_ref.rollout.agent.agent_loop_config_path="$OUT/agent_loops.yaml")
+    fi
     VERL_FILE_LOGGER_PATH="$OUT/metrics.jsonl" python -m verl.trainer.main_ppo \
         "${PPO_BACKEND[@]}" +plugins/env=minidesk +plugins/reward=tool_path trainer.v1.trainer_mode=verl_ext_sync \
+        "${loop_config[@]}" \
         reward.custom_reward_function.reward_kwargs.tool_term="$TOOL_TERM" \
         algorithm.adv_estimator=grpo \
         data.train_files="$OUT/rl_data/train.parquet" \

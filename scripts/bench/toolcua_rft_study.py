@@ -8,7 +8,7 @@ paired by seed (one SFT run per seed shared by every arm; one warm-up shared by 
   (``verl_ext.rewards.decision_reward``);
 - ``warm-up + format-gated``: the same warm-up checkpoint, RL with ``choice_weight`` 0 (``R = R_fmt +
   R_path``: a reply whose call does not parse scores 0 whatever it chose);
-- ``choice, no warm-up`` (``--no-warmup-arm``): RL with the choice term straight from SFT.
+- ``choice, no warm-up`` (``--arms`` lists it): RL with the choice term straight from SFT.
 
 Each run is ``recipes/toolcua_sft_rl/run_cpu.sh`` with ``SKIP_RL=1`` (verl's ``main_ppo``, GRPO, the
 ``decision_turn`` loop). Two measurements on held-out decisions (task instances disjoint from
@@ -92,7 +92,7 @@ def report(results: dict[str, Runs], probes: dict[str, dict[int, dict]], args, c
            runs_info: list[dict]) -> str:
     walls = [info["wall_s"] for info in runs_info]
     lines = [
-        HEADING, "",
+        args.section, "",
         f"{machine_line({'all': [i for i in runs_info if 'load_avg_5min' in i]})} `{command}` (one core: "
         f"`taskset -c 1`, `OMP_NUM_THREADS=1`). Per seed one SFT run (`recipes/toolcua_sft_rl/run_cpu.sh`, "
         f"{args.sft_steps} steps, the recipe's defaults), then the RFT stage alone (`SKIP_SFT=1 SKIP_RL=1`): "
@@ -100,7 +100,10 @@ def report(results: dict[str, Runs], probes: dict[str, dict[int, dict]], args, c
         f"decisions, then {args.rft_steps} GRPO steps of {args.rft_batch} training decisions x {args.rft_n} "
         f"samples, lr {args.rft_lr}, choice weight {args.choice_weight} (`{CHOICE}`) or 0 (`{GATED}`, from the "
         f"same warm-up checkpoint, so its step 0 is `{CHOICE}`'s). Held-out: {args.val_rows} decisions of task instances disjoint from training "
-        f"(templates {args.templates}). Seeds: "
+        f"(templates {args.templates}). Observations "
+        + ("end with the task's items still to do (`SHOW_TODO=1`, in the SFT demonstrations, the warm-up and the "
+           "decision rows alike)" if args.show_todo else "as the env renders them by default (`SHOW_TODO=0`)")
+        + ". Seeds: "
         + "; ".join(f"{arm}: {', '.join(map(str, sorted(runs))) or 'none'}" for arm, runs in results.items())
         + ". " + (f"Wall time per RFT stage {np.mean(walls):.0f} s on average ({len(walls)} runs)." if walls else
                   "Wall times not recorded."),
@@ -140,6 +143,10 @@ def report(results: dict[str, Runs], probes: dict[str, dict[int, dict]], args, c
                      (NO_WARMUP, "SFT model")):
             if a in pv and b in pv:
                 lines.append(f"| {a} - {b} | " + " | ".join(paired_cell(pv[a][k], pv[b][k]) for k in PROBE) + " |")
+        lines += ["", "| separation by seed | " + " | ".join(f"seed {seed}" for seed in args.seeds) + " |",
+                  "|---" * (len(args.seeds) + 1) + "|"]
+        lines += [f"| {model} | " + " | ".join("n/a" if np.isnan(v) else f"{v:+.3f}" for v in vals["separation"]) + " |"
+                  for model, vals in pv.items()]
     return "\n".join(lines + [""])
 
 
@@ -196,12 +203,17 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--choice-weight", default="2")
     parser.add_argument("--val-rows", type=int, default=32)
     parser.add_argument("--templates", default="settings_panel")
-    parser.add_argument("--no-warmup-arm", action="store_true", help=f"also run `{NO_WARMUP}`")
+    parser.add_argument("--arms", nargs="+", choices=list(ARMS), default=[CHOICE, GATED],
+                        help="arms to run (the others are only reported where their runs exist under --out)")
+    parser.add_argument("--show-todo", action="store_true",
+                        help="SHOW_TODO=1 in every stage: observations end with the task's items still to do")
+    parser.add_argument("--section", default=HEADING, help="docs heading the report replaces (a new one is appended)")
     args = parser.parse_args(argv)
     args.rft_steps = args.steps
     command = (f"python scripts/bench/toolcua_rft_study.py --seeds {' '.join(map(str, args.seeds))} --steps "
                f"{args.steps} --warmup-steps {args.warmup_steps} --rft-lr {args.rft_lr} --choice-weight "
-               f"{args.choice_weight}")
+               f"{args.choice_weight} --arms " + " ".join(f"'{arm}'" for arm in args.arms)
+               + (" --show-todo" if args.show_todo else ""))
     results: dict[str, Runs] = {arm: {} for arm in ARMS}
     probes: dict[str, dict[int, dict]] = {"SFT model": {}, NO_WARMUP: {}, "after warm-up": {}, CHOICE: {}, GATED: {}}
     runs_info: list[dict] = []
@@ -209,7 +221,8 @@ def main(argv: list[str]) -> int:
         base = args.out / f"seed{seed}"
         sft_model = base / "sft" / f"global_step_{args.sft_steps}" / "huggingface"
         warm_model = base / ARMS[CHOICE] / "rft_warmup" / f"global_step_{args.warmup_steps}" / "huggingface"
-        common = {"SEED": str(seed), "TEMPLATES": args.templates, "SKIP_SFT": "1", "SKIP_RL": "1",
+        todo = {"SHOW_TODO": "1" if args.show_todo else "0"}
+        common = {**todo, "SEED": str(seed), "TEMPLATES": args.templates, "SKIP_SFT": "1", "SKIP_RL": "1",
                   "RFT_STEPS": str(args.rft_steps), "RFT_BATCH": str(args.rft_batch), "RFT_N": str(args.rft_n),
                   "RFT_LR": args.rft_lr, "RFT_VAL_ROWS": str(args.val_rows), "RFT_WARMUP_LR": args.warmup_lr}
         envs = {CHOICE: {**common, "INIT_MODEL": str(sft_model), "RFT_WARMUP_STEPS": str(args.warmup_steps),
@@ -220,13 +233,13 @@ def main(argv: list[str]) -> int:
                 NO_WARMUP: {**common, "INIT_MODEL": str(sft_model), "RFT_WARMUP_STEPS": "0",
                             "RFT_CHOICE_WEIGHT": args.choice_weight}}
         if not args.report_only:
-            run_stage({"SEED": str(seed), "TEMPLATES": args.templates, "SFT_STEPS": str(args.sft_steps),
+            run_stage({**todo, "SEED": str(seed), "TEMPLATES": args.templates, "SFT_STEPS": str(args.sft_steps),
                        "SKIP_RFT": "1", "SKIP_RL": "1", "SFT_EVAL_ROWS": "0"}, base, sft_model / "config.json", "sft")
         finals = {}
         for arm, folder in ARMS.items():
             out = base / folder
             finals[arm] = out / "rft" / f"global_step_{args.rft_steps}" / "actor" / "huggingface"
-            if not args.report_only and (arm != NO_WARMUP or args.no_warmup_arm):
+            if not args.report_only and arm in args.arms:
                 wall = run_stage(envs[arm], out, finals[arm] / "config.json", "rft")
                 print(f"{arm} seed {seed}: " + ("reused" if wall is None else f"{wall:.0f} s"), flush=True)
             info = stage_time(out)
@@ -244,9 +257,9 @@ def main(argv: list[str]) -> int:
             if summary:
                 probes[name][seed] = summary
     text = report(results, probes, args, command, runs_info)
-    write_section(args.doc, HEADING, text)
+    write_section(args.doc, args.section, text)
     print(text)
-    print(f"wrote {args.doc} ({HEADING!r})")
+    print(f"wrote {args.doc} ({args.section!r})")
     return 0
 
 

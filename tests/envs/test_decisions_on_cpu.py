@@ -77,7 +77,9 @@ def decision_loop(tokenizer: Any, server: Any):
                                  hf_model_type="qwen2")
 
 
-def test_decision_prompts_are_the_agent_loops_prompts(rows, tokenizer):
+def assert_prompts_are_the_loops(rows: list[dict], tokenizer: Any, **loop_kwargs: Any) -> None:
+    """Two off-path rows and one on-path row: the multi-turn loop (``loop_kwargs``), replaying the row's
+    earlier calls on the env, feeds the model the tokens ``decision_turn`` builds from the row."""
     off_path = [r for r in rows if not r["extra_info"]["decision"]["on_oracle_path"]][:2]
     on_path = [r for r in rows if r["extra_info"]["decision"]["on_oracle_path"] and r["extra_info"]["decision"]["prefix"]][:1]
     assert off_path and on_path
@@ -89,7 +91,7 @@ def test_decision_prompts_are_the_agent_loops_prompts(rows, tokenizer):
         task_prompt = messages[:1] + [{"role": "user", "content": "Complete the task in the app below."}]
 
         async def play():
-            loop = make_loop(tokenizer, server)
+            loop = make_loop(tokenizer, server, **loop_kwargs)
             loop.max_turns = 40
             await loop.run({"temperature": 1.0}, raw_prompt=task_prompt, extra_info={"env": spec})
             decision = decision_loop(tokenizer, server)
@@ -97,6 +99,23 @@ def test_decision_prompts_are_the_agent_loops_prompts(rows, tokenizer):
 
         ids = asyncio.run(play())
         assert server.prompts[len(earlier)] == ids  # the multi-turn loop's tokens at the decision's turn
+
+
+def test_decision_prompts_are_the_agent_loops_prompts(rows, tokenizer):
+    assert_prompts_are_the_loops(rows, tokenizer)
+
+
+def test_with_the_todo_list_the_decisions_subgoal_comes_first_in_the_last_observation(tokenizer):
+    """show_todo (TextHybridEnv; prepare-data --show-todo; the loop's env_options): the rows are still the
+    loop's prompts when the loop's env shows the to-do list, and the item that list starts with is the
+    decision's subgoal (the rows' prefixes do the subgoals in the instruction's order)."""
+    todo_rows = decision_rows(16, seed=0, split="train", show_todo=True)
+    assert_prompts_are_the_loops(todo_rows, tokenizer, env_options={"show_todo": True})
+    for row in todo_rows:
+        spec, decision = row["extra_info"]["env"], row["extra_info"]["decision"]
+        app, _, _ = make_task(spec["task"], spec["seed"])
+        last = json.loads(row["prompt"])[-1]["content"]
+        assert last.splitlines()[-1].startswith(f"To do: ({decision['index'] + 1}) {app.subgoals[decision['index']].text}")
 
 
 def _fewest_steps(table: list[dict[int, dict]], i: int, view: int) -> int:

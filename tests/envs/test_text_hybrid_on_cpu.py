@@ -124,6 +124,26 @@ def test_observation_is_numbered_text_and_tools_have_schemas(env):
     assert json.loads(json.dumps(env.state_dump()))["template"] == "settings_panel"
 
 
+@pytest.mark.parametrize("template", TEMPLATES)
+def test_show_todo_lists_the_items_not_done_yet(template):
+    """show_todo: each observation ends with the instruction's items whose questions do not all hold,
+    so along the oracle's plan the list only shrinks; without it the observation has no such line."""
+    env = TextHybridEnv(show_todo=True)
+    obs, info = env.reset(template, 5)
+    assert "To do:" not in TextHybridEnv().reset(template, 5)[0].render()
+    app = env.app
+    lists = [obs.todo]
+    for step in info["plans"]["oracle"]:
+        obs, _, terminated, _, _ = env.step(plan_step_action(step, obs))
+        lists.append(obs.todo)
+        assert obs.render(include_instruction=False).splitlines()[-1] == "To do: " + ("; ".join(obs.todo) or "nothing")
+    env.close()
+    texts = [f"({i}) {goal.text}" for i, goal in enumerate(app.subgoals, 1)]
+    assert lists[0] == tuple(texts) and lists[-1] == () and terminated
+    assert all(set(later) <= set(earlier) for earlier, later in zip(lists, lists[1:]))
+    assert all(item in texts for items in lists for item in items)
+
+
 def test_bad_actions_are_results_not_exceptions(env):
     obs, _ = env.reset("contacts_book", 1)
     button = next(e.id for e in obs.elements if e.role == "button" and e.text == "Add contact")

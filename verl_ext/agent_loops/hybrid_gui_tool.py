@@ -123,12 +123,14 @@ class HybridGuiToolAgentLoop(AgentLoopBase):
         artifact_screenshot: store a base64 PNG of the final page in the artifact (large).
         action_format: ``tool_call`` (function calls) or ``menu`` (one letter, T/G; see above).
         max_action_tokens: ``menu`` only: ``max_tokens`` of each model turn.
+        env_options: further constructor options of the env backend (e.g. text_hybrid's ``show_todo``:
+            set it as the SFT demonstrations and decision rows were built).
     """
 
     def __init__(self, *args: Any, tools: Any = None, max_envs: int = 4, max_steps: int = 30,
                  layout: str = "trajectory", history_window: int = 4, screenshots: bool = False,
                  artifact_screenshot: bool = False, action_format: str = "tool_call", max_action_tokens: int = 4,
-                 **kwargs: Any):
+                 env_options: dict[str, Any] | None = None, **kwargs: Any):
         # ``tools`` (verl's multi_turn.tool_config_path tools) is accepted and not used: each
         # episode's env defines its own tool list (task apps + distractors).
         super().__init__(*args, **kwargs)
@@ -149,13 +151,15 @@ class HybridGuiToolAgentLoop(AgentLoopBase):
         self.artifact_screenshot = artifact_screenshot
         self.action_format = action_format
         self.max_action_tokens = max_action_tokens
+        self.env_options = dict(env_options or {})
         self.tool_parser = ToolParser.get_tool_parser(multi_turn.format, self.tokenizer)
         self.max_tool_response_length = multi_turn.max_tool_response_length
         self.response_length = self.rollout_config.response_length
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput | list[AgentLoopOutput]:
         backend, task, seed = task_of(kwargs.get("extra_info") or {})
-        pool = get_pool(backend, max_envs=self.max_envs, max_steps=self.max_steps, screenshots=self.screenshots)
+        pool = get_pool(backend, max_envs=self.max_envs, max_steps=self.max_steps, screenshots=self.screenshots,
+                        **self.env_options)
         raw_prompt = list(kwargs.get("raw_prompt") or [])
         episode = _Episode()
         async with pool.alease() as env:

@@ -170,6 +170,7 @@ class Observation:
         last_result: ``{success, result, error_message}`` of the previous action (None after reset).
         screenshot: PNG bytes when the env was asked for screenshots, else None.
         title: the focused app / page title.
+        todo: the task's items still to do, when the env shows them (rendered last), else None.
     """
 
     instruction: str
@@ -180,6 +181,7 @@ class Observation:
     last_result: dict[str, Any] | None = None
     screenshot: bytes | None = None
     title: str = ""
+    todo: tuple[str, ...] | None = None
 
     def page_text(self) -> str:
         lines = [element.render() for element in self.elements]
@@ -196,6 +198,8 @@ class Observation:
         if self.last_result is not None:
             parts.append("Result: " + json.dumps(self.last_result, ensure_ascii=False, default=str))
         parts.append(f"Step {self.step}/{self.max_steps}. Page ({self.title}):\n{self.page_text()}")
+        if self.todo is not None:
+            parts.append("To do: " + ("; ".join(self.todo) or "nothing"))
         return "\n".join(parts)
 
     def find(self, key: str) -> Element | None:

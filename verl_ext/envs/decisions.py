@@ -89,7 +89,7 @@ def decision_states(subgoals: list[Subgoal], start_view: int) -> list[DecisionSt
 
 
 def play_to(template: str, seed: int, state: DecisionState, prompt: list[dict[str, Any]],
-            max_steps: int = 30) -> dict[str, Any] | None:
+            max_steps: int = 30, show_todo: bool = False) -> dict[str, Any] | None:
     """Play the choices of ``state.prefix`` on a fresh env; return the loop's ``messages`` up to the
     decision's turn, the episode's ``tools``, each mode's ``first_calls`` there and the names of the
     ``app_tools`` (neither ``computer_use`` nor distractors); None when the prefix does not fit in
@@ -100,7 +100,7 @@ def play_to(template: str, seed: int, state: DecisionState, prompt: list[dict[st
     from verl_ext.envs.plans import plan_step_action
     from verl_ext.envs.pool import make_env
 
-    env = make_env("text_hybrid", max_steps=max_steps)
+    env = make_env("text_hybrid", max_steps=max_steps, show_todo=show_todo)
     try:
         obs, info = env.reset(template, seed)
         table = info["decision_table"]
@@ -130,10 +130,11 @@ def play_to(template: str, seed: int, state: DecisionState, prompt: list[dict[st
 
 
 def decision_rows(n: int, seed: int, split: str, templates: list[str] | None = None,
-                  max_steps: int = 30) -> list[dict[str, Any]]:
+                  max_steps: int = 30, show_todo: bool = False) -> list[dict[str, Any]]:
     """``n`` single-turn decision rows: every critical switching step of the tasks of
     ``text_hybrid_rows(n + SPARE_TASKS, seed, split)``, task after task, until ``n`` rows (the
-    tasks' seeds keep train and validation instances apart; a task may have no such step)."""
+    tasks' seeds keep train and validation instances apart; a task may have no such step).
+    ``show_todo``: the env's option, as in the SFT demonstrations and the online loop."""
     from verl_ext.envs.text_hybrid import text_hybrid_rows
 
     rows: list[dict[str, Any]] = []
@@ -141,7 +142,7 @@ def decision_rows(n: int, seed: int, split: str, templates: list[str] | None = N
         spec = task_row["extra_info"]["env"]
         app, _, _ = make_task(spec["task"], spec["seed"])
         for state in decision_states(app.subgoals, app.view):
-            played = play_to(spec["task"], spec["seed"], state, task_row["prompt"], max_steps)
+            played = play_to(spec["task"], spec["seed"], state, task_row["prompt"], max_steps, show_todo)
             if played is None:
                 continue
             rows.append({
@@ -183,7 +184,7 @@ class DecisionDataset(RLHFDataset):
 
 
 def switch_warmup_rows(n: int, seed: int, split: str, templates: list[str] | None = None,
-                       max_steps: int = 30) -> list[dict[str, Any]]:
+                       max_steps: int = 30, show_todo: bool = False) -> list[dict[str, Any]]:
     """SFT rows for the warm-up half of ToolCUA's Tool-Bootstrapped GUI RFT (warm-up SFT, then
     single-turn RL on critical switching steps): for each of ``decision_rows(ceil(n / 2), ...)``, one row
     per option, its transcript up to the decision followed by that option's first call (the loop's
@@ -196,7 +197,7 @@ def switch_warmup_rows(n: int, seed: int, split: str, templates: list[str] | Non
     from verl_ext.envs.demos import _Call
 
     rows: list[dict[str, Any]] = []
-    for decision in decision_rows((n + 1) // len(MODES), seed, split, templates, max_steps):
+    for decision in decision_rows((n + 1) // len(MODES), seed, split, templates, max_steps, show_todo):
         info = decision["extra_info"]
         first_calls = json.loads(info["decision"]["first_calls"])
         for mode in MODES:

@@ -67,16 +67,18 @@ def take_turn(env: Any, action: Action, messages: list[dict[str, Any]],
 
 def play_transcript(task: str, seed: int, policy: str = "oracle", prompt: list[dict[str, Any]] | None = None,
                     max_steps: int = 30,
-                    max_tool_response_length: int = MAX_TOOL_RESPONSE_LENGTH) -> dict[str, Any]:
+                    max_tool_response_length: int = MAX_TOOL_RESPONSE_LENGTH,
+                    show_todo: bool = False) -> dict[str, Any]:
     """Play one TextHybrid episode with ``scripted-<policy>``; return ``messages``, ``tools``,
     ``actions`` (the policy's) and ``success``. ``prompt`` is the dataset row's prompt
-    (``text_hybrid_rows``); the transcript ends with the call that finished the episode."""
+    (``text_hybrid_rows``); the transcript ends with the call that finished the episode.
+    ``show_todo``: the env's option (observations end with the items still to do)."""
     import verl.experimental.agent_loop  # noqa: F401  (first: its plugin hook imports the agent loop module)
     from verl_ext.agent_loops.hybrid_gui_tool import first_messages, tool_schemas
     from verl_ext.envs.policies import ScriptedPolicy
     from verl_ext.envs.pool import make_env
 
-    env = make_env("text_hybrid", max_steps=max_steps)
+    env = make_env("text_hybrid", max_steps=max_steps, show_todo=show_todo)
     scripted = ScriptedPolicy(policy)
     try:
         obs, info = env.reset(task, seed)
@@ -98,14 +100,15 @@ def play_transcript(task: str, seed: int, policy: str = "oracle", prompt: list[d
 
 
 def text_hybrid_sft_rows(n: int, seed: int, split: str, templates: list[str] | None = None,
-                         policy: str = "oracle") -> list[dict[str, Any]]:
-    """``n`` SFT rows: the tasks of ``text_hybrid_rows(n, seed, split)`` played by ``scripted-<policy>``."""
+                         policy: str = "oracle", show_todo: bool = False) -> list[dict[str, Any]]:
+    """``n`` SFT rows: the tasks of ``text_hybrid_rows(n, seed, split)`` played by ``scripted-<policy>``
+    (``show_todo``: the env's option, as the agent loop's ``env_options`` must then set it)."""
     from verl_ext.envs.text_hybrid import text_hybrid_rows
 
     rows = []
     for row in text_hybrid_rows(n, seed, split, templates):
         env = row["extra_info"]["env"]
-        demo = play_transcript(env["task"], env["seed"], policy, row["prompt"])
+        demo = play_transcript(env["task"], env["seed"], policy, row["prompt"], show_todo=show_todo)
         if not demo["success"]:
             raise RuntimeError(f"scripted-{policy} failed text_hybrid {env['task']} seed {env['seed']}: "
                                "a demonstration must solve its task")

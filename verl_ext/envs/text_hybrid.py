@@ -29,7 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from verl_ext.envs.base import BrowserEnv
-from verl_ext.envs.core import ActionError, EnvFault, TaskSpec
+from verl_ext.envs.core import ActionError, EnvFault, Observation, TaskSpec
 from verl_ext.envs.text_hybrid_apps import APPS, App, Step, Subgoal
 from verl_ext.envs.tools import ToolDef
 
@@ -192,6 +192,12 @@ def dv_questions(template: str, app: App) -> dict[str, Any] | None:
     return None if record is None else {**record, "version": DV_QUESTIONS_VERSION}
 
 
+def todo_items(app: App) -> tuple[str, ...]:
+    """The instruction's items (numbered as in it) whose questions do not all hold on the app's state."""
+    return tuple(f"({i}) {goal.text}" for i, goal in enumerate(app.subgoals, 1)
+                 if not all(q.holds(app) for q in goal.questions))
+
+
 def check(app: App) -> bool:
     """The verifier: every question about the final state answers yes."""
     return all(holds(app) for _, _, _, holds in questions_of(app))
@@ -273,12 +279,16 @@ class TextHybridEnv(BrowserEnv):
         fault_rate: probability that an episode's screen crashes at a random step (fault injection,
             for testing the fault path; 0 in training).
         max_steps: actions per episode before ``truncated``. ``screenshots`` must stay False.
+        show_todo: end every observation with the task's items still to do (``todo_items``): which
+            subgoal is next becomes one line of the latest observation instead of something the
+            policy must work out by counting the subgoals its earlier calls did (issue 25). It shows
+            the verifier's per-subgoal state, so it makes the task easier; off by default.
     """
 
     name = "text_hybrid"
 
     def __init__(self, n_distractors: int = 2, fault_rate: float = 0.0, max_steps: int = 30,
-                 screenshots: bool = False, **kwargs: Any):
+                 screenshots: bool = False, show_todo: bool = False, **kwargs: Any):
         if screenshots:
             raise ValueError("text_hybrid has no screenshots: set the agent loop's screenshots=false "
                              "(or use the minidesk backend for a VL model)")
@@ -286,6 +296,7 @@ class TextHybridEnv(BrowserEnv):
         self.browser = TextScreen()
         self.n_distractors = n_distractors
         self.fault_rate = fault_rate
+        self.show_todo = show_todo
         self.app: App | None = None
 
     def _load(self, task: TaskSpec) -> dict[str, Any]:
@@ -304,6 +315,12 @@ class TextHybridEnv(BrowserEnv):
             "apps": [app.name],
             "dv_questions": dv_questions(task.template, app),
         }
+
+    def _observe(self, last_result: dict[str, Any] | None) -> tuple[Observation, Any]:
+        obs, status = super()._observe(last_result)
+        if self.show_todo:
+            obs.todo = todo_items(self.app)
+        return obs, status
 
     def _episode_tools(self, task: TaskSpec) -> list[ToolDef]:
         from verl_ext.envs.minidesk.catalog import DISTRACTORS
