@@ -301,4 +301,4 @@ def test_decision_legibility_measures_what_the_rows_hold():
         last = json.loads(row["prompt"])[-1]["content"]
         assert last.endswith(legibility.last_observation(row)) and legibility.last_observation(row).startswith("Page (")
         assert f"Step {legibility.shown_step(row)}/" in last
-        assert legibility.subgoal_word(row).isalpha()
+        assert legibility.decided_subgoal(row).split()[0].isalpha()

@@ -35,13 +35,13 @@ from learning_runs import REPO, study_parser, write_section
 HEADING = "## ToolCUA decision prompts: what decides the shorter way, and where it is"
 
 
-def subgoal_word(row: dict[str, Any]) -> str:
-    """The first word of the text of the subgoal this decision row decides."""
+def decided_subgoal(row: dict[str, Any]) -> str:
+    """The text of the subgoal this decision row decides (its first word tells the kind)."""
     from verl_ext.envs.text_hybrid import make_task
 
     spec, decision = row["extra_info"]["env"], row["extra_info"]["decision"]
     app, _, _ = make_task(spec["task"], spec["seed"])
-    return app.subgoals[decision["index"]].text.split()[0]
+    return app.subgoals[decision["index"]].text
 
 
 def last_observation(row: dict[str, Any]) -> str:
@@ -85,10 +85,9 @@ def tokens_back(row: dict[str, Any], tokenizer: Any, subgoal_text: str) -> int:
 
 def measure(rows: list[dict[str, Any]], tokenizer: Any | None) -> dict[str, Any]:
     """The measurements of the module doc over ``rows`` (one split of one seed)."""
-    from verl_ext.envs.text_hybrid import make_task
-
     labels = [r["extra_info"]["decision"]["better"] for r in rows]
-    words = [subgoal_word(r) for r in rows]
+    subgoals = [decided_subgoal(r) for r in rows]
+    words = [text.split()[0] for text in subgoals]
     purity, counts = label_purity(words, labels)
     instances = [(r["extra_info"]["env"]["task"], r["extra_info"]["env"]["seed"]) for r in rows]
     out = {"n": Counter(labels), "purity": purity, "by_word": counts,
@@ -96,11 +95,7 @@ def measure(rows: list[dict[str, Any]], tokenizer: Any | None) -> dict[str, Any]
            "last_observation": shared_across_labels([last_observation(r) for r in rows], labels),
            "step_is_index": float(np.mean([shown_step(r) == r["extra_info"]["decision"]["index"] for r in rows]))}
     if tokenizer is not None:
-        back = []
-        for r, (task, seed) in zip(rows, instances):
-            app, _, _ = make_task(task, seed)
-            back.append(tokens_back(r, tokenizer, app.subgoals[r["extra_info"]["decision"]["index"]].text))
-        out["tokens_back"] = back
+        out["tokens_back"] = [tokens_back(r, tokenizer, text) for r, text in zip(rows, subgoals)]
     return out
 
 

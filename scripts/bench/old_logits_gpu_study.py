@@ -132,24 +132,23 @@ def start(spec: dict, gpu: int | None = None) -> subprocess.Popen:
     return proc
 
 
-def finish(proc: subprocess.Popen, steps: int, env_info: dict) -> None:
+def finish(proc: subprocess.Popen, steps: int, env_info: dict) -> float:
+    """Records a run that ended (``run.json``, a line of progress); returns its wall time."""
     proc.log.close()
+    wall = time.time() - proc.started
     run_dir = Path(proc.spec["out"])
     ok = proc.returncode == 0 and steps in load_steps(run_dir / "metrics.jsonl")
-    (run_dir / "run.json").write_text(json.dumps({"wall_s": time.time() - proc.started, "ok": ok, **env_info}))
+    (run_dir / "run.json").write_text(json.dumps({"wall_s": wall, "ok": ok, **env_info}))
     print(f"{proc.spec['arm']} warmup {proc.spec['warmup']} seed {proc.spec['seed']}: "
-          f"{'done' if ok else f'FAILED (exit {proc.returncode})'} in {time.time() - proc.started:.0f} s", flush=True)
+          f"{'done' if ok else f'FAILED (exit {proc.returncode})'} in {wall:.0f} s", flush=True)
+    return wall
 
 
 def available_host_gb() -> float:
-    """The host's ``MemAvailable`` in GB (infinite where /proc/meminfo is absent)."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) / 2**20
-    except OSError:
-        pass
-    return float("inf")
+    """The host memory available to new processes, in GB."""
+    import psutil
+
+    return psutil.virtual_memory().available / 2**30
 
 
 def least_used_gpu(running: list[subprocess.Popen], gpus: int) -> int | None:
@@ -171,8 +170,7 @@ def run_all(args: argparse.Namespace) -> None:
     running: list[subprocess.Popen] = []
     while pending or running:
         for proc in [p for p in running if p.poll() is not None]:
-            finish(proc, args.steps, env_info)
-            walls.append(time.time() - proc.started)
+            walls.append(finish(proc, args.steps, env_info))
             running.remove(proc)
         if pending and time.time() - began + max(walls, default=args.run_s) > args.budget_s:
             print(f"budget: {len(pending)} runs not started (the same command continues them)", flush=True)
