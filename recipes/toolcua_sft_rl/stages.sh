@@ -1,6 +1,6 @@
 # ToolCUA's staged pipeline, SFT -> RFT -> online RL: the stages, shared by run_cpu.sh and run_gpu.sh
-# (sourced, not run). The caller sets MODEL (what stage 1 starts from), OUT, SEED, TEMPLATES, the
-# stage knobs below and three arrays of backend settings:
+# (sourced, not run). The caller sets HERE (this folder), MODEL (what stage 1 starts from), OUT, SEED,
+# TEMPLATES, the stage knobs below and three arrays of backend settings:
 #   SFT_LAUNCH   the launcher of verl's SFT trainer (torchrun ...)
 #   SFT_BACKEND  sft_trainer settings of the backend (device, engine, precision, attention)
 #   PPO_BACKEND  main_ppo settings of the backend (+plugins/backend=cpu, or rollout/GPU counts)
@@ -148,9 +148,7 @@ rl_stage() {
         --templates "$TEMPLATES"
     local loop_config=()
     if [ "$SHOW_TODO" = 1 ]; then  # the loop's env must show the to-do list as the SFT and RFT rows did
-        printf '%s\n' "- name: hybrid_gui_tool" "  _target_: verl_ext.agent_loops.hybrid_gui_tool.HybridGuiToolAgentLoop" \
-            "  env_options: {show_todo: true}" > "$OUT/agent_loops.yaml"
-        loop_config=(actor_rollout_ref.rollout.agent.agent_loop_config_path="$OUT/agent_loops.yaml")
+        loop_config=(actor_rollout_ref.rollout.agent.agent_loop_config_path="$HERE/agent_loops_show_todo.yaml")
     fi
     VERL_FILE_LOGGER_PATH="$OUT/metrics.jsonl" python -m verl.trainer.main_ppo \
         "${PPO_BACKEND[@]}" +plugins/env=minidesk +plugins/reward=tool_path trainer.v1.trainer_mode=verl_ext_sync \
