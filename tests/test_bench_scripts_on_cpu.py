@@ -101,6 +101,25 @@ def test_hook_cost_dry_run_prints_every_run_interleaved(capsys):
     assert runs[15].split("/hc/0.5b/")[1].split("_r")[0] == "snapshot"  # repeat 1 starts one arm later
 
 
+def test_hook_cost_timeout_kills_only_the_processes_of_its_own_run(tmp_path):
+    import os
+    import subprocess
+
+    bench = _script("hook_cost_gpu")
+    mine, other = tmp_path / "0.5b" / "current_r0", tmp_path / "0.5b" / "verl_r0"
+    # stand-ins for a Ray daemon that left the run's process group, and for another run's process
+    procs = {folder: subprocess.Popen(["sleep", "60"], env={**os.environ, "OUT": str(folder)}, start_new_session=True)
+             for folder in (mine, other)}
+    try:
+        assert bench.kill_leftovers(mine) == 1
+        assert procs[mine].wait(timeout=10) != 0  # killed
+        assert procs[other].poll() is None  # still running
+    finally:
+        for proc in procs.values():
+            proc.kill()
+            proc.wait()
+
+
 def _synthetic_run(folder: Path, steps: list[dict]) -> None:
     import json
 

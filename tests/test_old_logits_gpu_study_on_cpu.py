@@ -103,6 +103,7 @@ def test_pilot_report_is_computed_from_the_stored_runs(tmp_path):
 def test_runs_spread_over_the_cards_least_used_first():
     study = _script("old_logits_gpu_study")
     running = [SimpleNamespace(gpu=0), SimpleNamespace(gpu=0), SimpleNamespace(gpu=1)]
-    assert study.least_used_gpu(running, 2) == 1
-    assert study.least_used_gpu(running, 4) == 2
-    assert study.least_used_gpu(running, 1) is None  # one card: nothing to pick
+    assert study.least_used_gpu(running, [0, 1]) == 1
+    assert study.least_used_gpu(running, [0, 1, 2, 3]) == 2
+    assert study.least_used_gpu(running, [0, 3]) == 3  # only the cards named
+    assert study.least_used_gpu(running, []) is None  # no list: every run sees every card

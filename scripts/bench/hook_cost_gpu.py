@@ -167,9 +167,7 @@ def execute(run: Run, out: Path, models: Path, steps: int, timeout_s: float, kv_
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)  # the run's own process group
         log, _ = proc.communicate()
-        # Ray's daemons leave that group; the lent machine runs no other Ray, and an orphaned vLLM
-        # worker would hold the GPU memory the next run needs
-        subprocess.run(["ray", "stop", "--force"], check=False, capture_output=True)
+        kill_leftovers(folder)
     wall = time.perf_counter() - start
     (folder / "run_tail.log").write_bytes(log[-200_000:])
     subprocess.run(["rm", "-rf", str(folder / "data"), str(folder / "checkpoints")], check=False)
@@ -179,6 +177,24 @@ def execute(run: Run, out: Path, models: Path, steps: int, timeout_s: float, kv_
     else:
         (folder / "metrics.jsonl").unlink(missing_ok=True)
     return ok
+
+
+def kill_leftovers(folder: Path) -> int:
+    """Kills what a killed run left behind: Ray's daemons and workers leave the run's process group,
+    and an orphaned vLLM worker would hold the GPU memory the next run needs. They inherit the run's
+    environment, so its ``OUT`` (``folder``) names them; other runs on the machine (other Ray
+    clusters included) are left alone. Returns how many processes were killed."""
+    import psutil
+
+    killed = 0
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get("OUT") == str(folder):
+                proc.kill()
+                killed += 1
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return killed
 
 
 def run_all(args: argparse.Namespace) -> int:

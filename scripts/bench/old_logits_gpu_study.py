@@ -151,12 +151,12 @@ def available_host_gb() -> float:
     return psutil.virtual_memory().available / 2**30
 
 
-def least_used_gpu(running: list[subprocess.Popen], gpus: int) -> int | None:
-    """The card with the fewest running runs (None on a one-card machine: every run sees it)."""
-    if gpus <= 1:
+def least_used_gpu(running: list[subprocess.Popen], gpus: list[int]) -> int | None:
+    """Of the cards ``gpus``, the one with the fewest running runs (None without a list: every run
+    sees every card)."""
+    if not gpus:
         return None
-    load = [sum(p.gpu == g for p in running) for g in range(gpus)]
-    return load.index(min(load))
+    return min(gpus, key=lambda g: sum(p.gpu == g for p in running))
 
 
 def run_all(args: argparse.Namespace) -> None:
@@ -294,8 +294,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--parallel", type=int, default=6, help="runs at once, all cards together")
-    parser.add_argument("--gpus", type=int, default=1,
-                        help="cards of this machine: each run gets the least used one (CUDA_VISIBLE_DEVICES)")
+    parser.add_argument("--gpus", type=int, nargs="*", default=[], metavar="INDEX",
+                        help="cards to spread the runs over (e.g. --gpus 0 3): each run gets the least used one "
+                        "as its CUDA_VISIBLE_DEVICES; none given: every run sees every card")
     parser.add_argument("--kv-cache-bytes", type=int, default=1 << 30,
                         help="vLLM KV cache per run (skips its memory profiling); 0: profile, starts staggered")
     parser.add_argument("--start-gap-s", type=float, default=20.0, help="seconds between starts with a fixed KV cache")
