@@ -189,38 +189,40 @@ def _ray_ids() -> tuple[str, str]:
     return context.get_job_id(), context.get_session_name()
 
 
-def _patch_server_job_id(module: object) -> None:
-    """After verl's ``vLLMHttpServer.__init__`` set ``VERL_RAY_JOB_ID`` for the vLLM workers it
-    will start, scope it to this Ray cluster (the workers build their socket name from it)."""
-    cls = module.vLLMHttpServer
+def _run_after_init(cls: type, after: Callable[[object], None]) -> None:
+    """Make ``cls.__init__`` call ``after(self)`` once verl's own constructor has run (once)."""
     if getattr(cls.__init__, "_verl_ext_scoped", False):
         return
     original = cls.__init__
 
     def __init__(self, *args, **kwargs):
         original(self, *args, **kwargs)
-        job_id, session = _ray_ids()
-        os.environ["VERL_RAY_JOB_ID"] = scoped_job_id(job_id, session)
+        after(self)
 
     __init__._verl_ext_scoped = True
     cls.__init__ = __init__
+
+
+def _scope_worker_job_id(_server: object) -> None:
+    job_id, session = _ray_ids()
+    os.environ["VERL_RAY_JOB_ID"] = scoped_job_id(job_id, session)
+
+
+def _scope_trainer_socket(adapter) -> None:
+    job_id, session = _ray_ids()
+    adapter.zmq_handle = adapter.zmq_handle.replace(f"-zmq-{job_id}-", f"-zmq-{scoped_job_id(job_id, session)}-", 1)
+
+
+def _patch_server_job_id(module: object) -> None:
+    """After verl's ``vLLMHttpServer.__init__`` set ``VERL_RAY_JOB_ID`` for the vLLM workers it
+    will start, scope it to this Ray cluster (the workers build their socket name from it)."""
+    _run_after_init(module.vLLMHttpServer, _scope_worker_job_id)
 
 
 def _patch_adapter_socket(module: object) -> None:
     """After verl's ``ServerAdapter.__init__`` named the trainer's end of the socket, put the same
     scoped job id in it as the vLLM workers get."""
-    cls = module.ServerAdapter
-    if getattr(cls.__init__, "_verl_ext_scoped", False):
-        return
-    original = cls.__init__
-
-    def __init__(self, *args, **kwargs):
-        original(self, *args, **kwargs)
-        job_id, session = _ray_ids()
-        self.zmq_handle = self.zmq_handle.replace(f"-zmq-{job_id}-", f"-zmq-{scoped_job_id(job_id, session)}-", 1)
-
-    __init__._verl_ext_scoped = True
-    cls.__init__ = __init__
+    _run_after_init(module.ServerAdapter, _scope_trainer_socket)
 
 
 VLLM_PATCHES: tuple[Patch, ...] = (  # both or neither: the two ends must name the same socket
