@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from learning_runs import REPO, load_steps, mean_and_se, paired_verdict, write_section
+from learning_runs import REPO, load_steps, mean_and_se, paired_verdict, thread_caps, write_section
 
 HEADING = "## GPU: old-logit study"
 SCRIPT = REPO / "recipes/text_corridor/run_gpu.sh"
@@ -113,15 +113,6 @@ def environment() -> dict:
         except md.PackageNotFoundError:
             versions[name] = None
     return {"card": card, **versions}
-
-
-def thread_caps(parallel: int, cpus: int) -> dict[str, str]:
-    """Each run's share of the host's cores for its BLAS / OpenMP / torch thread pools. Left
-    unset, every process of every run sizes them to the whole machine: 20 runs on a 64-core host
-    (each a Ray cluster of tens of processes) reached the host's thread limit, and runs failed
-    with "can't start new thread" / OpenBLAS "pthread_create failed" (2026-11-28)."""
-    n = str(max(1, cpus // max(1, parallel)))
-    return {"OMP_NUM_THREADS": n, "OPENBLAS_NUM_THREADS": n, "MKL_NUM_THREADS": n}
 
 
 def start(spec: dict, gpu: int | None = None, threads: dict[str, str] | None = None) -> subprocess.Popen:
