@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from pathlib import Path
 
@@ -321,3 +322,42 @@ def test_decision_legibility_measures_what_the_rows_hold():
         assert last.endswith(legibility.last_observation(row)) and legibility.last_observation(row).startswith("Page (")
         assert f"Step {legibility.shown_step(row)}/" in last
         assert legibility.decided_subgoal(row).split()[0].isalpha()
+
+
+def test_hook_cost_runs_side_by_side_one_per_card_each_run_once(tmp_path, monkeypatch):
+    """``--gpus 0 1``: two workers, one per card, pull the interleaved plan; every run goes to one
+    card once, with that card and the thread caps in its environment."""
+    import json
+    import threading
+
+    bench = _script("hook_cost_gpu")
+    models = tmp_path / "models"
+    (models / "0.5b").mkdir(parents=True)  # the model exists: no make-tiny-model here
+    (models / "0.5b" / "config.json").write_text("{}")
+    (models / "0.5b" / "verl_ext_tiny_model.json").write_text(json.dumps({"parameters": 358_360_448}))
+    monkeypatch.setattr(bench, "describe_machine", lambda context: {"context": context})  # no GPU to describe
+    seen, lock, started = [], threading.Lock(), set()
+    both_cards_busy = threading.Barrier(2)  # each card's first run waits for the other's: side by side
+
+    def run_gpu_sh(run, out, models_dir, steps, timeout_s, kv_cache_bytes=0, extra_env=None):  # stands in for the recipe
+        with lock:
+            seen.append((run.arm, run.repeat, extra_env["CUDA_VISIBLE_DEVICES"], extra_env["OMP_NUM_THREADS"]))
+            first = extra_env["CUDA_VISIBLE_DEVICES"] not in started
+            started.add(extra_env["CUDA_VISIBLE_DEVICES"])
+        if first:
+            both_cards_busy.wait(timeout=30)
+        _synthetic_run(run.folder(out), [{} for _ in range(steps)])
+        return True
+
+    monkeypatch.setattr(bench, "execute", run_gpu_sh)
+    assert bench.main(["--points", "0.5b", "--repeats", "2", "--steps", "8", "--gpus", "0", "1",
+                       "--out", str(tmp_path / "out"), "--models", str(models)]) == 0
+    assert sorted((arm, repeat) for arm, repeat, _, _ in seen) == sorted(
+        (arm, r) for arm in bench.DEFAULT_ARMS for r in range(2))
+    assert {card for _, _, card, _ in seen} == {"0", "1"}
+    assert {threads for *_, threads in seen} == {bench.thread_caps(2, os.cpu_count() or 1)["OMP_NUM_THREADS"]}
+    # run again: everything is done, nothing runs
+    seen.clear()
+    assert bench.main(["--points", "0.5b", "--repeats", "2", "--steps", "8", "--gpus", "0", "1",
+                       "--out", str(tmp_path / "out"), "--models", str(models)]) == 0
+    assert seen == []

@@ -5,8 +5,10 @@ the precision), and an arm's command composes through verl's config checks."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -107,3 +109,35 @@ def test_runs_spread_over_the_cards_least_used_first():
     assert study.least_used_gpu(running, [0, 1, 2, 3]) == 2
     assert study.least_used_gpu(running, [0, 3]) == 3  # only the cards named
     assert study.least_used_gpu(running, []) is None  # no list: every run sees every card
+
+
+def test_each_run_gets_its_share_of_the_hosts_cores_for_its_thread_pools():
+    study = _script("old_logits_gpu_study")
+    assert study.thread_caps(16, 64) == {"OMP_NUM_THREADS": "4", "OPENBLAS_NUM_THREADS": "4", "MKL_NUM_THREADS": "4"}
+    assert study.thread_caps(6, 2)["OMP_NUM_THREADS"] == "1"  # never below one
+
+
+def test_a_failed_run_is_queued_again_and_its_wall_does_not_count(tmp_path, monkeypatch, capsys):
+    """A stand-in for run_gpu.sh that fails on its first start (as on a crowded host) and finishes on
+    its second: the study starts it again and records it done, with its thread caps set."""
+    study = _script("old_logits_gpu_study")
+    fake = tmp_path / "run_gpu.sh"
+    fake.write_text('if [ ! -e "$OUT/tried" ]; then touch "$OUT/tried"; exit 1; fi\n'
+                    'echo "$OMP_NUM_THREADS" > "$OUT/threads"\n'
+                    'for s in $(seq 1 "$STEPS"); do echo "{\\"step\\": $s, \\"data\\": {}}"; done > "$OUT/metrics.jsonl"\n')
+    monkeypatch.setattr(study, "SCRIPT", fake)
+    monkeypatch.setattr(study, "environment", lambda: {"card": "none"})  # no nvidia-smi here
+    monkeypatch.setattr(study.time, "sleep", lambda s: None)
+    args = SimpleNamespace(steps=2, seeds=[0], arms=["current"], out=tmp_path / "out", kv_cache_bytes=1 << 30,
+                           parallel=2, gpus=[], retries=1, budget_s=float("inf"), run_s=600.0, start_gap_s=0.0,
+                           stagger_s=0.0, min_free_gb=0.0)
+    for spec in study.all_specs(args):  # the tiny models exist: no make-tiny-model here
+        (Path(spec["env"]["MODEL"])).mkdir(parents=True)
+        (Path(spec["env"]["MODEL"]) / "config.json").write_text("{}")
+    study.run_all(args)
+    log = capsys.readouterr().out
+    assert log.count("FAILED (exit 1)") == 2 and log.count(": done in") == 2  # warm-ups 3 and 6, each once again
+    for spec in study.all_specs(args):
+        run = Path(spec["out"])
+        assert json.loads((run / "run.json").read_text())["ok"] is True
+        assert (run / "threads").read_text().strip() == study.thread_caps(2, os.cpu_count() or 1)["OMP_NUM_THREADS"]

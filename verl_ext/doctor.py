@@ -263,14 +263,15 @@ def main(argv: list[str]) -> int:
             if version is not None and version not in requirement.specifier:
                 state += f" (wants {requirement.specifier})"
             print(f"  [{extra}] {requirement.name:<16} {state}")
-    print("\npatches (cpu backend only):")
-    for patch in patches.PATCHES:
+    print("\npatches (the first ones on the cpu backend only, weight_socket_* wherever vLLM runs;"
+          " 'applied' counts this process only):")
+    for patch in (*patches.PATCHES, *patches.VLLM_PATCHES):
         state = "applied" if patch.name in patches.APPLIED else patches.SKIPPED.get(patch.name, "not applied")
         try:
-            needed = "still needed" if patch.still_needed() else "target changed: review the patch"
+            needed = "still needed" if patch.snippet_in_module_file() else "target changed: review the patch"
         except Exception as exc:  # noqa: BLE001
             needed = f"target missing: {exc!r}"
-        print(f"  {patch.name:<24} {state:<12} {needed}")
+        print(f"  {patch.name:<34} {state:<12} {needed}")
     print("\nGPU readiness (vLLM + FSDP):")
     lines, gpu_ready = gpu_checks.readiness_report()
     for line in lines:

@@ -27,6 +27,11 @@ with 128 GiB of host memory that is about 61 + 30 + 30 GB at the snapshot arm's 
 runs out of host memory, run the 7B point on a host with more (e.g. ``--points 7b`` on an
 ``nvidia-h200-x2`` machine with ``CUDA_VISIBLE_DEVICES=0``) and say so with ``--context``.
 
+Several cards. ``--gpus 0 1 2 3`` runs one run per card at a time, side by side, each card taking
+the plan's next run (the repeats stay interleaved across cards), with each run's OpenMP / BLAS
+thread pools capped to its share of the host's cores; a run never shares its card, so its step
+time is its own, while host noise hits the runs that run together alike.
+
 Device time. A run takes minutes (vLLM and FSDP start-up, then ``--steps``); all of them take
 hours. ``--budget-s`` stops before a run that would not finish in the time left; runs already
 done in ``--out`` (their ``metrics.jsonl`` reaches the last step) are skipped, so the same
@@ -64,13 +69,15 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_step_breakdown import HEADING  # noqa: E402
-from learning_runs import REPO, load_steps, write_section  # noqa: E402
+from learning_runs import REPO, load_steps, thread_caps, write_section  # noqa: E402
 
 TIME = "verl_ext/time/"
 MEM = "verl_ext/mem/"
@@ -152,13 +159,15 @@ def is_done(run: Run, out: Path, steps: int) -> bool:
     return steps in load_steps(run.folder(out) / "metrics.jsonl")
 
 
-def execute(run: Run, out: Path, models: Path, steps: int, timeout_s: float, kv_cache_bytes: int = 0) -> bool:
-    """One run; keeps ``metrics.jsonl``, ``run.json`` and the log's tail. False if it failed or ran
-    out of time (its folder is then cleared so that the next call starts it again)."""
+def execute(run: Run, out: Path, models: Path, steps: int, timeout_s: float, kv_cache_bytes: int = 0,
+            extra_env: dict[str, str] | None = None) -> bool:
+    """One run (``extra_env``: its card and thread caps); keeps ``metrics.jsonl``, ``run.json`` and
+    the log's tail. False if it failed or ran out of time (its folder is then cleared so that the next
+    call starts it again)."""
     folder = run.folder(out)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "metrics.jsonl").unlink(missing_ok=True)  # verl's file logger appends
-    env = {**os.environ, **run.env(out, models, steps, kv_cache_bytes)}
+    env = {**os.environ, **(extra_env or {}), **run.env(out, models, steps, kv_cache_bytes)}
     start = time.perf_counter()
     proc = subprocess.Popen(["bash", str(REPO / "recipes/text_corridor/run_gpu.sh"), *run.overrides()], cwd=REPO,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
@@ -208,21 +217,38 @@ def run_all(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     if not (args.out / "machine.json").exists():
         (args.out / "machine.json").write_text(json.dumps(describe_machine(args.context)))
+    for point in args.points:
+        if not (args.models / point / "config.json").exists():
+            subprocess.run(model_command(point, args.models), check=True)
+        _record_parameters(args.out, point, args.models)
+    todo = deque(run for run in runs if not is_done(run, args.out, args.steps))
+    cards = args.gpus or [None]
+    caps = thread_caps(len(cards), os.cpu_count() or 1) if len(cards) > 1 else {}
+    lock = threading.Lock()
     start = time.perf_counter()
-    for run in runs:
-        if is_done(run, args.out, args.steps):
-            continue
-        left = args.budget_s - (time.perf_counter() - start)
-        if left < expected_wall(args.out, run.point) * 1.2 or left < 60:
-            break
-        if not (args.models / run.point / "config.json").exists():
-            subprocess.run(model_command(run.point, args.models), check=True)
-        _record_parameters(args.out, run.point, args.models)
-        print(f"[hook_cost] {run.point} {run.arm} repeat {run.repeat}", flush=True)
-        t0 = time.perf_counter()
-        ok = execute(run, args.out, args.models, args.steps, timeout_s=left, kv_cache_bytes=args.kv_cache_bytes)
-        print(f"[hook_cost]   {'done' if ok else 'FAILED or out of time'} in {time.perf_counter() - t0:.0f} s",
-              flush=True)
+
+    def worker(card: int | None) -> None:
+        """Runs the plan's next run on ``card`` until the plan or the budget is used up."""
+        extra_env = {**caps, **({"CUDA_VISIBLE_DEVICES": str(card)} if card is not None else {})}
+        where = "" if card is None else f" (card {card})"
+        while True:
+            with lock:
+                left = args.budget_s - (time.perf_counter() - start)
+                if not todo or left < expected_wall(args.out, todo[0].point) * 1.2 or left < 60:
+                    return
+                run = todo.popleft()
+            print(f"[hook_cost] {run.point} {run.arm} repeat {run.repeat}{where}", flush=True)
+            t0 = time.perf_counter()
+            ok = execute(run, args.out, args.models, args.steps, timeout_s=left, kv_cache_bytes=args.kv_cache_bytes,
+                         extra_env=extra_env)
+            print(f"[hook_cost]   {run.point} {run.arm} repeat {run.repeat}{where}: "
+                  f"{'done' if ok else 'FAILED or out of time'} in {time.perf_counter() - t0:.0f} s", flush=True)
+
+    workers = [threading.Thread(target=worker, args=(card,)) for card in cards]
+    for thread in workers:
+        thread.start()
+    for thread in workers:
+        thread.join()
     left = [r for r in runs if not is_done(r, args.out, args.steps)]
     print(f"[hook_cost] {len(runs) - len(left)} of {len(runs)} runs done"
           + (f"; {len(left)} left: run the same command again" if left else ""))
@@ -382,6 +408,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--out", type=Path, default=REPO / "runs" / "hook_cost")
     parser.add_argument("--models", type=Path, default=Path("/tmp/verl_ext_hook_cost_models"))
+    parser.add_argument("--gpus", type=int, nargs="*", default=[], metavar="INDEX",
+                        help="cards to run on side by side, one run per card at a time, each pulling the plan's next run "
+                        "(CUDA_VISIBLE_DEVICES; thread pools capped to each run's share of the cores); none given: one "
+                        "run at a time on every card the process sees")
     parser.add_argument("--kv-cache-bytes", type=int, default=0,
                         help="a fixed vLLM KV cache per run (run_gpu.sh's KV_CACHE_BYTES): needed when other runs "
                         "share the card, whose freeing memory breaks vLLM's start-up profiling; 0: vLLM profiles")

@@ -38,6 +38,15 @@ def study_parser(description: str, out: Path, steps: int, seeds: list[int]) -> a
     return parser
 
 
+def thread_caps(parallel: int, cpus: int) -> dict[str, str]:
+    """Each run's share of the host's cores for its BLAS / OpenMP / torch thread pools. Left
+    unset, every process of every run sizes them to the whole machine: 20 runs on a 64-core host
+    (each a Ray cluster of tens of processes) reached the host's thread limit, and runs failed
+    with "can't start new thread" / OpenBLAS "pthread_create failed" (2026-11-28)."""
+    n = str(max(1, cpus // max(1, parallel)))
+    return {"OMP_NUM_THREADS": n, "OPENBLAS_NUM_THREADS": n, "MKL_NUM_THREADS": n}
+
+
 def load_steps(path: Path) -> dict[int, dict[str, float]]:
     """verl's ``file`` logger (one ``{"step", "data"}`` JSON object per line) -> {step: metrics}."""
     steps: dict[int, dict[str, float]] = {}

@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from learning_runs import REPO, load_steps, mean_and_se, paired_verdict, write_section
+from learning_runs import REPO, load_steps, mean_and_se, paired_verdict, thread_caps, write_section
 
 HEADING = "## GPU: old-logit study"
 SCRIPT = REPO / "recipes/text_corridor/run_gpu.sh"
@@ -103,8 +103,9 @@ def environment() -> dict:
     """Card and versions, recorded with every run."""
     import importlib.metadata as md
 
-    card = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
-                          capture_output=True, text=True).stdout.strip()
+    cards = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
+                           capture_output=True, text=True).stdout.strip().splitlines()
+    card = "; ".join(f"{cards.count(c)} x {c}" if cards.count(c) > 1 else c for c in dict.fromkeys(cards))
     versions = {}
     for name in ("torch", "vllm", "verl", "transformers"):
         try:
@@ -114,17 +115,18 @@ def environment() -> dict:
     return {"card": card, **versions}
 
 
-def start(spec: dict, gpu: int | None = None) -> subprocess.Popen:
+def start(spec: dict, gpu: int | None = None, threads: dict[str, str] | None = None) -> subprocess.Popen:
     run_dir = Path(spec["out"])
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "metrics.jsonl").unlink(missing_ok=True)  # verl's file logger appends
     model = Path(spec["env"]["MODEL"])
-    if not (model / "config.json").exists():  # head dim 256 / 4 = 64: vLLM's FlashAttention takes it
-        subprocess.run([sys.executable, "-m", "verl_ext.cli", "make-tiny-model", str(model), "--hidden-size",
-                        "256", "--layers", "4", "--seed", spec["env"]["SEED"]], check=True)
-    env = {**os.environ, **spec["env"], "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    env = {**os.environ, **(threads or {}), **spec["env"], "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     if gpu is not None:  # one card per run (N_GPUS=1): Ray and vLLM see only this one
         env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+    model = Path(spec["env"]["MODEL"])
+    if not (model / "config.json").exists():  # head dim 256 / 4 = 64: vLLM's FlashAttention takes it
+        subprocess.run([sys.executable, "-m", "verl_ext.cli", "make-tiny-model", str(model), "--hidden-size",
+                        "256", "--layers", "4", "--seed", spec["env"]["SEED"]], check=True, env=env)
     log = open(run_dir / "run.log", "w")
     proc = subprocess.Popen(["bash", str(SCRIPT), *spec["args"]], cwd=REPO, env=env, stdout=log,
                             stderr=subprocess.STDOUT)
@@ -132,8 +134,9 @@ def start(spec: dict, gpu: int | None = None) -> subprocess.Popen:
     return proc
 
 
-def finish(proc: subprocess.Popen, steps: int, env_info: dict) -> float:
-    """Records a run that ended (``run.json``, a line of progress); returns its wall time."""
+def finish(proc: subprocess.Popen, steps: int, env_info: dict) -> tuple[float, bool]:
+    """Records a run that ended (``run.json``, a line of progress); returns its wall time and
+    whether it reached its last step."""
     proc.log.close()
     wall = time.time() - proc.started
     run_dir = Path(proc.spec["out"])
@@ -141,7 +144,7 @@ def finish(proc: subprocess.Popen, steps: int, env_info: dict) -> float:
     (run_dir / "run.json").write_text(json.dumps({"wall_s": wall, "ok": ok, **env_info}))
     print(f"{proc.spec['arm']} warmup {proc.spec['warmup']} seed {proc.spec['seed']}: "
           f"{'done' if ok else f'FAILED (exit {proc.returncode})'} in {wall:.0f} s", flush=True)
-    return wall
+    return wall, ok
 
 
 def available_host_gb() -> float:
@@ -162,16 +165,25 @@ def least_used_gpu(running: list[subprocess.Popen], gpus: list[int]) -> int | No
 def run_all(args: argparse.Namespace) -> None:
     """Runs every unfinished spec, at most ``--parallel`` at once, starts spaced (see the module doc);
     starts none that would end after ``--budget-s`` (a run's expected wall time: the longest one
-    finished so far, else ``--run-s``), so a lent machine's hold ends with no run cut short."""
+    finished so far, else ``--run-s``), so a lent machine's hold ends with no run cut short. A run
+    that fails is queued again, up to ``--retries`` times (start-up failures on a crowded host are
+    mostly transient: a port taken between verl's pick and its bind, a thread limit)."""
     env_info = environment()
+    threads = thread_caps(args.parallel, os.cpu_count() or 1)
     began = time.time()
-    walls: list[float] = []
+    walls: list[float] = []  # of runs that finished: a failed run's short wall would understate a run's
     pending = [s for s in all_specs(args) if args.steps not in load_steps(Path(s["out"]) / "metrics.jsonl")]
+    tries = {s["out"]: 0 for s in pending}
     running: list[subprocess.Popen] = []
     while pending or running:
         for proc in [p for p in running if p.poll() is not None]:
-            walls.append(finish(proc, args.steps, env_info))
+            wall, ok = finish(proc, args.steps, env_info)
             running.remove(proc)
+            if ok:
+                walls.append(wall)
+            elif tries[proc.spec["out"]] < args.retries:
+                tries[proc.spec["out"]] += 1
+                pending.append(proc.spec)
         if pending and time.time() - began + max(walls, default=args.run_s) > args.budget_s:
             print(f"budget: {len(pending)} runs not started (the same command continues them)", flush=True)
             pending = []
@@ -182,7 +194,7 @@ def run_all(args: argparse.Namespace) -> None:
         else:
             may_start = since_last > args.stagger_s or (Path(last.spec["out"]) / "metrics.jsonl").exists()
         if pending and len(running) < args.parallel and may_start and available_host_gb() >= args.min_free_gb:
-            running.append(start(pending.pop(0), least_used_gpu(running, args.gpus)))
+            running.append(start(pending.pop(0), least_used_gpu(running, args.gpus), threads))
         time.sleep(5)
 
 
@@ -309,6 +321,7 @@ def main(argv: list[str]) -> int:
                         help="without a fixed KV cache: start the next run after the last one's first step, or after this long")
     parser.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS), metavar="ARM",
                         help=f"arms to run, in this order within each seed and warm-up (default: all: {list(ARMS)})")
+    parser.add_argument("--retries", type=int, default=1, help="times a failed run is queued again")
     parser.add_argument("--budget-s", type=float, default=float("inf"), help="start no run that would end after this")
     parser.add_argument("--run-s", type=float, default=600.0, help="a run's expected wall time until one has finished")
     parser.add_argument("--out", type=Path, default=REPO / "runs/old_logits_gpu_study")

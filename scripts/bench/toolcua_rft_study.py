@@ -98,8 +98,9 @@ def report(results: dict[str, Runs], probes: dict[str, dict[int, dict]], args, c
         f"{args.sft_steps} steps, the recipe's defaults), then the RFT stage alone (`SKIP_SFT=1 SKIP_RL=1`): "
         f"warm-up SFT of {args.warmup_steps} steps (lr {args.warmup_lr}) on both options of the 128 training "
         f"decisions, then {args.rft_steps} GRPO steps of {args.rft_batch} training decisions x {args.rft_n} "
-        f"samples, lr {args.rft_lr}, choice weight {args.choice_weight} (`{CHOICE}`) or 0 (`{GATED}`, from the "
-        f"same warm-up checkpoint, so its step 0 is `{CHOICE}`'s). Held-out: {args.val_rows} decisions of task instances disjoint from training "
+        f"samples, lr {args.rft_lr}, choice weight {args.choice_weight} (`{CHOICE}`)"
+        + (f" or 0 (`{GATED}`, from the same warm-up checkpoint, so its step 0 is `{CHOICE}`'s)" if GATED in args.arms else "")
+        + f". Held-out: {args.val_rows} decisions of task instances disjoint from training "
         f"(templates {args.templates}). Observations "
         + ("end with the task's items still to do (`SHOW_TODO=1`, in the SFT demonstrations, the warm-up and the "
            "decision rows alike)" if args.show_todo else "as the env renders them by default (`SHOW_TODO=0`)")

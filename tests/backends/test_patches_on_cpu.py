@@ -275,3 +275,67 @@ def test_rollout_side_providers_get_verls_vllm_replica_with_counting_servers_whi
     for rollout, provider in (("vllm", "snapshot"), ("hf", "interrupt")):  # nothing to count / hf counts natively
         with counting_rollout_replicas(rollout, provider):
             assert RolloutReplicaRegistry._registry["vllm"] is verls
+
+
+# --- verl's weight-transfer socket, per Ray cluster (applies wherever verl's vLLM rollout runs) ----
+@pytest.mark.parametrize("patch", patches.VLLM_PATCHES, ids=lambda p: p.name)
+def test_vllm_patch_target_still_exists_in_verls_source(patch):
+    # read, not imported: verl's vLLM modules need vllm, which the cpu install does not have
+    assert patch.snippet_in_module_file(), f"{patch.module} no longer contains {patch.snippet!r}"
+    doc = (REPO / "patches" / "weight_socket_per_cluster.md").read_text()
+    assert patch.module in doc and patch.snippet in doc
+
+
+def test_scoped_job_id_differs_between_ray_clusters_and_keeps_the_socket_path_short():
+    a = patches.scoped_job_id("01000000", "session_2026-11-28_07-35-12_123456_4242")
+    b = patches.scoped_job_id("01000000", "session_2026-11-28_07-35-12_123457_4243")
+    assert a != b and a.startswith("01000000-")
+    assert a == patches.scoped_job_id("01000000", "session_2026-11-28_07-35-12_123456_4242")  # every process agrees
+    path = f"/tmp/rl-colocate-zmq-{a}-replica-15-rank-7.sock"
+    assert len(path) < 107  # a Unix socket path's limit
+
+
+def test_both_ends_of_the_weight_socket_get_the_same_cluster_scoped_name():
+    """In a Ray process, the two wrapped constructors (around stand-ins doing exactly what the
+    patches' snippets in verl do) give the trainer's end and the vLLM workers' end the same name,
+    and a name other clusters' runs do not have."""
+    import os
+    import types
+
+    import ray
+
+    class vLLMHttpServer:  # noqa: N801 - verl's name: the line of vllm_async_server.py the patch targets
+        def __init__(self):
+            os.environ["VERL_RAY_JOB_ID"] = ray.get_runtime_context().get_job_id()
+
+    class ServerAdapter:  # vllm_rollout.py's naming of the trainer's end
+        def __init__(self, replica_rank=0, local_rank=0):
+            self.replica_rank = replica_rank
+            job_id = ray.get_runtime_context().get_job_id()
+            self.zmq_handle = f"ipc:///tmp/rl-colocate-zmq-{job_id}-replica-{self.replica_rank}-rank-{local_rank}.sock"
+
+    def worker_end(replica_rank=0, trainer_rank=0):  # utils.py's _get_zmq_handle, in the vLLM worker
+        job_id = os.environ.get("VERL_RAY_JOB_ID", "0")
+        return f"ipc:///tmp/rl-colocate-zmq-{job_id}-replica-{replica_rank}-rank-{trainer_rank}.sock"
+
+    server_module = types.SimpleNamespace(vLLMHttpServer=vLLMHttpServer)
+    adapter_module = types.SimpleNamespace(ServerAdapter=ServerAdapter)
+    saved = os.environ.get("VERL_RAY_JOB_ID")
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    try:
+        unscoped = ServerAdapter().zmq_handle
+        patches._patch_server_job_id(server_module)
+        patches._patch_adapter_socket(adapter_module)
+        patches._patch_adapter_socket(adapter_module)  # idempotent
+        vLLMHttpServer()
+        trainer_end = ServerAdapter().zmq_handle
+        assert trainer_end == worker_end()
+        assert trainer_end != unscoped
+        session = ray.get_runtime_context().get_session_name()
+        assert patches.scoped_job_id(ray.get_runtime_context().get_job_id(), session) in trainer_end
+    finally:
+        ray.shutdown()
+        if saved is None:
+            os.environ.pop("VERL_RAY_JOB_ID", None)
+        else:
+            os.environ["VERL_RAY_JOB_ID"] = saved

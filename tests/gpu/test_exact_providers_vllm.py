@@ -81,13 +81,15 @@ def test_rollout_side_provider_gives_exact_old_logits_on_vllm(provider, tmp_path
         assert sum(metrics[s]["old_logits/dedicated/scorer_segments"] for s in STEPS) > 0
         assert_clean_end(tmp_path)
         return
+    # a sync may find nothing new (the step's batch was all generated, and scored, before the last
+    # one), so segments are counted over the run; every sync counts what it scored and missed nothing
+    assert sum(metrics[s]["old_logits/interrupt/segments"] for s in STEPS) > 0
     for step in STEPS:
-        assert metrics[step]["old_logits/interrupt/segments"] > 0
+        assert metrics[step]["verl_ext/time/segment_scoring"] > 0  # the sync ran (and was timed)
         assert metrics[step]["old_logits/interrupt/unscorable_segments"] == 0
         # the sync had every segment the vLLM servers counted, aborted prefixes included
         assert metrics[step]["old_logits/interrupt/late_segments"] == 0
         assert metrics[step]["old_logits/interrupt/sync_timeouts"] == 0
-        assert metrics[step]["verl_ext/time/segment_scoring"] > 0
     assert (tmp_path / "checkpoints" / f"global_step_{LAST}" / "verl_ext_old_logits" / "rollout_side.pt").exists()
     assert_clean_end(tmp_path)
     run_script(SCRIPT, tmp_path, "trainer.resume_mode=auto", **RUN[provider], PROVIDER=provider,

@@ -87,6 +87,10 @@ def test_best_and_worse_choices_and_malformed_replies(tiny_model_dir, row):
     assert result["score"] == pytest.approx(1 + best / (1 + max(remaining.values())))
     assert result["tool_call"] == 0.0
 
+    # a function the row does not offer (the GUI tool's first piece, a tool's last): no valid call
+    result, _ = score(tiny_model_dir, row, hermes("computer_set", first[better]["arguments"]))
+    assert result["score"] == 0.0 and result["format_ok"] == 0.0 and result["choice"] == 0.0
+
     # malformed: keys loop and the JSON never closes; two calls; no call at all
     looping = '\n<tool_call>\n{"name": "computer_use", "arguments": {"action": "click", "element": 9, "text": "text"</tool_call>'
     for reply in (looping, hermes(**first[better]) + hermes(**first[better]), "Action: click the cell."):

@@ -1,4 +1,7 @@
-"""Runtime patches applied to verl where it has no extension point (cpu backend only).
+"""Runtime patches applied to verl where it has no extension point.
+
+``PATCHES`` apply on the cpu backend only; ``VLLM_PATCHES`` wherever verl imports its vLLM rollout
+(GPUs): verl's colocated weight-transfer socket named per Ray cluster.
 
 Each patch is version-guarded (verl 0.9.1 exactly), idempotent, applied by a post-import hook on
 the module it changes, and described in ``patches/<name>.md`` with the verl line it targets and
@@ -11,10 +14,13 @@ optimizer-step wrapper in ``verl_ext/old_logits/host.py``) are listed in ``patch
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import importlib.util
 import inspect
 import logging
 import os
+from pathlib import Path
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -41,6 +47,13 @@ class Patch:
     def still_needed(self) -> bool:
         """True while verl still contains the code this patch works around."""
         return self.snippet in self.target_source()
+
+    def snippet_in_module_file(self) -> bool:
+        """``still_needed`` without importing ``module`` (verl's vLLM modules need vllm to import):
+        the snippet is in the module's source file."""
+        root = Path(importlib.util.find_spec("verl").submodule_search_locations[0])
+        path = root.joinpath(*self.module.split(".")[1:]).with_suffix(".py")
+        return self.snippet in path.read_text()
 
 
 APPLIED: list[str] = []
@@ -151,6 +164,85 @@ PATCHES: tuple[Patch, ...] = (
 )
 
 
+# --- verl's colocated weight-transfer socket, per Ray cluster (every backend with vLLM) -----------
+# verl names the ZMQ socket through which the trainer sends each weight version to its colocated vLLM
+# workers ``/tmp/rl-colocate-zmq-<ray job id>-replica-<r>-rank-<k>.sock``: the trainer side in
+# ``ServerAdapter.__init__``, the vLLM worker side from ``VERL_RAY_JOB_ID``, which
+# ``vLLMHttpServer.__init__`` sets for the workers it starts. Every Ray cluster that ``main_ppo``
+# starts numbers its first job ``01000000``, so concurrent runs on one host share the path and one
+# run's vLLM worker can read another run's weight messages (seen: docs/gpu.md, "Several runs on one
+# host"). Both sides get the Ray cluster's session in the job-id part of the name.
+SCOPE_SWITCH = "VERL_EXT_SCOPE_WEIGHT_SOCKET"  # "0": leave verl's socket name alone
+
+
+def scoped_job_id(job_id: str, session_name: str) -> str:
+    """``job_id`` made unique per Ray cluster: a short hash of the cluster's session name (the same
+    in every process of a cluster, different between clusters). Short, because the socket path must
+    stay under the 107 characters a Unix socket path may have."""
+    return f"{job_id}-{hashlib.sha1(session_name.encode()).hexdigest()[:8]}"
+
+
+def _ray_ids() -> tuple[str, str]:
+    import ray
+
+    context = ray.get_runtime_context()
+    return context.get_job_id(), context.get_session_name()
+
+
+def _run_after_init(cls: type, after: Callable[[object], None]) -> None:
+    """Make ``cls.__init__`` call ``after(self)`` once verl's own constructor has run (once)."""
+    if getattr(cls.__init__, "_verl_ext_scoped", False):
+        return
+    original = cls.__init__
+
+    def __init__(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        after(self)
+
+    __init__._verl_ext_scoped = True
+    cls.__init__ = __init__
+
+
+def _scope_worker_job_id(_server: object) -> None:
+    job_id, session = _ray_ids()
+    os.environ["VERL_RAY_JOB_ID"] = scoped_job_id(job_id, session)
+
+
+def _scope_trainer_socket(adapter) -> None:
+    job_id, session = _ray_ids()
+    adapter.zmq_handle = adapter.zmq_handle.replace(f"-zmq-{job_id}-", f"-zmq-{scoped_job_id(job_id, session)}-", 1)
+
+
+def _patch_server_job_id(module: object) -> None:
+    """After verl's ``vLLMHttpServer.__init__`` set ``VERL_RAY_JOB_ID`` for the vLLM workers it
+    will start, scope it to this Ray cluster (the workers build their socket name from it)."""
+    _run_after_init(module.vLLMHttpServer, _scope_worker_job_id)
+
+
+def _patch_adapter_socket(module: object) -> None:
+    """After verl's ``ServerAdapter.__init__`` named the trainer's end of the socket, put the same
+    scoped job id in it as the vLLM workers get."""
+    _run_after_init(module.ServerAdapter, _scope_trainer_socket)
+
+
+VLLM_PATCHES: tuple[Patch, ...] = (  # both or neither: the two ends must name the same socket
+    Patch(
+        name="weight_socket_per_cluster_server",
+        module="verl.workers.rollout.vllm_rollout.vllm_async_server",
+        target="vLLMHttpServer.__init__",
+        snippet='os.environ["VERL_RAY_JOB_ID"] = ray.get_runtime_context().get_job_id()',
+        apply=_patch_server_job_id,
+    ),
+    Patch(
+        name="weight_socket_per_cluster_adapter",
+        module="verl.workers.rollout.vllm_rollout.vllm_rollout",
+        target="ServerAdapter.__init__",
+        snippet='self.zmq_handle = f"ipc:///tmp/rl-colocate-zmq-{job_id}-replica-{self.replica_rank}-rank-{local_rank}.sock"',
+        apply=_patch_adapter_socket,
+    ),
+)
+
+
 def cpu_backend_active() -> bool:
     return os.environ.get("VERL_PLATFORM", "").strip().lower() == "cpu"
 
@@ -168,8 +260,11 @@ def _apply(patch: Patch) -> None:
 
 
 def install() -> None:
-    """Apply each patch when its verl module is imported (only on the cpu backend)."""
-    if not cpu_backend_active():
-        return
-    for patch in PATCHES:
+    """Apply each patch when its verl module is imported: ``PATCHES`` on the cpu backend only,
+    ``VLLM_PATCHES`` everywhere unless ``VERL_EXT_SCOPE_WEIGHT_SOCKET=0`` (set it for the whole
+    run: the trainer's and the servers' processes must agree)."""
+    selected = list(PATCHES) if cpu_backend_active() else []
+    if os.environ.get(SCOPE_SWITCH, "1").strip() != "0":
+        selected += VLLM_PATCHES
+    for patch in selected:
         when_imported(patch.module, lambda patch=patch: _apply(patch))

@@ -14,8 +14,11 @@ leaves the reply's calls (verl's tool parser) in ``extra_info["decision_calls"]`
   (the reward below, unchanged); the recipe's RFT stage sets it (``RFT_CHOICE_WEIGHT``). With
   ``choice_weight >= format_weight + 1`` a right choice with broken arguments scores at least as
   much as a wrong choice written perfectly (whose ``R_path`` is below 1);
-- ``R_fmt`` = 1 when the reply holds exactly one parseable function call (the ``hybrid_gui_tool``
-  loop's ``valid_call_rate`` rule; ToolCUA's format term), else 0 and ``R = 0``;
+- ``R_fmt`` = 1 when the reply holds exactly one parseable call of a function the row offers (the
+  ``hybrid_gui_tool`` loop's ``valid_call_rate`` rule; ToolCUA's format term), else 0 and ``R_path =
+  0``. A name the row does not offer is no call an environment could run: the cpu tiny model, whose
+  tokenizer splits names into shared pieces, learnt under RL to write ``computer_set`` (the GUI
+  tool's first piece, a tool's last) while such a call still scored as a wasted step;
 - ``R_path = best / remaining``: ``remaining`` = steps to the end of the task after this call,
   ``best`` = the fewest over the choices (so the shorter choice scores 1, the longer one
   ``best / remaining`` < 1). The call is the first call of the GUI or the tool option when it
@@ -37,6 +40,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Collection
 from typing import Any
 
 from verl_ext.envs.core import GUI_TOOL_NAME
@@ -89,7 +93,8 @@ def classify_call(call: dict[str, Any], first_calls: dict[str, dict[str, Any]], 
 
 
 def decision_reward(calls: list[dict[str, Any]], decision: dict[str, Any], format_weight: float = 1.0,
-                    reply: str | None = None, choice_weight: float = 0.0) -> dict[str, float]:
+                    reply: str | None = None, choice_weight: float = 0.0,
+                    offered: Collection[str] | None = None) -> dict[str, float]:
     """Reward and components of one reply at one decision.
 
     Args:
@@ -100,6 +105,8 @@ def decision_reward(calls: list[dict[str, Any]], decision: dict[str, Any], forma
         decision: the row's ``extra_info["decision"]``: ``remaining`` ({gui, tool}: steps to the end
             after each option), ``best``, ``better``, ``first_calls`` (JSON text or dict), ``app_tools``.
         format_weight: weight of ``R_fmt``.
+        offered: the names of the functions the row offers (its ``tools``); a call of any other name
+            is not a valid call. None: every parsed name counts as a call.
 
     Returns:
         ``score`` and ``format_ok``, ``path`` (``R_path``), ``exact`` (the call is an option's first
@@ -118,7 +125,7 @@ def decision_reward(calls: list[dict[str, Any]], decision: dict[str, Any], forma
     out = {"format_ok": 0.0, "path": 0.0, "exact": 0.0, "chose_better": 0.0, "tool_call": 0.0,
            "better_tool": float(decision["better"] == "tool"), "better_gui": float(decision["better"] == "gui"),
            "extra_steps": 0.0}
-    if len(calls) == 1:
+    if len(calls) == 1 and (offered is None or calls[0]["name"] in offered):
         first_calls = decision["first_calls"]
         first_calls = json.loads(first_calls) if isinstance(first_calls, str) else first_calls
         try:
@@ -151,5 +158,7 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_
         raise KeyError(f"decision reward needs extra_info.{CALLS_KEY} (written by the decision_turn agent loop) and "
                        "extra_info.decision (rows of `verl-ext prepare-data text_hybrid_decisions`); set the rows' "
                        "agent_name to decision_turn")
+    tools = extra_info.get("tools")
+    offered = None if tools is None else [t["function"]["name"] for t in (json.loads(tools) if isinstance(tools, str) else tools)]
     return decision_reward(list(extra_info[CALLS_KEY]), extra_info["decision"], format_weight,
-                           reply=solution_str, choice_weight=choice_weight)
+                           reply=solution_str, choice_weight=choice_weight, offered=offered)
