@@ -119,7 +119,6 @@ def start(spec: dict, gpu: int | None = None, threads: dict[str, str] | None = N
     run_dir = Path(spec["out"])
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "metrics.jsonl").unlink(missing_ok=True)  # verl's file logger appends
-    model = Path(spec["env"]["MODEL"])
     env = {**os.environ, **(threads or {}), **spec["env"], "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     if gpu is not None:  # one card per run (N_GPUS=1): Ray and vLLM see only this one
         env["CUDA_VISIBLE_DEVICES"] = str(gpu)

@@ -12,7 +12,6 @@ in ``extra_fields["decision_calls"]`` (verl's reward loop merges ``extra_fields`
 
 from __future__ import annotations
 
-import json
 from typing import Any
 from uuid import uuid4
 
@@ -21,7 +20,7 @@ from verl.experimental.agent_loop.tool_parser import ToolParser
 from verl.tools.schemas import OpenAIFunctionToolSchema
 from verl.utils.profiler import simple_timer
 
-from verl_ext.rewards.decision_reward import CALLS_KEY
+from verl_ext.rewards.decision_reward import CALLS_KEY, row_tools
 
 
 @register("decision_turn")
@@ -37,10 +36,11 @@ class DecisionTurnAgentLoop(AgentLoopBase):
     @staticmethod
     def tools_of(extra_info: dict[str, Any]) -> list[dict[str, Any]]:
         """The row's tool schemas (``extra_info.tools``, JSON text)."""
-        if "tools" not in extra_info:
+        tools = row_tools(extra_info)
+        if tools is None:
             raise ValueError("decision_turn needs the episode's tool schemas in extra_info.tools; build the rows "
                              "with `verl-ext prepare-data text_hybrid_decisions`")
-        return json.loads(extra_info["tools"]) if isinstance(extra_info["tools"], str) else list(extra_info["tools"])
+        return tools
 
     async def prompt_ids(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[int]:
         """The prompt tokens of a decision row: ``messages`` with the row's ``tools``."""

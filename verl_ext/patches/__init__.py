@@ -20,9 +20,9 @@ import importlib.util
 import inspect
 import logging
 import os
-from pathlib import Path
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from verl_ext import VERL_VERSION
 from verl_ext._post_import import when_imported

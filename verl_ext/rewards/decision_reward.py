@@ -50,6 +50,15 @@ CALLS_KEY = "decision_calls"  # where the decision_turn loop leaves the parsed c
 _NAME = re.compile(r'"name"\s*:\s*"([^"\\]*)"')
 
 
+def row_tools(extra_info: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """A decision row's tool schemas (``extra_info["tools"]``: JSON text as the rows store it, or a
+    list); None when the row has none."""
+    tools = extra_info.get("tools")
+    if tools is None:
+        return None
+    return json.loads(tools) if isinstance(tools, str) else list(tools)
+
+
 def named_function(reply: str) -> str | None:
     """The function the reply names first (its first ``"name": "<fn>"``), parseable or not; None when
     it names none. ``'{"name": "settings_set", "arguments": "click", "click"'`` names ``settings_set``."""
@@ -158,7 +167,7 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_
         raise KeyError(f"decision reward needs extra_info.{CALLS_KEY} (written by the decision_turn agent loop) and "
                        "extra_info.decision (rows of `verl-ext prepare-data text_hybrid_decisions`); set the rows' "
                        "agent_name to decision_turn")
-    tools = extra_info.get("tools")
-    offered = None if tools is None else [t["function"]["name"] for t in (json.loads(tools) if isinstance(tools, str) else tools)]
+    tools = row_tools(extra_info)
+    offered = None if tools is None else [t["function"]["name"] for t in tools]
     return decision_reward(list(extra_info[CALLS_KEY]), extra_info["decision"], format_weight,
                            reply=solution_str, choice_weight=choice_weight, offered=offered)
