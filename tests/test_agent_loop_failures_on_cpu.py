@@ -41,6 +41,24 @@ def test_half_failed_trains_on_more_than_half_stops_naming_the_error_and_count()
     assert "test_agent_loop_failures_on_cpu.py" in str(info.value)  # where it was raised
 
 
+def test_a_worker_counts_each_run_when_it_ends_and_answers_on_its_own_event_loop():
+    """Success and failure of a run land in one window; the count request is served by a
+    concurrency group of its own, so it does not wait behind the agent loops' event loop."""
+    import asyncio
+    import threading
+
+    from verl_ext.agent_loops.failures import COUNTS_GROUP, FailureCountingAgentLoopWorker
+
+    worker = FailureCountingAgentLoopWorker.__new__(FailureCountingAgentLoopWorker)  # verl's __init__ needs a cluster
+    worker._verl_ext_counts, worker._verl_ext_counts_lock = RunCounts(), threading.Lock()
+    worker._count_run(None)
+    worker._count_run("ValueError: a")
+    worker._count_run("ValueError: b")
+    assert asyncio.run(worker.pop_run_counts()) == RunCounts(3, 2, "ValueError: a")
+    assert asyncio.run(worker.pop_run_counts()) == RunCounts()
+    assert worker.pop_run_counts.__ray_concurrency_group__ == COUNTS_GROUP
+
+
 def test_the_verl_ext_trainers_select_the_counting_manager_unless_one_is_set():
     from omegaconf import OmegaConf
 

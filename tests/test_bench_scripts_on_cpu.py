@@ -164,7 +164,8 @@ def test_hook_cost_table_is_computed_from_the_run_metrics(tmp_path):
     assert "| snapshot | 1 x 5 | 10.00 | 3.00% | save wait ≤ 1%: met | 2.040 | 1.96x | 0 | 1.86 GiB (2.00x) |" in text
     assert "| verl | 1 x 5 | 10.00 | — | — | 1.040 | 1.00x | 0 | 0 |" in text
     assert "| advantages | 1.00% | 0.00% |" in text and "| snapshot_save_wait | 0.00% | 0.50% |" in text
-    assert "take 0.500 s per step, 0.48x verl's own old-log-prob phase (1.040 s)" in text
+    assert "| **all hooks** | 4.50% | 3.00% |" in text  # per-hook means add up to the mean total
+    assert "take 0.500 s per step on average, 0.48x verl's own old-log-prob phase (1.040 s)" in text
     assert "Targets missed: 0.5b current: hooks 4.50% > 3%: missed by 1.50 pp (largest hook: advantages" in text
     doc = tmp_path / "benchmarks.md"
     doc.write_text("# Benchmarks\n\n## GPU: per-step breakdown\n\nold table\n\n## next\n\nkept\n")

@@ -87,7 +87,7 @@ def test_pilot_report_is_computed_from_the_stored_runs(tmp_path):
     """docs/benchmarks.md's "GPU: old-logit study" (the one-seed H200 pilot) from its stored runs:
     the learning-phase cells are the means of the runs' own metrics, one seed gives no verdicts."""
     study = _script("old_logits_gpu_study")
-    results = REPO / "docs" / "bench_results" / "old_logits_gpu_pilot_h200"
+    results = REPO / "docs" / "bench_results" / "old_logits_gpu_study_h200"
     doc = tmp_path / "benchmarks.md"
     assert study.main(["--report-only", "--out", str(results), "--seeds", "0", "--doc", str(doc)]) == 0
     text = doc.read_text()
@@ -141,3 +141,32 @@ def test_a_failed_run_is_queued_again_and_its_wall_does_not_count(tmp_path, monk
         run = Path(spec["out"])
         assert json.loads((run / "run.json").read_text())["ok"] is True
         assert (run / "threads").read_text().strip() == study.thread_caps(2, os.cpu_count() or 1)["OMP_NUM_THREADS"]
+
+
+def test_keep_runs_copies_finished_runs_cut_to_what_the_report_reads(tmp_path):
+    """A machine's --out folder into the repository's results: finished runs only, each metric the
+    report or the EWMA calibration line reads kept, the rest dropped, stored runs left alone."""
+    study = _script("old_logits_gpu_study")
+    source, out = tmp_path / "machine", tmp_path / "results"
+
+    def write_run(root: Path, arm: str, seed: int, steps: int) -> Path:
+        folder = root / "warmup3" / study.slug(arm) / f"seed{seed}"
+        folder.mkdir(parents=True)
+        rows = [{"step": t, "data": {study.SUCCESS: 0.5, "old_logits/ewma/age_steps": 3.0, "perf/mfu": 0.1}}
+                for t in range(1, steps + 1)]
+        (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        (folder / "run.json").write_text(json.dumps({"wall_s": 400.0}))
+        return folder
+
+    write_run(source, "ewma", 0, 4)
+    write_run(source, "current", 0, 3)  # cut short: not kept
+    write_run(source, "snapshot", 0, 4)
+    stored = write_run(out, "snapshot", 0, 4)
+    stored_text = (stored / "metrics.jsonl").read_text()
+    args = SimpleNamespace(out=out, steps=4, seeds=[0], arms=["current", "snapshot", "ewma"], kv_cache_bytes=0)
+    assert study.keep_runs(source, args) == ["ewma warmup 3 seed 0"]
+    kept = study.load_steps(out / "warmup3" / "ewma" / "seed0" / "metrics.jsonl")
+    assert sorted(kept) == [1, 2, 3, 4] and kept[4] == {study.SUCCESS: 0.5, "old_logits/ewma/age_steps": 3.0}
+    assert json.loads((out / "warmup3" / "ewma" / "seed0" / "run.json").read_text())["wall_s"] == 400.0
+    assert not (out / "warmup3" / "current").exists()
+    assert (stored / "metrics.jsonl").read_text() == stored_text

@@ -88,6 +88,10 @@ ARMS = {"current": "current", "snapshot": "snapshot", "ewma": "ewma", "loglinear
         "dedicated": "dedicated", "interrupt": "interrupt"}
 DEFAULT_ARMS = ["current", "snapshot", "ewma", "loglinear", PLAIN]
 TARGET_SHARE = {"current": 0.03, "ewma": 0.03, "loglinear": 0.03}  # of the step, all hooks together
+# Timed by the workers on the GPU stream (verl_ext.old_logits.host.WORKER_SWAP_HOOK): the driver's
+# call returns before the copies end, and the next span on the driver (an extra forward) may wait for
+# them, so adding both counts that wait twice: the total is an upper bound by up to this hook's time.
+DEVICE_ONLY = ("weight_swap_gpu",)
 SNAPSHOT_WAIT_TARGET = 0.01  # the save wait left on the critical path
 COMMON_ENV = {"ADV": "grpo", "LOSS": "vanilla", "MODE": "colocate_async", "ROLLOUT": "vllm", "N_GPUS": "1"}
 # every arm: no checkpoint (a 7B one is ~100 GB and no part of a step)
@@ -301,6 +305,18 @@ def median_of(steps: list[dict], value) -> float:
     return statistics.median(values) if values else float("nan")
 
 
+def mean_of(steps: list[dict], value) -> float:
+    """Mean of ``value(step_metrics)`` over the steps where it is defined (NaN if none): a hook
+    that runs on some steps only (extra forwards on the steps whose batch spans several weight
+    versions) has a median of 0 but a real cost, which the mean keeps."""
+    values = [v for v in (value(m) for m in steps) if v is not None]
+    return statistics.fmean(values) if values else float("nan")
+
+
+def _ratio(x: float, base: float) -> str:
+    return "—" if x != x or base != base or not base else f"{x / base:.2f}x"
+
+
 def hook_share(hook: str):
     """A step's share of ``timing_s/step`` spent in ``hook`` (0 on a step where it did not run)."""
     return lambda m: m.get(f"{TIME}{hook}", 0.0) / m["timing_s/step"] if TOTAL in m else None
@@ -374,25 +390,38 @@ def table(results: Path, warmup: int) -> str:
             wait = median_of(arm_steps, hook_share("snapshot_save_wait"))
             cell, miss = target_cell(arm, share, wait)
             if miss:
-                top = max(hooks, key=lambda h: median_of(arm_steps, hook_share(h)))
+                top = max(hooks, key=lambda h: mean_of(arm_steps, hook_share(h)))
                 missed.append(f"{point} {arm}: {miss} (largest hook: {top}, "
-                              f"{_pct(median_of(arm_steps, hook_share(top)))} of the step)")
+                              f"{_pct(mean_of(arm_steps, hook_share(top)))} of the step on average)")
             old = median_of(arm_steps, lambda m: m.get("timing_s/old_log_prob"))
             lines.append(
                 f"| {arm} | {len(runs[arm])} x {len(arm_steps) // max(1, len(runs[arm]))} "
                 f"| {median_of(arm_steps, lambda m: m.get('timing_s/step')):.2f} | {_pct(share)} | {cell} "
-                f"| {old:.3f} | {old / plain_old:.2f}x | {_bytes(memory(arm_steps, 'gpu'), fp32)} "
+                f"| {old:.3f} | {_ratio(old, plain_old)} | {_bytes(memory(arm_steps, 'gpu'), fp32)} "
                 f"| {_bytes(memory(arm_steps, 'host'), fp32)} |"
             )
         ext_arms = [a for a in steps if a != PLAIN]
-        lines += ["", "| hook: share of step | " + " | ".join(ext_arms) + " |", "|---|" + "---|" * len(ext_arms)]
+        lines += ["", "Each hook's share of the step, **mean** over the same steps (a hook that runs on some "
+                  "steps only has a median of 0); the last row, their sum, is the mean of the total share:", "",
+                  "| hook: share of step (mean) | " + " | ".join(ext_arms) + " |", "|---|" + "---|" * len(ext_arms)]
         for hook in hooks:
-            lines.append(f"| {hook} | " + " | ".join(_pct(median_of(steps[a], hook_share(hook))) for a in ext_arms) + " |")
-        if "snapshot" in steps:
-            extra = median_of(steps["snapshot"], lambda m: m.get(f"{TIME}extra_forwards", 0.0) if TOTAL in m else None)
-            lines += ["", f"`snapshot`'s extra forwards (one per weight version present beyond the first) take "
-                      f"{extra:.3f} s per step, {extra / plain_old:.2f}x verl's own old-log-prob phase "
-                      f"({plain_old:.3f} s), which is their floor."]
+            lines.append(f"| {hook} | " + " | ".join(_pct(mean_of(steps[a], hook_share(hook))) for a in ext_arms) + " |")
+        lines.append("| **all hooks** | " + " | ".join(_pct(mean_of(steps[a], lambda m: m.get(SHARE))) for a in ext_arms)
+                     + " |")
+        for arm in (a for a in ext_arms if any(f"{TIME}{h}" in m for h in DEVICE_ONLY for m in steps[a])):
+            without = median_of(steps[arm], lambda m: (m[SHARE] - sum(m.get(f"{TIME}{h}", 0.0) for h in DEVICE_ONLY)
+                                                      / m["timing_s/step"]) if SHARE in m else None)
+            lines += ["", f"`{arm}`: {', '.join(DEVICE_ONLY)} is GPU-stream time of the weight copies, which the "
+                      "driver's next span may also wait for; without it the hooks' share is "
+                      f"{_pct(without)} (median), the lower bound of the total above."]
+        for arm in ("snapshot", "ewma"):
+            extra = mean_of(steps.get(arm, []), lambda m: m.get(f"{TIME}extra_forwards", 0.0) if TOTAL in m else None)
+            if extra == extra and extra > 0:
+                lines += ["", f"`{arm}`'s extra forwards (one per weight set a batch needs beyond verl's own pass: "
+                          + ("the older versions present" if arm == "snapshot" else
+                             "the EWMA weights, on steps with stale tokens; fresh tokens keep verl's exact pass")
+                          + f") take {extra:.3f} s per step on average, {_ratio(extra, plain_old)} verl's own "
+                          f"old-log-prob phase ({plain_old:.3f} s), which is their floor."]
     lines += ["", "Targets missed: " + "; ".join(missed) + "." if missed else
               "Every target is met: `current`, `ewma` and `loglinear` hooks at most 3% of the step, `snapshot`'s "
               "save wait at most 1%.", ""]

@@ -24,7 +24,9 @@ Each run writes ``metrics.jsonl`` and ``run.json`` (wall time, card, versions) u
 ``--out/<warmup>/<arm>/seed<k>``; finished runs are reused. The report (``--report-only`` to
 re-write it) is the section ``## GPU: old-logit study`` of docs/benchmarks.md: success curve, area
 under it, steps to 0.8, masked fraction by cause (fresh = numerics, stale), clip fraction, max IS
-ratio, collapses, time per step; mean ± SE, differences paired by seed with 2-SE verdicts.
+ratio, collapses, time per step; mean ± SE, differences paired by seed with 2-SE verdicts (over the
+seeds an arm shares with ``current``). ``--keep-runs SOURCE`` copies the finished runs of a machine's
+``--out`` into the repository's results folder, cut to the metrics the report reads.
 
     python scripts/bench/old_logits_gpu_study.py --dry-run        # every arm's command, runs nothing
     python scripts/bench/old_logits_gpu_study.py --steps 60 --seeds 0 1 2
@@ -70,6 +72,18 @@ ARMS: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {  # label -> (env, ex
     "current, fp32 rollout": ({"PROVIDER": "current", "ROLLOUT_DTYPE": "float32"}, FP32_TRAINER),
     "snapshot, fp32 rollout": ({"PROVIDER": "snapshot", "ROLLOUT_DTYPE": "float32"}, FP32_TRAINER),
 }
+# What the report and the EWMA calibration check read: --keep-runs cuts a run's metrics.jsonl to these
+# (a 60-step run logs ~160 metrics a step, 0.4 MB; these make it 35 kB).
+REPORT_KEYS = (
+    "critic/score/mean", "val-aux/verl_ext/text_corridor/success/mean@1", "actor/pg_clipfrac", "timing_s/step",
+    "rollout_corr/kl", "rollout_corr/rollout_is_max", "training/rollout_probs_diff_max",
+    "training/off_policy/trajectory_staleness/max", "training/off_policy/trajectory_staleness/mean",
+    "old_logits/stale/version_gap_max", "old_logits/correction/stale_token_frac",
+    *(f"old_logits/correction/{what}_{cause}" for what in ("masked", "truncated")
+      for cause in ("fresh", "stale", "staleness_excess")),
+    "old_logits/ewma/beta", "old_logits/ewma/age_steps", "old_logits/token_age_steps/mean",
+    "old_logits/token_age_steps/stale_mean",
+)
 WARMUPS = (3, 6)
 SUCCESS = "critic/score/mean"  # the episode success (verl_ext.rewards.text_env)
 VAL_SUCCESS = "val-aux/verl_ext/text_corridor/success/mean@1"
@@ -197,6 +211,28 @@ def run_all(args: argparse.Namespace) -> None:
         time.sleep(5)
 
 
+def keep_runs(source: Path, args: argparse.Namespace) -> list[str]:
+    """Copies every run of the plan that reached ``--steps`` under ``source`` (another machine's
+    ``--out``) into ``--out``, its metrics cut to ``REPORT_KEYS``; an existing finished run is kept.
+    Returns the runs copied."""
+    copied = []
+    for spec in all_specs(args):
+        src = source / Path(spec["out"]).relative_to(args.out)
+        dst = Path(spec["out"])
+        if args.steps not in load_steps(src / "metrics.jsonl") or args.steps in load_steps(dst / "metrics.jsonl"):
+            continue
+        dst.mkdir(parents=True, exist_ok=True)
+        with open(src / "metrics.jsonl") as lines, open(dst / "metrics.jsonl", "w") as cut:
+            for line in lines:
+                record = json.loads(line)
+                record["data"] = {k: v for k, v in record["data"].items() if k in REPORT_KEYS}
+                cut.write(json.dumps(record) + "\n")
+        if (src / "run.json").exists():
+            (dst / "run.json").write_text((src / "run.json").read_text())
+        copied.append(f"{spec['arm']} warmup {spec['warmup']} seed {spec['seed']}")
+    return copied
+
+
 # --- report --------------------------------------------------------------------------------------
 def per_seed(runs: dict[int, dict], key: str, steps: list[int]) -> np.ndarray:
     """(seeds, steps) of ``key``, NaN where absent."""
@@ -288,14 +324,24 @@ def report(args: argparse.Namespace) -> str:
         lines += ["", f"Masked and truncated fractions, clip fraction, max IS ratio and time per step: means over "
                   f"steps 1-{args.phase_steps} (the learning phase). Differences paired by seed (final success; "
                   "success AUC; masked, stale tokens):", ""]
-        paired = [arm for arm in rows if arm != "current" and "current" in rows and len(arms[arm]) >= 2
-                  and set(arms[arm]) == set(arms["current"])]
+        common = {arm: sorted(set(arms[arm]) & set(arms.get("current", {}))) for arm in rows if arm != "current"}
+        paired = [arm for arm, seeds in common.items() if len(seeds) >= 2]
         if not paired:
             lines.append("- no arm shares two or more seeds with `current`: no paired differences.")
         for arm in paired:
-            lines.append(f"- {arm} − current: " + "; ".join(
-                paired_verdict(rows[arm][k], rows["current"][k])
+            pair = {name: summary({s: runs[s] for s in common[arm]}, args.steps, args.phase_steps)
+                    for name, runs in ((arm, arms[arm]), ("current", arms["current"]))}
+            lines.append(f"- {arm} − current (seeds {', '.join(map(str, common[arm]))}): " + "; ".join(
+                paired_verdict(pair[arm][k], pair["current"][k])
                 for k in ("final success (last 5 steps)", "success AUC", "masked, stale tokens")))
+        for arm in (a for a in arms if ARMS[a][0]["PROVIDER"].startswith("ewma")):
+            late = list(range(11, args.steps + 1))  # after the queue of stale batches filled up
+            age = [np.nanmean(per_seed(arms[arm], key, late)) for key in
+                   ("old_logits/ewma/age_steps", "old_logits/token_age_steps/mean", "old_logits/ewma/beta")]
+            if all(np.isfinite(age)):
+                lines.append(f"- {arm} calibration (steps 11-{args.steps}, all seeds): the EWMA's age "
+                             f"{age[0]:.2f} optimizer steps against the batch tokens' mean age {age[1]:.2f} "
+                             f"(beta {age[2]:.3f} on average)")
         lines.append("")
     return "\n".join(lines)
 
@@ -327,6 +373,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--doc", type=Path, default=REPO / "docs/benchmarks.md")
     parser.add_argument("--dry-run", action="store_true", help="print every run's environment and command; run nothing")
     parser.add_argument("--report-only", action="store_true", help="run nothing; report the runs under --out")
+    parser.add_argument("--keep-runs", type=Path, metavar="SOURCE",
+                        help="copy the finished runs under SOURCE (another machine's --out) into --out, their metrics "
+                        "cut to what the report reads, then report")
     parser.add_argument("--context", default="", help="how the runs were made (machine, other load), in the report")
     args = parser.parse_args(argv)
     if args.steps < 60 or len(args.seeds) < 3:
@@ -335,7 +384,10 @@ def main(argv: list[str]) -> int:
         for spec in all_specs(args):
             print(json.dumps({**spec, "command": ["bash", str(SCRIPT.relative_to(REPO)), *spec["args"]]}))
         return 0
-    if not args.report_only:
+    if args.keep_runs:
+        copied = keep_runs(args.keep_runs, args)
+        print(f"kept {len(copied)} runs: {'; '.join(copied) or 'none new'}")
+    elif not args.report_only:
         run_all(args)
     write_section(args.doc, HEADING, report(args))
     print(f"wrote {args.doc} ({HEADING!r})")

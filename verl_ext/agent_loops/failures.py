@@ -16,6 +16,7 @@ from each place; later failures from the same place are re-raised as one-line
 
 from __future__ import annotations
 
+import threading
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,6 +27,10 @@ from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ, AgentLoopWorke
 
 MANAGER_CLASS = f"{__name__}.FailureCountingAgentLoopManager"
 MAX_FAILED_FRACTION = 0.5  # "most runs failed": more than this share
+# The workers answer the trainer's count request on an event loop of their own: on the loop that
+# runs the agent loops, the request waited behind them (0.06-0.25 s a step on an H200, the largest
+# of verl-ext's per-step costs; docs/benchmarks.md, "GPU: per-step breakdown").
+COUNTS_GROUP = "verl_ext_run_counts"
 
 
 class AgentLoopFailuresError(RuntimeError):
@@ -100,23 +105,30 @@ class FailureCountingAgentLoopWorker(AgentLoopWorkerTQ.__ray_actor_class__):  # 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._verl_ext_counts = RunCounts()
+        self._verl_ext_counts_lock = threading.Lock()  # pop_run_counts runs on another thread
         self._verl_ext_seen: set[tuple[str, str, int | None]] = set()  # origins already logged in full
 
     async def _run_agent_loop(self, *args: Any, **kwargs: Any) -> Any:
-        self._verl_ext_counts.runs += 1
         try:
-            return await super()._run_agent_loop(*args, **kwargs)
+            result = await super()._run_agent_loop(*args, **kwargs)
         except Exception as exc:
-            counts = self._verl_ext_counts
-            counts.failed += 1
-            counts.first_error = counts.first_error or describe(exc)
+            self._count_run(describe(exc))
             repeat = repeat_of_logged(exc, self._verl_ext_seen)
             if repeat is None:
                 raise  # verl logs it with its traceback and marks the prompt failed
             raise repeat from None
+        self._count_run(None)
+        return result
 
-    def pop_run_counts(self) -> RunCounts:
-        counts, self._verl_ext_counts = self._verl_ext_counts, RunCounts()
+    def _count_run(self, error: str | None) -> None:
+        """A run counts when it ends, success and failure in the same window."""
+        with self._verl_ext_counts_lock:
+            self._verl_ext_counts = self._verl_ext_counts + RunCounts(1, int(error is not None), error)
+
+    @ray.method(concurrency_group=COUNTS_GROUP)
+    async def pop_run_counts(self) -> RunCounts:
+        with self._verl_ext_counts_lock:
+            counts, self._verl_ext_counts = self._verl_ext_counts, RunCounts()
         return counts
 
 
@@ -125,7 +137,7 @@ class FailureCountingAgentLoopManager(AgentLoopManagerTQ):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.agent_loop_workers_class = ray.remote(FailureCountingAgentLoopWorker)
+        self.agent_loop_workers_class = ray.remote(concurrency_groups={COUNTS_GROUP: 1})(FailureCountingAgentLoopWorker)
 
     def pop_run_counts(self) -> RunCounts:
         """Runs and failures of every worker since the last call."""
