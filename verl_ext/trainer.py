@@ -138,9 +138,10 @@ class VerlExtTrainerMixin:
         else:
             host = self._host()
             with timed("old_logits"):
+                host.start_step()
                 host.expect_base_forward()
                 batch = self.old_logit_provider.compute(host, batch, metrics)
-                metrics.update(_rollout_vs_old_metrics(batch))
+                metrics.update(host.rollout_vs_old_metrics(batch))
         if self.old_logits_config.stale_tokens:  # verl's sync trainer: every token is fresh
             # per-token staleness and what the rollout correction removes from fresh vs stale tokens
             with timed("version_bookkeeping"):
@@ -308,17 +309,6 @@ def _count_agent_loop_failures(config) -> None:
         agent = config.actor_rollout_ref.rollout.agent
         if not agent.get("agent_loop_manager_class"):
             agent.agent_loop_manager_class = MANAGER_CLASS
-
-
-def _rollout_vs_old_metrics(batch) -> dict:
-    """verl's rollout-vs-trainer diagnostics, computed against the provider's old log-probs: with
-    an exact provider they measure the pure train/inference discrepancy ρ."""
-    from verl import DataProto
-    from verl.utils.debug.metrics import calculate_debug_metrics
-
-    fields = ["old_log_probs", "rollout_log_probs", "response_mask", "responses"]
-    data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
-    return calculate_debug_metrics(DataProto(batch=data.to_padded_tensor()))
 
 
 def _exclude_invalid_rewards(data, extra_fields: list[dict], key: str | None, nan_scores: bool, metrics: dict,

@@ -124,6 +124,23 @@ def verdict_lines(values: dict[str, dict[str, np.ndarray]]) -> list[str]:
     return lines
 
 
+def sft_lines(args) -> list[str]:
+    """Per seed, what the SFT checkpoint every arm starts from writes on held-out transcripts
+    (``verl-ext eval-sft``, ``sft_eval.json``): the later stages can only sharpen calls it can write."""
+    lines = []
+    for seed in args.seeds:
+        path = args.out / f"seed{seed}" / "full" / "sft_eval.json"
+        if path.exists():
+            sft = json.loads(path.read_text())
+            lines.append(f"| {seed} | {sft['turns']} | {sft['valid_call_rate']:.2f} | {sft['exact_call_rate']:.2f} "
+                         f"| {sft['tool_turn_call_rate']:.2f} |")
+    if not lines:
+        return []
+    return ["**SFT checkpoint, held-out transcripts** (`verl-ext eval-sft`, greedy; every arm of a seed starts "
+            "from it):", "", "| seed | turns | one parseable call | the oracle's call | the oracle's call where it "
+            "is a tool |", "|---|---|---|---|---|", *lines, ""]
+
+
 def report(results: dict[str, Runs], rft: Runs, args, command: str, runs_info: list[dict]) -> str:
     values = arm_values(results, args.seeds)
     arms = [arm for arm in (FULL, NO_RFT, NO_RL, PER_DECISION) if arm in values]
@@ -146,7 +163,7 @@ def report(results: dict[str, Runs], rft: Runs, args, command: str, runs_info: l
         gap = goal_gap(values[arm]["decision_tool_when_shorter"], values[arm]["decision_tool_when_gui_shorter"])
         lines.append(f"| {arm} | " + " | ".join(fmt(values[arm][n], digits[n]) for n in METRICS) + f" | {gap} |")
     lines += ["", "Paired differences to the full pipeline (per seed, then mean and standard error over seeds):", "",
-              *verdict_lines(values), ""]
+              *verdict_lines(values), "", *sft_lines(args)]
     if rft:
         logged = sorted({s for run in rft.values() for s, m in run.items() if RFT_VAL.format("format_ok") in m})
         if logged:

@@ -30,6 +30,7 @@ import logging
 import os
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import ray
@@ -189,6 +190,21 @@ def load_worker_state(ray_self: Any, folder: str) -> bool:
 # ----------------------------------------------------------------------------- trainer side
 
 
+@dataclass
+class StepReads:
+    """What this step's old-logit work read from TransferQueue for one batch (``keys``), so that
+    storing the old log-probs and the metrics after it do not read the same fields again: every
+    read is a round trip to the storage units."""
+
+    keys: list
+    nested_mask: Any  # response_mask as stored: rows of their own lengths (response_to_nested needs it)
+    padded: dict[str, torch.Tensor] = field(default_factory=dict)  # response_mask, rollout_log_probs, old_log_probs
+    extra: list | None = None  # the rows' extra_fields, when read
+
+    def serves(self, batch: Any, names: Sequence[str]) -> bool:
+        return list(batch.keys) == self.keys and all(n in self.padded for n in names)
+
+
 class VerlOldLogitHost:
     """``OldLogitHost`` for a verl v1 trainer (``trainer``) and one step's ``KVBatchMeta``."""
 
@@ -196,6 +212,11 @@ class VerlOldLogitHost:
         self.trainer = trainer
         self.rollout_side: DedicatedScorer | InterruptScoring | None = None
         self._base_forward_pending = False
+        self.reads: StepReads | None = None  # set by old_logits_fetch, cleared by start_step
+
+    def start_step(self) -> None:
+        """A step's old-logit work starts: nothing read for an earlier batch is reused."""
+        self.reads = None
 
     def start_worker_state(self, config: OldLogitsConfig) -> None:
         """Creates the EWMA/snapshot state on every actor worker. The EWMA's decay starts from
@@ -249,14 +270,20 @@ class VerlOldLogitHost:
         unknown = set(fields) - {RESPONSE_MASK, ROLLOUT_LOG_PROBS, TOKEN_VERSIONS, PRECOMPUTED_LOG_PROBS}
         if unknown:
             raise KeyError(f"old-logit fields {sorted(unknown)} are not available from verl's batch")
-        select = [f for f in (RESPONSE_MASK, ROLLOUT_LOG_PROBS) if f in fields or f == RESPONSE_MASK]
+        # rollout log-probs always (absent when the rollout returns none): the metrics after the
+        # provider compare them with its old log-probs (rollout_vs_old_metrics, correction_metrics)
+        select = [RESPONSE_MASK, ROLLOUT_LOG_PROBS]
         needs_extra = TOKEN_VERSIONS in fields or PRECOMPUTED_LOG_PROBS in fields
         if needs_extra:
             select.append("extra_fields")
         data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=select)
         extra = data.pop("extra_fields").tolist() if needs_extra else None
+        nested_mask = data[RESPONSE_MASK]
         padded = data.to_padded_tensor()
-        out = {name: padded[name] for name in select if name != "extra_fields"}
+        if ROLLOUT_LOG_PROBS in fields and ROLLOUT_LOG_PROBS not in padded.keys():
+            raise KeyError("the rows carry no rollout_log_probs, which the selected old-logit provider needs")
+        out = {name: padded[name] for name in (RESPONSE_MASK, ROLLOUT_LOG_PROBS) if name in padded.keys()}
+        self.reads = StepReads(list(batch.keys), nested_mask, dict(out), extra)
         if TOKEN_VERSIONS in fields:
             out[TOKEN_VERSIONS] = token_versions(extra, out[RESPONSE_MASK], batch.keys)
         if PRECOMPUTED_LOG_PROBS in fields:
@@ -306,13 +333,17 @@ class VerlOldLogitHost:
         recorded versions rather than verl's per-trajectory lower bound) and what the rollout
         correction removes from fresh vs stale tokens (``metrics.correction_by_staleness``).
         Empty when the rows carry no rollout log-probs or no versions."""
-        fields = ["old_log_probs", "rollout_log_probs", "response_mask", "extra_fields"]
-        # as verl's _compute_advantage: a field the rows lack (no rollout log-probs) is left out
-        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
-        if not {"rollout_log_probs", "extra_fields"} <= set(data.keys()):
-            return {}
-        extra = data.pop("extra_fields").tolist()
-        padded = data.to_padded_tensor()
+        reads = self.reads
+        if reads is not None and reads.extra is not None and reads.serves(batch, ["old_log_probs", ROLLOUT_LOG_PROBS]):
+            extra, padded = reads.extra, reads.padded
+        else:
+            fields = ["old_log_probs", "rollout_log_probs", "response_mask", "extra_fields"]
+            # as verl's _compute_advantage: a field the rows lack (no rollout log-probs) is left out
+            data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
+            if not {"rollout_log_probs", "extra_fields"} <= set(data.keys()):
+                return {}
+            extra = data.pop("extra_fields").tolist()
+            padded = data.to_padded_tensor()
         mask = padded["response_mask"]
         if any(TOKEN_VERSIONS_KEY not in (row or {}) for row in extra):
             return {}
@@ -326,13 +357,39 @@ class VerlOldLogitHost:
         return out
 
     def old_logits_store(self, batch: Any, old_log_probs: torch.Tensor) -> Any:
-        mask = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["response_mask"])
-        nested = response_to_nested(old_log_probs, mask["response_mask"])
-        return tq.kv_batch_put(
+        reads = self.reads if self.reads is not None and self.reads.serves(batch, []) else None
+        if reads is None:
+            mask = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["response_mask"])
+            nested_mask = mask["response_mask"]
+        else:
+            nested_mask = reads.nested_mask
+        nested = response_to_nested(old_log_probs, nested_mask)
+        stored = tq.kv_batch_put(
             keys=batch.keys,
             partition_id=batch.partition_id,
             fields=TensorDict({"old_log_probs": nested}, batch_size=len(batch)),
         )
+        if reads is not None:  # as a read back would give it: 0 past each row's length
+            lengths = torch.tensor([row.numel() for row in nested_mask.unbind()])
+            past_end = torch.arange(old_log_probs.shape[1]) >= lengths[:, None]
+            reads.padded["old_log_probs"] = old_log_probs.masked_fill(past_end, 0.0)
+        return stored
+
+    def rollout_vs_old_metrics(self, batch: Any) -> dict[str, float]:
+        """verl's rollout-vs-trainer diagnostics (``training/rollout_probs_diff_*``), computed
+        against the provider's old log-probs: with an exact provider they measure the pure
+        train/inference discrepancy. From what this step read and stored where it can."""
+        from verl import DataProto
+        from verl.utils.debug.metrics import calculate_debug_metrics
+
+        reads = self.reads
+        if reads is not None and reads.serves(batch, ["old_log_probs", ROLLOUT_LOG_PROBS, RESPONSE_MASK]):
+            padded = {k: reads.padded[k] for k in ("old_log_probs", ROLLOUT_LOG_PROBS, RESPONSE_MASK)}
+            padded["responses"] = padded[RESPONSE_MASK]  # calculate_debug_metrics reads only its width
+            return calculate_debug_metrics(DataProto(batch=TensorDict(padded, batch_size=len(batch))))
+        fields = ["old_log_probs", "rollout_log_probs", "response_mask", "responses"]
+        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
+        return calculate_debug_metrics(DataProto(batch=data.to_padded_tensor()))
 
 
 def rollout_correction_thresholds(correction: Any) -> tuple[float | None, tuple[float, float] | None]:
