@@ -201,8 +201,9 @@ class StepReads:
     padded: dict[str, torch.Tensor] = field(default_factory=dict)  # response_mask, rollout_log_probs, old_log_probs
     extra: list | None = None  # the rows' extra_fields, when read
 
-    def serves(self, batch: Any, names: Sequence[str]) -> bool:
-        return list(batch.keys) == self.keys and all(n in self.padded for n in names)
+    def serves(self, batch: Any, names: Sequence[str], with_extra: bool = False) -> bool:
+        return (list(batch.keys) == self.keys and all(n in self.padded for n in names)
+                and (self.extra is not None or not with_extra))
 
 
 class VerlOldLogitHost:
@@ -217,6 +218,11 @@ class VerlOldLogitHost:
     def start_step(self) -> None:
         """A step's old-logit work starts: nothing read for an earlier batch is reused."""
         self.reads = None
+
+    def _reads_for(self, batch: Any, names: Sequence[str], with_extra: bool = False) -> StepReads | None:
+        """This step's reads when they hold ``names`` (and the rows' extra_fields) for ``batch``."""
+        reads = self.reads
+        return reads if reads is not None and reads.serves(batch, names, with_extra) else None
 
     def start_worker_state(self, config: OldLogitsConfig) -> None:
         """Creates the EWMA/snapshot state on every actor worker. The EWMA's decay starts from
@@ -333,8 +339,8 @@ class VerlOldLogitHost:
         recorded versions rather than verl's per-trajectory lower bound) and what the rollout
         correction removes from fresh vs stale tokens (``metrics.correction_by_staleness``).
         Empty when the rows carry no rollout log-probs or no versions."""
-        reads = self.reads
-        if reads is not None and reads.extra is not None and reads.serves(batch, ["old_log_probs", ROLLOUT_LOG_PROBS]):
+        reads = self._reads_for(batch, ["old_log_probs", ROLLOUT_LOG_PROBS], with_extra=True)
+        if reads is not None:
             extra, padded = reads.extra, reads.padded
         else:
             fields = ["old_log_probs", "rollout_log_probs", "response_mask", "extra_fields"]
@@ -357,22 +363,16 @@ class VerlOldLogitHost:
         return out
 
     def old_logits_store(self, batch: Any, old_log_probs: torch.Tensor) -> Any:
-        reads = self.reads if self.reads is not None and self.reads.serves(batch, []) else None
+        reads = self._reads_for(batch, [])
         if reads is None:
             mask = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["response_mask"])
             nested_mask = mask["response_mask"]
         else:
             nested_mask = reads.nested_mask
-        nested = response_to_nested(old_log_probs, nested_mask)
-        stored = tq.kv_batch_put(
-            keys=batch.keys,
-            partition_id=batch.partition_id,
-            fields=TensorDict({"old_log_probs": nested}, batch_size=len(batch)),
-        )
-        if reads is not None:  # as a read back would give it: 0 past each row's length
-            lengths = torch.tensor([row.numel() for row in nested_mask.unbind()])
-            past_end = torch.arange(old_log_probs.shape[1]) >= lengths[:, None]
-            reads.padded["old_log_probs"] = old_log_probs.masked_fill(past_end, 0.0)
+        fields = TensorDict({"old_log_probs": response_to_nested(old_log_probs, nested_mask)}, batch_size=len(batch))
+        stored = tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=fields)
+        if reads is not None:  # as reading it back would give it (0 past each row's length)
+            reads.padded["old_log_probs"] = fields.to_padded_tensor()["old_log_probs"]
         return stored
 
     def rollout_vs_old_metrics(self, batch: Any) -> dict[str, float]:
@@ -382,8 +382,8 @@ class VerlOldLogitHost:
         from verl import DataProto
         from verl.utils.debug.metrics import calculate_debug_metrics
 
-        reads = self.reads
-        if reads is not None and reads.serves(batch, ["old_log_probs", ROLLOUT_LOG_PROBS, RESPONSE_MASK]):
+        reads = self._reads_for(batch, ["old_log_probs", ROLLOUT_LOG_PROBS, RESPONSE_MASK])
+        if reads is not None:
             padded = {k: reads.padded[k] for k in ("old_log_probs", ROLLOUT_LOG_PROBS, RESPONSE_MASK)}
             padded["responses"] = padded[RESPONSE_MASK]  # calculate_debug_metrics reads only its width
             return calculate_debug_metrics(DataProto(batch=TensorDict(padded, batch_size=len(batch))))
