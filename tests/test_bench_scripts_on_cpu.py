@@ -155,8 +155,8 @@ def test_hook_cost_table_is_computed_from_the_run_metrics(tmp_path):
     _synthetic_run(point / "snapshot_r0", [
         {**step(i, 0.3, 2.0, snapshot_save_wait=0.05, extra_forwards=0.5), "verl_ext/mem/snapshots/host_bytes": 2e9}
         for i in range(7)])
-    text = bench.table(tmp_path, warmup=2)
-    assert "**NVIDIA H200**" in text and "### 0.5b: 250 M parameters" in text
+    text = bench.table([tmp_path], warmup=2)
+    assert f"### `{tmp_path}`: NVIDIA H200" in text and "#### 0.5b: 250 M parameters" in text
     assert "6.0 µs per span on the cuda clock, 0.52 µs per span to read once per step" in text
     # current: 10 steps pooled, median share 4.5% > 3%; old_log_prob 1.04 s (steps 3-7) vs plain 1.04 s
     assert "| current | 2 x 5 | 10.00 | 4.50% | hooks 4.50% > 3%: missed by 1.50 pp | 1.040 | 1.00x | 0 | 0 |" in text
@@ -166,12 +166,21 @@ def test_hook_cost_table_is_computed_from_the_run_metrics(tmp_path):
     assert "| advantages | 1.00% | 0.00% |" in text and "| snapshot_save_wait | 0.00% | 0.50% |" in text
     assert "| **all hooks** | 4.50% | 3.00% |" in text  # per-hook means add up to the mean total
     assert "take 0.500 s per step on average, 0.48x verl's own old-log-prob phase (1.040 s)" in text
-    assert "Targets missed: 0.5b current: hooks 4.50% > 3%: missed by 1.50 pp (largest hook: advantages" in text
+    assert (f"Targets missed: {tmp_path.name} 0.5b current: hooks 4.50% > 3%: missed by 1.50 pp (largest hook: "
+            "advantages") in text
+    # a second folder (another machine or code version) gets its own tables under the same heading
+    later = tmp_path / "later"
+    later.mkdir()
+    for name in ("machine.json", "parameters.json"):
+        (later / name).write_text((tmp_path / name).read_text().replace("NVIDIA H200", "NVIDIA H100"))
+    _synthetic_run(later / "0.5b" / "current_r0", [step(i, 0.2, 1.0, advantages=0.2) for i in range(7)])
     doc = tmp_path / "benchmarks.md"
     doc.write_text("# Benchmarks\n\n## GPU: per-step breakdown\n\nold table\n\n## next\n\nkept\n")
-    assert bench.main(["--results", str(tmp_path), "--warmup", "2", "--steps", "7", "--doc", str(doc)]) == 0
+    assert bench.main(["--results", str(tmp_path), str(later), "--warmup", "2", "--steps", "7", "--doc", str(doc)]) == 0
     written = doc.read_text()
     assert "old table" not in written and "| current | 2 x 5 |" in written and "## next\n\nkept" in written
+    assert written.count("## GPU: per-step breakdown") == 1 and f"### `{later}`: NVIDIA H100" in written
+    assert "| current | 1 x 5 | 10.00 | 2.00% | hooks ≤ 3%: met |" in written
 
 
 def test_toolcua_pipeline_study_dry_run_and_paired_report(tmp_path, capsys):

@@ -18,15 +18,15 @@ from .test_bench_scripts_on_cpu import BENCH, _script
 from .test_recipe_scripts import REPO, check_config, dry_run  # noqa: F401 - dry_run is a fixture
 
 
-def _dry_run_specs() -> list[dict]:
-    proc = subprocess.run([sys.executable, str(BENCH / "old_logits_gpu_study.py"), "--dry-run"], cwd=REPO,
-                          capture_output=True, text=True, timeout=120, check=True)
+def _dry_run_specs(out: Path, *extra: str) -> list[dict]:
+    proc = subprocess.run([sys.executable, str(BENCH / "old_logits_gpu_study.py"), "--dry-run", "--out", str(out),
+                           *extra], cwd=REPO, capture_output=True, text=True, timeout=120, check=True)
     return [json.loads(line) for line in proc.stdout.splitlines()]
 
 
-def test_dry_run_lists_every_arm_warmup_and_seed_with_fair_settings():
+def test_dry_run_lists_every_arm_warmup_and_seed_with_fair_settings(tmp_path):
     study = _script("old_logits_gpu_study")
-    specs = _dry_run_specs()
+    specs = _dry_run_specs(tmp_path)
     assert len(specs) == len(study.ARMS) * len(study.WARMUPS) * 3  # 3 seeds by default
     assert {s["arm"] for s in specs} >= {"current", "rollout", "snapshot", "ewma", "current, fp32 rollout",
                                          "snapshot, fp32 rollout"}
@@ -45,12 +45,30 @@ def test_dry_run_lists_every_arm_warmup_and_seed_with_fair_settings():
         assert spec["env"]["BOUND"] == str(2 * warmup)
 
 
-def test_an_arm_and_a_control_compose_through_verls_checks(dry_run):  # noqa: F811
-    specs = {(s["arm"], s["warmup"]): s for s in _dry_run_specs() if s["seed"] == 0}
-    for key in [("ewma", 6), ("snapshot, fp32 rollout", 3)]:
+def test_dry_run_skips_finished_runs_and_keeps_engines_awake_when_asked(tmp_path):
+    study = _script("old_logits_gpu_study")
+    finished = tmp_path / "warmup3" / "current" / "seed0"
+    finished.mkdir(parents=True)
+    (finished / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "data": {}}) + "\n" for s in range(1, 61)))
+    started = tmp_path / "warmup3" / "current" / "seed1"  # cut short at step 59: runs again
+    started.mkdir(parents=True)
+    (started / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "data": {}}) + "\n" for s in range(1, 60)))
+    specs = _dry_run_specs(tmp_path, "--engine-awake")
+    runs = {(s["arm"], s["warmup"], s["seed"]) for s in specs}
+    assert ("current", 3, 0) not in runs and ("current", 3, 1) in runs
+    assert len(specs) == len(study.ARMS) * len(study.WARMUPS) * 3 - 1
+    assert all(s["args"][-1] == "actor_rollout_ref.rollout.free_cache_engine=false" for s in specs)
+    assert all(not s["args"][-1].startswith("actor_rollout_ref.rollout.free_cache") for s in _dry_run_specs(tmp_path))
+
+
+def test_an_arm_and_a_control_compose_through_verls_checks(dry_run, tmp_path):  # noqa: F811
+    study = _script("old_logits_gpu_study")
+    specs = {(s["arm"], s["warmup"]): s for s in _dry_run_specs(tmp_path) if s["seed"] == 0}
+    for key, awake in [(("ewma", 6), True), (("snapshot, fp32 rollout", 3), False)]:
         spec = specs[key]
         env = {**spec["env"], "MODEL": "Qwen/Qwen2.5-0.5B-Instruct"}  # a hub id, never downloaded
-        code, out, err = dry_run(REPO / "recipes/text_corridor/run_gpu.sh", spec["args"], **env)
+        args = [*spec["args"], *(study.ENGINE_AWAKE if awake else ())]
+        code, out, err = dry_run(REPO / "recipes/text_corridor/run_gpu.sh", args, **env)
         assert code == 0, err[-4000:]
         config = OmegaConf.create(out)
         check_config(config)
@@ -62,6 +80,7 @@ def test_an_arm_and_a_control_compose_through_verls_checks(dry_run):  # noqa: F8
         assert config.transfer_queue.backend.SimpleStorage.num_data_storage_units == 2
         # a fixed KV cache (vLLM skips its start-up memory profiling, so runs can start together)
         assert config.actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes == 1 << 30
+        assert config.actor_rollout_ref.rollout.free_cache_engine is (not awake)  # memory only: no sleep
         fp32 = "fp32" in key[0]
         assert config.actor_rollout_ref.rollout.dtype == ("float32" if fp32 else "bfloat16")
         if fp32:
@@ -129,6 +148,7 @@ def test_a_failed_run_is_queued_again_and_its_wall_does_not_count(tmp_path, monk
     monkeypatch.setattr(study, "environment", lambda: {"card": "none"})  # no nvidia-smi here
     monkeypatch.setattr(study.time, "sleep", lambda s: None)
     args = SimpleNamespace(steps=2, seeds=[0], arms=["current"], out=tmp_path / "out", kv_cache_bytes=1 << 30,
+                           engine_awake=False,
                            parallel=2, gpus=[], retries=1, budget_s=float("inf"), run_s=600.0, start_gap_s=0.0,
                            stagger_s=0.0, min_free_gb=0.0)
     for spec in study.all_specs(args):  # the tiny models exist: no make-tiny-model here
@@ -163,7 +183,8 @@ def test_keep_runs_copies_finished_runs_cut_to_what_the_report_reads(tmp_path):
     write_run(source, "snapshot", 0, 4)
     stored = write_run(out, "snapshot", 0, 4)
     stored_text = (stored / "metrics.jsonl").read_text()
-    args = SimpleNamespace(out=out, steps=4, seeds=[0], arms=["current", "snapshot", "ewma"], kv_cache_bytes=0)
+    args = SimpleNamespace(out=out, steps=4, seeds=[0], arms=["current", "snapshot", "ewma"], kv_cache_bytes=0,
+                           engine_awake=False)
     assert study.keep_runs(source, args) == ["ewma warmup 3 seed 0"]
     kept = study.load_steps(out / "warmup3" / "ewma" / "seed0" / "metrics.jsonl")
     assert sorted(kept) == [1, 2, 3, 4] and kept[4] == {study.SUCCESS: 0.5, "old_logits/ewma/age_steps": 3.0}

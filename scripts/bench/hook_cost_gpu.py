@@ -352,26 +352,41 @@ def target_cell(arm: str, share: float, wait_share: float) -> tuple[str, str | N
     return miss, miss
 
 
-def table(results: Path, warmup: int) -> str:
-    info = json.loads((results / "machine.json").read_text())
-    parameters = json.loads((results / "parameters.json").read_text())
-    points = [p for p in POINTS if (results / p).is_dir()]
+def table(folders: list[Path], warmup: int) -> str:
+    """The docs section: what every run is, then each results folder (one machine and code version) in turn."""
     lines = [
         HEADING, "",
-        f"`python scripts/bench/hook_cost_gpu.py` on **{info['card']}** (torch {info['torch']}, vLLM {info['vllm']}, "
-        f"verl {info['verl']}, transformers {info['transformers']}): `recipes/text_corridor/run_gpu.sh`, FSDP2 + vLLM "
+        "`python scripts/bench/hook_cost_gpu.py`: `recipes/text_corridor/run_gpu.sh`, FSDP2 + vLLM "
         "on one GPU, `colocate_async` with stale tokens, GRPO and verl's PPO loss in every arm; random weights of "
         "Qwen2.5 shapes. `verl` is verl's own trainer (no verl-ext hook). Shares are medians over the steps after "
         f"step {warmup} of every repeat (repeats interleaved); a hook's share is its `verl_ext/time/<hook>` over "
         "verl's `timing_s/step`. Memory: the most verl-ext's state held on any step (`verl_ext/mem/*`), as a "
-        "multiple of the fp32 parameter bytes." + (f" Run context: {info['context']}" if info.get("context") else ""),
+        "multiple of the fp32 parameter bytes.",
     ]
+    missed: list[str] = []
+    for results in folders:
+        lines += folder_lines(results, warmup, missed)
+    lines += ["", "Targets missed: " + "; ".join(missed) + "." if missed else
+              "Every target is met: `current`, `ewma` and `loglinear` hooks at most 3% of the step, `snapshot`'s "
+              "save wait at most 1%.", ""]
+    return "\n".join(lines)
+
+
+def folder_lines(results: Path, warmup: int, missed: list[str]) -> list[str]:
+    """One results folder's tables (its card, versions and run context first); appends the targets its
+    arms miss to ``missed``."""
+    info = json.loads((results / "machine.json").read_text())
+    parameters = json.loads((results / "parameters.json").read_text())
+    points = [p for p in POINTS if (results / p).is_dir()]
+    name = results.resolve().relative_to(REPO) if results.resolve().is_relative_to(REPO) else results
+    lines = ["", f"### `{name}`: {info['card']}", "",
+             f"torch {info['torch']}, vLLM {info['vllm']}, verl {info['verl']}, transformers {info['transformers']}."
+             + (f" Run context: {info['context']}" if info.get("context") else "")]
     overhead = info.get("timer_overhead_us", {})
     if overhead:
         lines += ["", "Timing itself (`scripts/bench/hook_timer_overhead.py`, on this machine): "
                   + "; ".join(f"{us['span']:.1f} µs per span on the {clock} clock, {us['collect']:.2f} µs per span "
                               "to read once per step" for clock, us in overhead.items()) + "."]
-    missed: list[str] = []
     for point in points:
         runs = {arm: [load_steps(f / "metrics.jsonl") for f in sorted((results / point).glob(f"{arm}_r*"))]
                 for arm in ARMS}
@@ -379,7 +394,7 @@ def table(results: Path, warmup: int) -> str:
         steps = {arm: after_warmup(r, warmup) for arm, r in runs.items()}
         fp32 = 4.0 * parameters[point]
         plain_old = median_of(steps.get(PLAIN, []), lambda m: m.get("timing_s/old_log_prob"))
-        lines += ["", f"### {point}: {parameters[point] / 1e6:.0f} M parameters ({POINTS[point].arch})"
+        lines += ["", f"#### {point}: {parameters[point] / 1e6:.0f} M parameters ({POINTS[point].arch})"
                   + (f"; {POINTS[point].note}" if POINTS[point].note else ""), "",
                   "| arm | runs x steps | step (s) | verl-ext hooks, share of step | target | old_log_prob (s) "
                   "| vs plain verl | GPU memory | host memory |", "|---|---|---|---|---|---|---|---|---|"]
@@ -391,7 +406,7 @@ def table(results: Path, warmup: int) -> str:
             cell, miss = target_cell(arm, share, wait)
             if miss:
                 top = max(hooks, key=lambda h: mean_of(arm_steps, hook_share(h)))
-                missed.append(f"{point} {arm}: {miss} (largest hook: {top}, "
+                missed.append(f"{results.name} {point} {arm}: {miss} (largest hook: {top}, "
                               f"{_pct(mean_of(arm_steps, hook_share(top)))} of the step on average)")
             old = median_of(arm_steps, lambda m: m.get("timing_s/old_log_prob"))
             lines.append(
@@ -420,12 +435,11 @@ def table(results: Path, warmup: int) -> str:
                 lines += ["", f"`{arm}`'s extra forwards (one per weight set a batch needs beyond verl's own pass: "
                           + ("the older versions present" if arm == "snapshot" else
                              "the EWMA weights, on steps with stale tokens; fresh tokens keep verl's exact pass")
-                          + f") take {extra:.3f} s per step on average, {_ratio(extra, plain_old)} verl's own "
-                          f"old-log-prob phase ({plain_old:.3f} s), which is their floor."]
-    lines += ["", "Targets missed: " + "; ".join(missed) + "." if missed else
-              "Every target is met: `current`, `ewma` and `loglinear` hooks at most 3% of the step, `snapshot`'s "
-              "save wait at most 1%.", ""]
-    return "\n".join(lines)
+                          + f") take {extra:.3f} s per step on average, "
+                          + (f"{_ratio(extra, plain_old)} verl's own old-log-prob phase ({plain_old:.3f} s), which "
+                             "is their floor." if plain_old == plain_old else
+                             "not compared with verl's own old-log-prob phase (their floor): no `verl` run here.")]
+    return lines
 
 
 def main(argv: list[str]) -> int:
@@ -446,7 +460,8 @@ def main(argv: list[str]) -> int:
                         "share the card, whose freeing memory breaks vLLM's start-up profiling; 0: vLLM profiles")
     parser.add_argument("--budget-s", type=float, default=540.0, help="start no run that would end after this")
     parser.add_argument("--dry-run", action="store_true", help="print every run's command and exit")
-    parser.add_argument("--results", type=Path, help="a folder written by --out: (re)write the docs table")
+    parser.add_argument("--results", type=Path, nargs="+",
+                        help="folders written by --out (one machine and code version each): (re)write the docs section")
     parser.add_argument("--doc", type=Path, default=REPO / "docs" / "benchmarks.md")
     parser.add_argument("--context", default="", help="how the runs were made (machine kind, other load), printed "
                         "under the table")

@@ -28,7 +28,7 @@ ratio, collapses, time per step; mean ± SE, differences paired by seed with 2-S
 seeds an arm shares with ``current``). ``--keep-runs SOURCE`` copies the finished runs of a machine's
 ``--out`` into the repository's results folder, cut to the metrics the report reads.
 
-    python scripts/bench/old_logits_gpu_study.py --dry-run        # every arm's command, runs nothing
+    python scripts/bench/old_logits_gpu_study.py --dry-run        # every unfinished run's command, runs nothing
     python scripts/bench/old_logits_gpu_study.py --steps 60 --seeds 0 1 2
 """
 
@@ -94,7 +94,14 @@ def slug(label: str) -> str:
     return label.replace(", ", "-").replace(" ", "_")
 
 
-def run_spec(arm: str, warmup: int, seed: int, steps: int, out: Path, kv_cache_bytes: int = 0) -> dict:
+# vLLM's sleep() compares the card's free memory before and after, which other runs on the card change
+# ("Memory usage increased after sleeping": 12 of 16 failures on 2026-11-28); an engine kept awake
+# never sleeps. Memory only: the weights still reach vLLM by the same update after every step.
+ENGINE_AWAKE = ("actor_rollout_ref.rollout.free_cache_engine=false",)
+
+
+def run_spec(arm: str, warmup: int, seed: int, steps: int, out: Path, kv_cache_bytes: int = 0,
+             engine_awake: bool = False) -> dict:
     """Environment and arguments of one run of ``SCRIPT``."""
     env, extra = ARMS[arm]
     run_dir = out / f"warmup{warmup}" / slug(arm) / f"seed{seed}"
@@ -103,13 +110,13 @@ def run_spec(arm: str, warmup: int, seed: int, steps: int, out: Path, kv_cache_b
         "arm": arm, "warmup": warmup, "seed": seed, "out": str(run_dir),
         "env": {**SHARED_ENV, **env, **kv_cache, "WARMUP": str(warmup), "BOUND": str(2 * warmup), "SEED": str(seed),
                 "STEPS": str(steps), "OUT": str(run_dir), "MODEL": str(run_dir / "model")},
-        "args": [*SHARED_OVERRIDES, *extra],
+        "args": [*SHARED_OVERRIDES, *extra, *(ENGINE_AWAKE if engine_awake else ())],
     }
 
 
 def all_specs(args: argparse.Namespace) -> list[dict]:
     """Seed-major, so a study cut short still compares every arm."""
-    return [run_spec(arm, warmup, seed, args.steps, args.out, args.kv_cache_bytes)
+    return [run_spec(arm, warmup, seed, args.steps, args.out, args.kv_cache_bytes, args.engine_awake)
             for seed in args.seeds for warmup in WARMUPS for arm in args.arms]
 
 
@@ -154,7 +161,8 @@ def finish(proc: subprocess.Popen, steps: int, env_info: dict) -> tuple[float, b
     wall = time.time() - proc.started
     run_dir = Path(proc.spec["out"])
     ok = proc.returncode == 0 and steps in load_steps(run_dir / "metrics.jsonl")
-    (run_dir / "run.json").write_text(json.dumps({"wall_s": wall, "ok": ok, **env_info}))
+    record = {"wall_s": wall, "ok": ok, **env_info, "overrides": proc.spec["args"]}
+    (run_dir / "run.json").write_text(json.dumps(record))
     print(f"{proc.spec['arm']} warmup {proc.spec['warmup']} seed {proc.spec['seed']}: "
           f"{'done' if ok else f'FAILED (exit {proc.returncode})'} in {wall:.0f} s", flush=True)
     return wall, ok
@@ -357,6 +365,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--kv-cache-bytes", type=int, default=1 << 30,
                         help="vLLM KV cache per run (skips its memory profiling); 0: profile, starts staggered")
     parser.add_argument("--start-gap-s", type=float, default=20.0, help="seconds between starts with a fixed KV cache")
+    parser.add_argument("--engine-awake", action="store_true",
+                        help="keep each vLLM engine awake between steps (free_cache_engine=false; see ENGINE_AWAKE)")
     parser.add_argument("--min-free-gb", type=float, default=16.0,
                         help="start a run only while the host has this much memory available (a run peaks at ~13 GB "
                         "while it starts; below ~5%% free Ray's memory monitor kills workers of every run)")
@@ -382,6 +392,8 @@ def main(argv: list[str]) -> int:
         print("warning: issue 19 asks for >= 60 steps and >= 3 seeds per arm", file=sys.stderr)
     if args.dry_run:
         for spec in all_specs(args):
+            if args.steps in load_steps(Path(spec["out"]) / "metrics.jsonl"):
+                continue  # finished: run_all skips it too
             print(json.dumps({**spec, "command": ["bash", str(SCRIPT.relative_to(REPO)), *spec["args"]]}))
         return 0
     if args.keep_runs:
