@@ -100,6 +100,12 @@ def test_hook_cost_dry_run_prints_every_run_interleaved(capsys):
     repeats = [int(line.split(" OUT=")[1].split()[0].rsplit("_r", 1)[1]) for line in runs]
     assert repeats == sorted(repeats)  # every arm of every point once before any arm runs again
     assert runs[15].split("/hc/0.5b/")[1].split("_r")[0] == "snapshot"  # repeat 1 starts one arm later
+    # the _device arms differ from their provider's arm in where the live weights wait, nothing else
+    assert bench.main(["--dry-run", "--repeats", "1", "--out", "/tmp/hc", "--points", "1.5b",
+                       "--arms", "ewma", "ewma_device"]) == 0
+    ewma, device = [line for line in capsys.readouterr().out.splitlines() if "run_gpu.sh" in line]
+    assert "PROVIDER=ewma" in device and device.replace("ewma_device_r0", "ewma_r0") == (
+        ewma + " algorithm.old_logits.swap_backup=device")
 
 
 def test_hook_cost_timeout_kills_only_the_processes_of_its_own_run(tmp_path):

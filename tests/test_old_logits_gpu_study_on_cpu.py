@@ -191,3 +191,16 @@ def test_keep_runs_copies_finished_runs_cut_to_what_the_report_reads(tmp_path):
     assert json.loads((out / "warmup3" / "ewma" / "seed0" / "run.json").read_text())["wall_s"] == 400.0
     assert not (out / "warmup3" / "current").exists()
     assert (stored / "metrics.jsonl").read_text() == stored_text
+
+
+def test_hook_cost_device_backup_arm_composes_through_verls_checks(dry_run):  # noqa: F811
+    """``hook_cost_gpu.py``'s ``ewma_device`` arm: the ``ewma`` arm with the live weights waiting on
+    the GPU during a swap, a setting verl's config and verl-ext's checks accept."""
+    bench = _script("hook_cost_gpu")
+    run = bench.Run("1.5b", "ewma_device", 0)
+    env = {**run.env(Path("/tmp/hc"), Path("/tmp/models"), 8), "MODEL": "Qwen/Qwen2.5-0.5B-Instruct"}
+    code, out, err = dry_run(REPO / "recipes/text_corridor/run_gpu.sh", run.overrides(), **env)
+    assert code == 0, err[-4000:]
+    config = OmegaConf.create(out)
+    check_config(config)
+    assert config.algorithm.old_logits.provider == "ewma" and config.algorithm.old_logits.swap_backup == "device"

@@ -16,6 +16,8 @@ noise hits every arm alike. ``dedicated`` and ``interrupt`` (issue 20: their rol
 are arms too but not in the default set: ``--arms current snapshot dedicated interrupt verl
 --points 0.5b`` gives issue 20's side-by-side cost (their hooks: ``segment_scoring``,
 ``scorer_weight_sync``; the scorer's GPU memory: ``verl_ext/mem/dedicated_scorer/gpu_bytes``).
+``ewma_device`` and ``snapshot_device`` are ``ewma`` and ``snapshot`` with the live weights waiting on
+the GPU during a swap (``algorithm.old_logits.swap_backup=device``) instead of in host memory.
 
 The 7B point on one 139 GB card: FSDP2's fp32 parameters (30 GB), gradients (30 GB) and Adam
 state (61 GB) plus the EWMA's fp32 shadow (30 GB) do not fit beside vLLM, so the 7B point sets
@@ -85,9 +87,12 @@ SHARE = f"{TIME}share_of_step"
 TOTAL = f"{TIME}total"
 PLAIN = "verl"
 ARMS = {"current": "current", "snapshot": "snapshot", "ewma": "ewma", "loglinear": "loglinear", PLAIN: "none",
-        "dedicated": "dedicated", "interrupt": "interrupt"}
+        "dedicated": "dedicated", "interrupt": "interrupt", "ewma_device": "ewma", "snapshot_device": "snapshot"}
+# arms that differ from their provider's arm in one setting: the live weights wait on the GPU during a swap
+ARM_OVERRIDES = {"ewma_device": ("algorithm.old_logits.swap_backup=device",),
+                 "snapshot_device": ("algorithm.old_logits.swap_backup=device",)}
 DEFAULT_ARMS = ["current", "snapshot", "ewma", "loglinear", PLAIN]
-TARGET_SHARE = {"current": 0.03, "ewma": 0.03, "loglinear": 0.03}  # of the step, all hooks together
+TARGET_SHARE = {"current": 0.03, "ewma": 0.03, "ewma_device": 0.03, "loglinear": 0.03}  # of the step, all hooks
 # Timed by the workers on the GPU stream (verl_ext.old_logits.host.WORKER_SWAP_HOOK): the driver's
 # call returns before the copies end, and the next span on the driver (an extra forward) may wait for
 # them, so adding both counts that wait twice: the total is an upper bound by up to this hook's time.
@@ -136,7 +141,7 @@ class Run:
                 "MODEL": str(models / self.point), "OUT": str(self.folder(out)), "STEPS": str(steps)}
 
     def overrides(self) -> list[str]:
-        return [*COMMON_OVERRIDES, *POINTS[self.point].overrides]
+        return [*COMMON_OVERRIDES, *POINTS[self.point].overrides, *ARM_OVERRIDES.get(self.arm, ())]
 
     def command(self, out: Path, models: Path, steps: int, kv_cache_bytes: int = 0) -> str:
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env(out, models, steps, kv_cache_bytes).items())
@@ -340,7 +345,7 @@ def target_cell(arm: str, share: float, wait_share: float) -> tuple[str, str | N
     """(table cell, sentence for the closing note when the target is missed)."""
     if arm in TARGET_SHARE:
         limit, value, what = TARGET_SHARE[arm], share, "hooks"
-    elif arm == "snapshot":
+    elif ARMS[arm] == "snapshot":
         limit, value, what = SNAPSHOT_WAIT_TARGET, wait_share, "save wait"
     else:
         return "—", None

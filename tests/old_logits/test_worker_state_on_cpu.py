@@ -190,3 +190,27 @@ def test_calibrated_ewma_age_follows_the_tokens_age_in_optimizer_steps(policy, b
     assert last["old_logits/ewma/age_steps"] == pytest.approx(last["old_logits/token_age_steps/mean"], abs=1e-6)
     assert reports[0]["old_logits/ewma/age_steps"] == 0.0  # θ̄_0 = θ_0
     assert 0 < last["old_logits/ewma/beta"] < 1
+
+
+def test_swap_backup_picks_where_live_weights_wait_and_rejects_other_values():
+    def config(**raw):
+        return OldLogitsConfig.from_config({"provider": "ewma", **raw}, max_off_policy_threshold=2)
+
+    assert config().swap_backup_device == "cpu"  # default: pinned host memory
+    assert config(swap_backup="device").swap_backup_device is None  # beside the weights
+    expected = r"algorithm\.old_logits\.swap_backup='gpu'; expected one of \('host', 'device'\)"
+    with pytest.raises(ValueError, match=expected):
+        config(swap_backup="gpu")
+
+
+@pytest.mark.parametrize("swap_backup", ["host", "device"])
+def test_a_swap_restores_the_live_weights_wherever_they_wait(policy, swap_backup):
+    config = OldLogitsConfig.from_config({"provider": "ewma", "swap_backup": swap_backup, "ewma": {"beta": 0.5}},
+                                         max_off_policy_threshold=2)
+    state = OldLogitWorkerState(config, list(policy.parameters()), backup_device=config.swap_backup_device)
+    state.set_version(0)
+    _train_version(state, policy, 0, steps=2, seed=0)
+    live = [p.detach().clone() for p in policy.parameters()]
+    with state.weights("ewma"):
+        assert any(not torch.equal(p, q) for p, q in zip(policy.parameters(), live))  # the EWMA's values
+    assert all(torch.equal(p, q) for p, q in zip(policy.parameters(), live))  # bit-exact restore

@@ -21,6 +21,7 @@ from verl_ext.old_logits.ewma import beta_from_com, com_from_beta
 from verl_ext.old_logits.loglinear import PROXIMAL_VERSIONS
 
 KEY = "algorithm.old_logits"
+SWAP_BACKUPS = ("host", "device")  # where live weights wait during a swap (OldLogitsConfig.swap_backup)
 STALENESS_KEY = "trainer.v1.sampler.max_off_policy_threshold"
 # the exact providers whose old log-probs are scored on the rollout side (segments of server calls)
 ROLLOUT_SIDE_PROVIDERS = ("dedicated", "interrupt")
@@ -178,17 +179,32 @@ class OldLogitsConfig:
         stale_tokens: whether the trainer can hand tokens of older versions to the provider; False
             under verl's ``sync`` trainer (every token is sampled by the live weights), where
             ``snapshot`` then keeps no copies: they would never be read.
+        swap_backup: where the live weights wait while ``ewma`` or ``snapshot`` swaps other weights
+            in for a forward: ``host`` (pinned host memory; costs a device-to-host and a
+            host-to-device copy of the actor's shards per swap) or ``device`` (beside them on the
+            accelerator: on-device copies, one more copy of the shards in accelerator memory while
+            swapped).
         ewma, snapshot, dedicated, interrupt, loglinear: per-provider settings.
     """
 
     provider: str = "current"
     staleness_bound: int | None = None
     stale_tokens: bool = True
+    swap_backup: str = "host"
     ewma: EWMAConfig = field(default_factory=EWMAConfig)
     snapshot: SnapshotConfig = field(default_factory=SnapshotConfig)
     dedicated: DedicatedConfig = field(default_factory=DedicatedConfig)
     interrupt: InterruptConfig = field(default_factory=InterruptConfig)
     loglinear: LogLinearConfig = field(default_factory=LogLinearConfig)
+
+    def __post_init__(self) -> None:
+        _check_choice("swap_backup", self.swap_backup, SWAP_BACKUPS)
+
+    @property
+    def swap_backup_device(self) -> str | None:
+        """``WeightSwap``'s ``backup_device``: "cpu" for ``host``, None (the weights' own device) for
+        ``device``."""
+        return "cpu" if self.swap_backup == "host" else None
 
     @classmethod
     def from_config(cls, old_logits: Mapping[str, Any] | None, max_off_policy_threshold: int | None,

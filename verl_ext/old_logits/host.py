@@ -101,8 +101,8 @@ def install_worker_state(ray_self: Any, config: OldLogitsConfig, updates_per_ver
     if reshard is not None:
         reshard()  # the parameter list must hold the sharded parameters, not gathered copies
     state = OldLogitWorkerState(
-        config, local_parameters(engine.module), updates_per_version, backup_device="cpu", modules=modules,
-        first_version=version,
+        config, local_parameters(engine.module), updates_per_version, backup_device=config.swap_backup_device,
+        modules=modules, first_version=version,
     )
     original_step = engine.optimizer_step
 
