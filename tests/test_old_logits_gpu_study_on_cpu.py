@@ -148,7 +148,7 @@ def test_a_failed_run_is_queued_again_and_its_wall_does_not_count(tmp_path, monk
     monkeypatch.setattr(study, "environment", lambda: {"card": "none"})  # no nvidia-smi here
     monkeypatch.setattr(study.time, "sleep", lambda s: None)
     args = SimpleNamespace(steps=2, seeds=[0], arms=["current"], out=tmp_path / "out", kv_cache_bytes=1 << 30,
-                           engine_awake=False,
+                           engine_awake=False, setting="base",
                            parallel=2, gpus=[], retries=1, budget_s=float("inf"), run_s=600.0, start_gap_s=0.0,
                            stagger_s=0.0, min_free_gb=0.0)
     for spec in study.all_specs(args):  # the tiny models exist: no make-tiny-model here
@@ -184,7 +184,7 @@ def test_keep_runs_copies_finished_runs_cut_to_what_the_report_reads(tmp_path):
     stored = write_run(out, "snapshot", 0, 4)
     stored_text = (stored / "metrics.jsonl").read_text()
     args = SimpleNamespace(out=out, steps=4, seeds=[0], arms=["current", "snapshot", "ewma"], kv_cache_bytes=0,
-                           engine_awake=False)
+                           engine_awake=False, setting="base")
     assert study.keep_runs(source, args) == ["ewma warmup 3 seed 0"]
     kept = study.load_steps(out / "warmup3" / "ewma" / "seed0" / "metrics.jsonl")
     assert sorted(kept) == [1, 2, 3, 4] and kept[4] == {study.SUCCESS: 0.5, "old_logits/ewma/age_steps": 3.0}
@@ -204,3 +204,21 @@ def test_hook_cost_device_backup_arm_composes_through_verls_checks(dry_run):  # 
     config = OmegaConf.create(out)
     check_config(config)
     assert config.algorithm.old_logits.provider == "ewma" and config.algorithm.old_logits.swap_backup == "device"
+
+
+def test_large_steps_setting_changes_only_the_step_size_and_composes(dry_run, tmp_path):  # noqa: F811
+    """``--setting large_steps``: lr x10 and 4 epochs (issue 19 item 4's regime), runs in their own
+    folder, nothing else changed."""
+    study = _script("old_logits_gpu_study")
+    base = study.run_spec("snapshot", 3, 0, 60, tmp_path)
+    large = study.run_spec("snapshot", 3, 0, 60, tmp_path, setting="large_steps")
+    assert large["out"] == str(tmp_path / "large_steps" / "warmup3" / "snapshot" / "seed0")
+    assert {k for k in base["env"] if base["env"][k] != large["env"][k]} == {"LR", "OUT", "MODEL"}
+    assert large["env"]["LR"] == "3e-2" and set(large["args"]) - set(base["args"]) == {
+        "actor_rollout_ref.actor.ppo_epochs=4"}
+    env = {**large["env"], "MODEL": "Qwen/Qwen2.5-0.5B-Instruct"}
+    code, out, err = dry_run(REPO / "recipes/text_corridor/run_gpu.sh", large["args"], **env)
+    assert code == 0, err[-4000:]
+    config = OmegaConf.create(out)
+    check_config(config)
+    assert config.actor_rollout_ref.actor.ppo_epochs == 4 and config.actor_rollout_ref.actor.optim.lr == 3e-2

@@ -153,7 +153,7 @@ def write_section(doc: Path, heading: str, section: str) -> None:
     """Replace the section under ``heading`` in ``doc`` (up to the next ``## `` heading), or append it."""
     text = doc.read_text() if doc.exists() else "# Benchmarks\n"
     section = section.rstrip("\n") + "\n\n"  # one blank line before the next section
-    start = text.find(heading)
+    start = text.find(heading + "\n")  # the whole heading line: one heading may begin another
     if start < 0:
         text = text.rstrip("\n") + "\n\n" + section
     else:

@@ -62,6 +62,13 @@ SHARED_OVERRIDES = (
 )
 SHARED_ENV = {"MODE": "colocate_async", "ADV": "hgpo", "LOSS": "ppo_ewma", "ROLLOUT": "vllm", "LR": "3e-3",
               "GPU_MEM": "0.1"}
+# How far the policy moves per version. `base` is the corridor at the cpu runs' learning rate, which every
+# arm solves; `large_steps` is the mechanism study's lr x10 with 4 epochs, where on CPU `current` lost
+# 0.06 final reward against `snapshot` (issue 19 item 4): the regime the repair is for.
+SETTINGS: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {  # name -> (env, extra overrides)
+    "base": ({}, ()),
+    "large_steps": ({"LR": "3e-2"}, ("actor_rollout_ref.actor.ppo_epochs=4",)),
+}
 ARMS: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {  # label -> (env, extra overrides)
     "current": ({"PROVIDER": "current"}, ()),
     "rollout": ({"PROVIDER": "rollout"}, ()),
@@ -101,23 +108,30 @@ ENGINE_AWAKE = ("actor_rollout_ref.rollout.free_cache_engine=false",)
 
 
 def run_spec(arm: str, warmup: int, seed: int, steps: int, out: Path, kv_cache_bytes: int = 0,
-             engine_awake: bool = False) -> dict:
-    """Environment and arguments of one run of ``SCRIPT``."""
+             engine_awake: bool = False, setting: str = "base") -> dict:
+    """Environment and arguments of one run of ``SCRIPT``; runs of a setting other than ``base``
+    live under ``out/<setting>``."""
     env, extra = ARMS[arm]
-    run_dir = out / f"warmup{warmup}" / slug(arm) / f"seed{seed}"
+    setting_env, setting_extra = SETTINGS[setting]
+    root = out if setting == "base" else out / setting
+    run_dir = root / f"warmup{warmup}" / slug(arm) / f"seed{seed}"
     kv_cache = {"KV_CACHE_BYTES": str(kv_cache_bytes)} if kv_cache_bytes else {}
     return {
         "arm": arm, "warmup": warmup, "seed": seed, "out": str(run_dir),
-        "env": {**SHARED_ENV, **env, **kv_cache, "WARMUP": str(warmup), "BOUND": str(2 * warmup), "SEED": str(seed),
-                "STEPS": str(steps), "OUT": str(run_dir), "MODEL": str(run_dir / "model")},
-        "args": [*SHARED_OVERRIDES, *extra, *(ENGINE_AWAKE if engine_awake else ())],
+        "env": {**SHARED_ENV, **setting_env, **env, **kv_cache, "WARMUP": str(warmup), "BOUND": str(2 * warmup),
+                "SEED": str(seed), "STEPS": str(steps), "OUT": str(run_dir), "MODEL": str(run_dir / "model")},
+        "args": [*SHARED_OVERRIDES, *setting_extra, *extra, *(ENGINE_AWAKE if engine_awake else ())],
     }
 
 
 def all_specs(args: argparse.Namespace) -> list[dict]:
     """Seed-major, so a study cut short still compares every arm."""
-    return [run_spec(arm, warmup, seed, args.steps, args.out, args.kv_cache_bytes, args.engine_awake)
+    return [run_spec(arm, warmup, seed, args.steps, args.out, args.kv_cache_bytes, args.engine_awake, args.setting)
             for seed in args.seeds for warmup in WARMUPS for arm in args.arms]
+
+
+def heading(setting: str) -> str:
+    return HEADING if setting == "base" else f"{HEADING}, {setting.replace('_', ' ')}"
 
 
 def environment() -> dict:
@@ -309,12 +323,17 @@ def report(args: argparse.Namespace) -> str:
     results, infos = load_results(args)
     card = infos[0] if infos else {}
     walls = [i["wall_s"] for i in infos]
-    lines = [HEADING, "",
+    setting_env, setting_extra = SETTINGS[args.setting]
+    lr = setting_env.get("LR", SHARED_ENV["LR"])
+    lines = [heading(args.setting), "",
              f"`python scripts/bench/old_logits_gpu_study.py --steps {args.steps} --seeds "
-             f"{' '.join(map(str, args.seeds))}`: {card.get('card', 'card not recorded')}; torch {card.get('torch')}, "
+             f"{' '.join(map(str, args.seeds))}"
+             + ("" if args.setting == "base" else f" --setting {args.setting}")
+             + f"`: {card.get('card', 'card not recorded')}; torch {card.get('torch')}, "
              f"vLLM {card.get('vllm')}, verl {card.get('verl')}, transformers {card.get('transformers')}. "
              "`recipes/text_corridor/run_gpu.sh`, colocate_async, bf16 vLLM rollout vs the FSDP2 trainer, tiny "
-             f"random Qwen2 (hidden 256, 4 layers), lr {SHARED_ENV['LR']}, {SHARED_ENV['ADV']}, loss `ppo_ewma` "
+             f"random Qwen2 (hidden 256, 4 layers), lr {lr}{''.join(f', `{o}`' for o in setting_extra)}, "
+             f"{SHARED_ENV['ADV']}, loss `ppo_ewma` "
              "and the same rollout correction in every arm (token IS truncated at 2, token_k1 band [0.5, 2]); "
              "fp32 controls: vLLM and trainer in fp32. "
              + (f"Run context: {args.context} " if args.context else "")
@@ -365,6 +384,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--kv-cache-bytes", type=int, default=1 << 30,
                         help="vLLM KV cache per run (skips its memory profiling); 0: profile, starts staggered")
     parser.add_argument("--start-gap-s", type=float, default=20.0, help="seconds between starts with a fixed KV cache")
+    parser.add_argument("--setting", choices=list(SETTINGS), default="base",
+                        help="step size per version (see SETTINGS); runs of another setting go under --out/<setting> "
+                        "and into their own docs section")
     parser.add_argument("--engine-awake", action="store_true",
                         help="keep each vLLM engine awake between steps (free_cache_engine=false; see ENGINE_AWAKE)")
     parser.add_argument("--min-free-gb", type=float, default=16.0,
@@ -401,8 +423,8 @@ def main(argv: list[str]) -> int:
         print(f"kept {len(copied)} runs: {'; '.join(copied) or 'none new'}")
     elif not args.report_only:
         run_all(args)
-    write_section(args.doc, HEADING, report(args))
-    print(f"wrote {args.doc} ({HEADING!r})")
+    write_section(args.doc, heading(args.setting), report(args))
+    print(f"wrote {args.doc} ({heading(args.setting)!r})")
     return 0
 
 
