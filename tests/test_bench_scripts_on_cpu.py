@@ -340,6 +340,30 @@ def test_decision_legibility_measures_what_the_rows_hold():
         assert legibility.decided_subgoal(row).split()[0].isalpha()
 
 
+def test_sft_turn_probe_splits_the_tool_share_by_the_oracles_turn_kind(tiny_model_dir):
+    """scripts/bench/sft_turn_probe.py: one share per assistant turn, keyed by the oracle's call there,
+    each the probability of opening with an app tool's name against computer_use's (the untrained model)."""
+    import json
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from verl_ext.envs.demos import text_hybrid_sft_rows
+
+    probe = _script("sft_turn_probe")
+    rows = text_hybrid_sft_rows(1, 0, "val", ["settings_panel"])
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    shares = probe.turn_shares(model, tokenizer, rows)
+    calls = [m["tool_calls"][0]["function"]["name"] for m in json.loads(rows[0]["messages"]) if m["role"] == "assistant"]
+    assert len(shares["tool"]) == rows[0]["extra_info"]["num_tool_calls"] == sum(c != "computer_use" for c in calls)
+    assert len(shares["gui"]) == calls.count("computer_use")
+    assert all(0.0 < v < 1.0 for v in shares["tool"] + shares["gui"])
+    summary = probe.summary({"tool": [0.2, 0.7], "gui": [0.1]})
+    assert summary["tool_turns"] == 2 and summary["above_half_at_tool_turns"] == 1 and summary["above_half_at_gui_turns"] == 0
+    assert abs(summary["tool_share_at_tool_turns"] - 0.45) < 1e-12
+
+
 def test_hook_cost_runs_side_by_side_one_per_card_each_run_once(tmp_path, monkeypatch):
     """``--gpus 0 1``: two workers, one per card, pull the interleaved plan; every run goes to one
     card once, with that card and the thread caps in its environment."""

@@ -47,6 +47,18 @@ def test_prepare_data_show_todo_on_a_dataset_without_observations_is_refused(tmp
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize("dataset, value, phrase", [
+    ("text_hybrid", "2", "--tool-oversample applies to the text_hybrid_sft dataset only"),
+    ("text_hybrid_sft", "0", "argument --tool-oversample: '0' is not a whole number >= 1"),
+])
+def test_prepare_data_tool_oversample_is_refused_where_it_does_not_apply(tmp_path, dataset, value, phrase):
+    proc = run_cli("prepare-data", dataset, str(tmp_path), "--train-size", "2", "--val-size", "1",
+                   "--tool-oversample", value)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert phrase in proc.stderr
+    assert not list(tmp_path.iterdir())
+
+
 def test_eval_on_a_missing_checkpoint_says_the_path_does_not_exist(tmp_path):
     missing = tmp_path / "runs" / "global_step_30"
     proc = run_cli("eval", "--policy", f"checkpoint:{missing}", "--tasks", "mail_star_sender")

@@ -316,6 +316,18 @@ def test_staged_pipeline_show_todo_reaches_the_decision_rows_and_the_online_loop
     assert all(json.loads(p)[-1]["content"].splitlines()[-1].startswith("To do: (") for p in prompts)
 
 
+@pytest.mark.parametrize("value", ["0", "x", "-1", "1.5", "02"])
+def test_staged_pipeline_refuses_a_bad_sft_tool_oversample(value, tmp_path):
+    """SFT_TOOL_OVERSAMPLE (prepare-data --tool-oversample): the script stops before any stage and names the knob."""
+    env = {**os.environ, "OUT": str(tmp_path), "SFT_TOOL_OVERSAMPLE": value,
+           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    proc = subprocess.run(["bash", str(TOOLCUA_SFT_RL_GPU)], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert f"SFT_TOOL_OVERSAMPLE must be a whole number >= 1 (1: no oversampling), got '{value}'" in proc.stderr
+    assert not (tmp_path / "sft_data").exists()
+
+
 def test_staged_pipeline_rft_warmup_hands_its_checkpoint_to_the_rl_half(dry_run):
     """RFT_WARMUP_STEPS: the RFT stage first runs verl's SFT trainer on the switching-step warm-up rows
     (composed only: ``--cfg job``), then its single-turn RL starts from the warm-up's HF checkpoint."""

@@ -78,12 +78,15 @@ def _text_hybrid_rows(n: int, seed: int, split: str, templates: list[str] | None
 
 
 def _text_hybrid_sft_rows(n: int, seed: int, split: str, templates: list[str] | None = None,
-                          show_todo: bool = False) -> list[dict]:
+                          show_todo: bool = False, tool_oversample: int = 1) -> list[dict]:
     """SFT demonstrations for ``verl.trainer.sft_trainer``: the ``text_hybrid`` tasks of the same seed played
-    by the scripted oracle, as ``hybrid_gui_tool`` function-call transcripts (``verl_ext.envs.demos``)."""
-    from verl_ext.envs.demos import text_hybrid_sft_rows
+    by the scripted oracle, as ``hybrid_gui_tool`` function-call transcripts (``verl_ext.envs.demos``). In the
+    train split each transcript with an app-tool call is written ``tool_oversample`` times (val: once each,
+    so held-out rates stay those of the task distribution)."""
+    from verl_ext.envs.demos import oversample_tool_transcripts, text_hybrid_sft_rows
 
-    return text_hybrid_sft_rows(n, seed, split, templates, show_todo=show_todo)
+    rows = text_hybrid_sft_rows(n, seed, split, templates, show_todo=show_todo)
+    return oversample_tool_transcripts(rows, tool_oversample) if split == "train" else rows
 
 
 def _text_hybrid_decision_rows(n: int, seed: int, split: str, templates: list[str] | None = None,
@@ -123,6 +126,7 @@ DATASETS: dict[str, Callable[[int, int, str], list[dict]]] = {
 }
 TEMPLATED = ("minidesk", "text_hybrid", "text_hybrid_sft", "text_hybrid_decisions", "text_hybrid_switch_warmup")  # take --templates
 SHOWS_TODO = ("text_hybrid_sft", "text_hybrid_decisions", "text_hybrid_switch_warmup")  # take --show-todo
+OVERSAMPLES_TOOLS = ("text_hybrid_sft",)  # take --tool-oversample
 
 
 def write_parquet(rows: list[dict], path: str) -> str:
@@ -145,9 +149,17 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--show-todo", action="store_true",
                         help=f"{', '.join(SHOWS_TODO)} only: observations end with the task's items still to do "
                              "(TextHybridEnv show_todo; the online stage's agent loop must set it too)")
+    parser.add_argument("--tool-oversample", type=positive_int, default=None, metavar="K",
+                        help=f"{', '.join(OVERSAMPLES_TOOLS)} only: write each training transcript in which the "
+                             "oracle calls an app tool K times (default 1: once; val is never oversampled); "
+                             "--train-size still counts distinct tasks")
     args = parser.parse_args(argv)
     make_rows = DATASETS[args.dataset]
     options = {}
+    if args.tool_oversample is not None:
+        if args.dataset not in OVERSAMPLES_TOOLS:
+            parser.error(f"--tool-oversample applies to the {', '.join(OVERSAMPLES_TOOLS)} dataset only")
+        options["tool_oversample"] = args.tool_oversample
     if args.show_todo:
         if args.dataset not in SHOWS_TODO:
             parser.error(f"--show-todo applies to the {', '.join(SHOWS_TODO)} datasets only")
@@ -159,5 +171,5 @@ def main(argv: list[str]) -> int:
     for split, size in (("train", args.train_size), ("val", args.val_size)):
         rows = make_rows(size, args.seed, split, **options)
         path = write_parquet(rows, os.path.join(args.out_dir, f"{split}.parquet"))
-        print(f"{args.dataset} {split}: {size} rows -> {path}")
+        print(f"{args.dataset} {split}: {len(rows)} rows -> {path}")
     return 0

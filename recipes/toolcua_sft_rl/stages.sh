@@ -23,6 +23,11 @@ case "$SHOW_TODO" in
     1) TODO_FLAG=(--show-todo) ;;
     *) echo "verl-ext toolcua_sft_rl: SHOW_TODO must be 0 or 1, got '$SHOW_TODO'" >&2; exit 2 ;;
 esac
+SFT_TOOL_OVERSAMPLE=${SFT_TOOL_OVERSAMPLE:-1}   # SFT demonstrations with an app-tool call written this many times
+                                     # (prepare-data --tool-oversample; 1: each once, the held-out rows always once)
+case "$SFT_TOOL_OVERSAMPLE" in
+    ''|*[!0-9]*|0*) echo "verl-ext toolcua_sft_rl: SFT_TOOL_OVERSAMPLE must be a whole number >= 1 (1: no oversampling), got '$SFT_TOOL_OVERSAMPLE'" >&2; exit 2 ;;
+esac
 RFT_ARGS=${RFT_ARGS:-}               # extra main_ppo overrides of stage 2 only (space-separated)
 SFT_ARGS=${SFT_ARGS:-}               # extra sft_trainer overrides of stage 1 (space-separated)
 if [ -n "${SFT_LAUNCHER:-}" ]; then  # another launcher of the SFT trainer (space-separated), e.g. `python`
@@ -69,7 +74,7 @@ sft_run() {  # sft_run DATA_DIR STEPS LR WARMUP_STEPS CKPT_DIR NAME METRICS: ver
 
 sft_stage() {
     verl-ext prepare-data text_hybrid_sft "$OUT/sft_data" --train-size "$SFT_ROWS" --val-size 4 --seed "$SEED" \
-        --templates "$TEMPLATES" "${TODO_FLAG[@]}"
+        --templates "$TEMPLATES" --tool-oversample "$SFT_TOOL_OVERSAMPLE" "${TODO_FLAG[@]}"
     sft_run "$OUT/sft_data" "$SFT_STEPS" "$SFT_LR" "$SFT_WARMUP" "$OUT/sft" sft "$OUT/sft_metrics.jsonl"
     MODEL="$OUT/sft/global_step_$SFT_STEPS/huggingface"   # weights + tokenizer in HF format (hf_model)
     # What SFT taught: greedy replies at every turn of held-out transcripts (the oracle's earlier

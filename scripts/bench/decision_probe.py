@@ -24,6 +24,28 @@ import sys
 OPENING = '\n<tool_call>\n{{"name": "{}'  # no closing quote: the tokenizer merges it with what follows
 
 
+def opening_logprobs(model, tokenizer, messages: list[dict], tools: list[dict], names: list[str]) -> dict[str, float]:
+    """log P(the reply opens ``OPENING`` with ``name``) for each of ``names``, at the turn after ``messages``
+    (the chat template with ``tools`` and the generation prompt), by teacher forcing from one prompt pass."""
+    import torch
+
+    prompt = tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
+    prompt_ids = tokenizer.encode(prompt, add_special_tokens=False)
+    with torch.no_grad():
+        out = model(torch.tensor([prompt_ids]), use_cache=True)
+    logp = {}
+    for name in names:
+        ids = tokenizer.encode(prompt + OPENING.format(name), add_special_tokens=False)
+        if ids[:len(prompt_ids)] != prompt_ids:
+            raise RuntimeError("the opening's tokens do not extend the prompt's; cannot teacher-force it")
+        cont = ids[len(prompt_ids):]
+        with torch.no_grad():
+            step = model(torch.tensor([cont]), past_key_values=copy.deepcopy(out.past_key_values), use_cache=True)
+        logits = torch.cat([out.logits[:, -1:], step.logits[:, :-1]], dim=1).log_softmax(-1)[0]
+        logp[name] = float(logits[torch.arange(len(cont)), torch.tensor(cont)].sum())
+    return logp
+
+
 def probe(model_dir: str, rows_path: str) -> dict:
     import pandas as pd
     import torch
@@ -34,23 +56,8 @@ def probe(model_dir: str, rows_path: str) -> dict:
     per_row = []
     for _, row in pd.read_parquet(rows_path).iterrows():
         decision = row["extra_info"]["decision"]
-        messages = json.loads(row["prompt"])
-        tools = json.loads(row["extra_info"]["tools"])
-        prompt = tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
-        prompt_ids = tokenizer.encode(prompt, add_special_tokens=False)
-        with torch.no_grad():
-            out = model(torch.tensor([prompt_ids]), use_cache=True)
         names = ["computer_use", *list(decision["app_tools"])]
-        logp = {}
-        for name in names:
-            ids = tokenizer.encode(prompt + OPENING.format(name), add_special_tokens=False)
-            if ids[:len(prompt_ids)] != prompt_ids:
-                raise RuntimeError("the opening's tokens do not extend the prompt's; cannot teacher-force it")
-            cont = ids[len(prompt_ids):]
-            with torch.no_grad():
-                step = model(torch.tensor([cont]), past_key_values=copy.deepcopy(out.past_key_values), use_cache=True)
-            logits = torch.cat([out.logits[:, -1:], step.logits[:, :-1]], dim=1).log_softmax(-1)[0]
-            logp[name] = float(logits[torch.arange(len(cont)), torch.tensor(cont)].sum())
+        logp = opening_logprobs(model, tokenizer, json.loads(row["prompt"]), json.loads(row["extra_info"]["tools"]), names)
         p_gui = math.exp(logp["computer_use"])
         p_tool = sum(math.exp(logp[n]) for n in names[1:])
         per_row.append({"better": decision["better"], "p_gui": p_gui, "p_tool": p_tool,

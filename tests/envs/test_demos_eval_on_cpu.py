@@ -84,7 +84,7 @@ def test_call_rates_count_one_parseable_call_and_the_oracles_call(rows, tiny_mod
 
     assert call_rates(tokenizer, rows, lambda p: oracle[tuple(p)]) == {
         "turns": turns, "valid_call_rate": 1.0, "exact_call_rate": 1.0,
-        "tool_turns": tool_turns, "tool_turn_call_rate": 1.0}
+        "tool_turns": tool_turns, "tool_turn_call_rate": 1.0, "gui_turns": turns - tool_turns, "gui_turn_call_rate": 1.0}
 
     # the 128-wide model's greedy reply after too little SFT: keys repeat, the JSON never closes
     looping = tokenizer.encode('\n<tool_call>\n{"name": "computer_use", "arguments": {"action": "click", '
@@ -96,6 +96,14 @@ def test_call_rates_count_one_parseable_call_and_the_oracles_call(rows, tiny_mod
     rates = call_rates(tokenizer, rows, lambda p: tokenizer.encode(click + "<|im_end|>"))
     assert (rates["valid_call_rate"], rates["exact_call_rate"]) == (1.0, 0.0)
     assert rates["tool_turn_call_rate"] == 0.0  # only GUI calls: never the oracle's tool at its tool turns
+    assert rates["gui_turn_call_rate"] == 1.0  # ... and computer_use at every GUI turn, whatever its arguments
+    # the opposite habit: a tool call everywhere scores at the tool turns of that tool and at none of the GUI turns
+    tool = '\n<tool_call>\n{"name": "settings_set", "arguments": {"key": "volume", "value": "Low"}}\n</tool_call>'
+    rates = call_rates(tokenizer, rows, lambda p: tokenizer.encode(tool + "<|im_end|>"))
+    settings_turns = sum(call["name"] == "settings_set" for row in rows for _, call in turns_of(json.loads(row["messages"])))
+    assert settings_turns > 0
+    assert rates["valid_call_rate"] == 1.0 and rates["gui_turn_call_rate"] == 0.0
+    assert rates["tool_turn_call_rate"] == settings_turns / tool_turns  # the oracle's tool, not any tool
     assert call_rates(tokenizer, rows, lambda p: tokenizer.encode(click + click + "<|im_end|>"))["valid_call_rate"] == 0.0
 
 
@@ -106,4 +114,5 @@ def test_eval_sft_command_on_an_untrained_model(rows, tiny_model_dir, tmp_path):
     assert cli_main(["eval-sft", tiny_model_dir, path, "--max-new-tokens", "8", "--out", str(out)]) == 0
     rates = json.loads(out.read_text())
     assert rates == {"turns": rows[0]["extra_info"]["num_calls"], "valid_call_rate": 0.0, "exact_call_rate": 0.0,
-                     "tool_turns": rates["tool_turns"], "tool_turn_call_rate": 0.0}
+                     "tool_turns": rates["tool_turns"], "tool_turn_call_rate": 0.0,
+                     "gui_turns": rates["gui_turns"], "gui_turn_call_rate": 0.0}

@@ -15,9 +15,12 @@ from omegaconf import OmegaConf
 from transformers import AutoTokenizer
 from verl.experimental.agent_loop.tool_parser import ToolParser
 
+from verl_ext.cli import main as cli_main
 from verl_ext.data import write_parquet
-from verl_ext.envs.core import action_from_call
-from verl_ext.envs.demos import JsonMultiTurnSFTDataset, call_of, play_transcript, text_hybrid_sft_rows
+from verl_ext.envs.core import ToolCall, action_from_call
+from verl_ext.envs.demos import (JsonMultiTurnSFTDataset, app_tool_calls, call_of, oversample_tool_transcripts,
+                                 play_transcript, text_hybrid_sft_rows)
+from verl_ext.errors import UserError
 from verl_ext.envs.text_hybrid import text_hybrid_rows
 
 
@@ -83,3 +86,50 @@ def test_valid_call_rate_is_the_share_of_turns_with_one_parseable_call():
     assert (cut_short["valid_call_rate"], clean["valid_call_rate"], silent["valid_call_rate"]) == (2 / 3, 1.0, 0.0)
     metrics = episode_metrics([cut_short, clean, silent])
     assert metrics["valid_call_rate"] == pytest.approx(5 / 9) and metrics["format_ok"] == pytest.approx(1 / 3)
+
+
+@pytest.fixture(scope="module")
+def six_rows() -> list[dict]:
+    rows = text_hybrid_sft_rows(6, seed=0, split="train", templates=["settings_panel"])
+    kinds = {bool(row["extra_info"]["num_tool_calls"]) for row in rows}
+    assert kinds == {True, False}  # transcripts with and without an app-tool call (the gui variant's)
+    return rows
+
+
+def test_num_tool_calls_counts_the_oracles_app_tool_turns(six_rows):
+    for row in six_rows:
+        messages = json.loads(row["messages"])
+        calls = [m["tool_calls"][0]["function"]["name"] for m in messages if m["role"] == "assistant"]
+        assert row["extra_info"]["num_tool_calls"] == app_tool_calls(messages) == sum(c != "computer_use" for c in calls)
+    task = text_hybrid_rows(6, 0, "train", ["settings_panel"])[0]["extra_info"]["env"]
+    demo = play_transcript(task["task"], task["seed"])
+    assert app_tool_calls(demo["messages"]) == sum(isinstance(a, ToolCall) for a in demo["actions"])
+
+
+def test_oversampling_repeats_only_the_transcripts_with_tool_calls(six_rows):
+    assert oversample_tool_transcripts(six_rows, 1) == six_rows
+    out = oversample_tool_transcripts(six_rows, 3)
+    with_tools = [row for row in six_rows if row["extra_info"]["num_tool_calls"]]
+    assert len(out) == len(six_rows) + 2 * len(with_tools)
+    for row in six_rows:
+        assert sum(o is row for o in out) == (3 if row in with_tools else 1)
+    tool_turns = sum(row["extra_info"]["num_tool_calls"] for row in out)
+    assert tool_turns == 3 * sum(row["extra_info"]["num_tool_calls"] for row in six_rows)
+
+
+@pytest.mark.parametrize("factor", [0, -2, 1.5, True, "2"])
+def test_oversampling_factor_names_the_key_and_the_fix(six_rows, factor):
+    with pytest.raises(UserError, match=r"tool_oversample \(prepare-data --tool-oversample, SFT_TOOL_OVERSAMPLE\) "
+                                        r"must be a whole number >= 1, got .*1 writes each transcript once"):
+        oversample_tool_transcripts(six_rows, factor)
+
+
+def test_prepare_data_oversamples_the_train_split_only(six_rows, tmp_path):
+    import pandas as pd
+
+    assert cli_main(["prepare-data", "text_hybrid_sft", str(tmp_path), "--train-size", "6", "--val-size", "3",
+                     "--templates", "settings_panel", "--tool-oversample", "2"]) == 0
+    train = pd.read_parquet(tmp_path / "train.parquet")
+    assert list(train["messages"]) == [row["messages"] for row in oversample_tool_transcripts(six_rows, 2)]
+    val = pd.read_parquet(tmp_path / "val.parquet")
+    assert len(val) == 3 and val["messages"].nunique() == 3

@@ -99,10 +99,33 @@ def play_transcript(task: str, seed: int, policy: str = "oracle", prompt: list[d
     return {"messages": messages, "tools": tools, "actions": actions, "success": success}
 
 
+def app_tool_calls(messages: list[dict[str, Any]]) -> int:
+    """How many assistant turns of a transcript call an app tool (any function but ``computer_use``)."""
+    return sum(m["tool_calls"][0]["function"]["name"] != GUI_TOOL_NAME for m in messages if m["role"] == "assistant")
+
+
+def oversample_tool_transcripts(rows: list[dict[str, Any]], factor: int) -> list[dict[str, Any]]:
+    """``rows`` (``text_hybrid_sft_rows``) with every transcript that calls an app tool repeated ``factor``
+    times in a row (``factor`` 1: ``rows`` unchanged); transcripts of GUI calls only stay once.
+
+    The scripted oracle calls an app tool at about a quarter of its turns (none in the ``gui`` variant's
+    tasks), and verl's SFT dataset trains on every assistant turn of a row, so repeating whole transcripts
+    is how the SFT data can show the tool turns more often without cutting an episode short."""
+    if isinstance(factor, bool) or not isinstance(factor, int) or factor < 1:
+        raise UserError(f"tool_oversample (prepare-data --tool-oversample, SFT_TOOL_OVERSAMPLE) must be a whole "
+                        f"number >= 1, got {factor!r}: 1 writes each transcript once, K writes the ones with an "
+                        "app-tool call K times")
+    out: list[dict[str, Any]] = []
+    for row in rows:
+        out += [row] * (factor if app_tool_calls(_decoded(row["messages"])) else 1)
+    return out
+
+
 def text_hybrid_sft_rows(n: int, seed: int, split: str, templates: list[str] | None = None,
                          policy: str = "oracle", show_todo: bool = False) -> list[dict[str, Any]]:
     """``n`` SFT rows: the tasks of ``text_hybrid_rows(n, seed, split)`` played by ``scripted-<policy>``
-    (``show_todo``: the env's option, as the agent loop's ``env_options`` must then set it)."""
+    (``show_todo``: the env's option, as the agent loop's ``env_options`` must then set it).
+    ``extra_info`` adds ``num_calls`` and ``num_tool_calls`` (the turns that call an app tool)."""
     from verl_ext.envs.text_hybrid import text_hybrid_rows
 
     rows = []
@@ -113,7 +136,8 @@ def text_hybrid_sft_rows(n: int, seed: int, split: str, templates: list[str] | N
             raise RuntimeError(f"scripted-{policy} failed text_hybrid {env['task']} seed {env['seed']}: "
                                "a demonstration must solve its task")
         rows.append({"messages": json.dumps(demo["messages"]), "tools": json.dumps(demo["tools"]),
-                     "extra_info": {**row["extra_info"], "policy": policy, "num_calls": len(demo["actions"])}})
+                     "extra_info": {**row["extra_info"], "policy": policy, "num_calls": len(demo["actions"]),
+                                    "num_tool_calls": app_tool_calls(demo["messages"])}})
     return rows
 
 
@@ -159,13 +183,15 @@ def call_rates(tokenizer: Any, rows: list[dict[str, Any]], generate: Callable[[l
     ids -> reply ids) writes one parseable call (``valid_call_rate``) and the oracle's call
     (``exact_call_rate``); of the turns where the oracle calls an app tool (``tool_turns``), the share
     where the reply is one parseable call of that tool (``tool_turn_call_rate``): a model that only
-    ever writes ``computer_use`` calls scores 0 there, whatever its ``valid_call_rate``. The prompt of a
+    ever writes ``computer_use`` calls scores 0 there, whatever its ``valid_call_rate``; of the other turns
+    (``gui_turns``), the share where it is one parseable ``computer_use`` call (``gui_turn_call_rate``): a
+    model that calls a tool everywhere scores 0 there. The prompt of a
     turn is the chat template over the oracle's earlier turns with the generation prompt: the tokens
     the ``hybrid_gui_tool`` loop feeds the model there."""
     from verl.experimental.agent_loop.tool_parser import ToolParser
 
     parser = ToolParser.get_tool_parser(parser_format, tokenizer)
-    valid = exact = turns = tool_turns = tool_hits = 0
+    valid = exact = turns = tool_turns = tool_hits = gui_hits = 0
     for row in rows:
         tools = _decoded(row["tools"])
         for before, call in turns_of(_decoded(row["messages"])):
@@ -175,8 +201,12 @@ def call_rates(tokenizer: Any, rows: list[dict[str, Any]], generate: Callable[[l
             valid, exact, turns = valid + ok, exact + same, turns + 1
             if call["name"] != GUI_TOOL_NAME:
                 tool_turns, tool_hits = tool_turns + 1, tool_hits + same_function
+            else:
+                gui_hits += same_function
+    gui_turns = turns - tool_turns
     return {"turns": turns, "valid_call_rate": valid / max(turns, 1), "exact_call_rate": exact / max(turns, 1),
-            "tool_turns": tool_turns, "tool_turn_call_rate": tool_hits / max(tool_turns, 1)}
+            "tool_turns": tool_turns, "tool_turn_call_rate": tool_hits / max(tool_turns, 1),
+            "gui_turns": gui_turns, "gui_turn_call_rate": gui_hits / max(gui_turns, 1)}
 
 
 def held_out_call_rates(model_path: str, data_file: str, max_new_tokens: int = 128,
