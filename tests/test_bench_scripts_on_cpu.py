@@ -200,6 +200,13 @@ def test_toolcua_pipeline_study_dry_run_and_paired_report(tmp_path, capsys):
     assert f"INIT_MODEL={tmp_path}/seed1/full/sft/global_step_150/huggingface" in no_rft and "SKIP_RFT=1" in no_rft
     per_decision = next(line for line in runs if line.startswith("per-decision tool term seed 2"))
     assert "TOOL_TERM=decision" in per_decision and "seed2/full/rft/global_step_10/actor/huggingface" in per_decision
+    assert study.main(["--dry-run", "--out", str(tmp_path), "--seeds", "0", "1", "--steps", "3", "--arms", "full"]) == 0
+    only_full = [line for line in capsys.readouterr().out.splitlines() if " seed " in line and "OUT=" in line]
+    assert [line.split(":")[0] for line in only_full] == ["full pipeline seed 0", "full pipeline seed 1"]
+    # a later arm without the full pipeline's checkpoint is not started (nothing here has one)
+    assert study.main(["--out", str(tmp_path / "empty"), "--seeds", "0", "--steps", "3", "--arms", "no_rft",
+                       "--doc", str(tmp_path / "skip.md")]) == 0
+    assert "no RFT seed 0: not run: no full-pipeline checkpoint" in capsys.readouterr().out
 
     # three seeds of metrics: the full pipeline calls tools at 0.8/0.9/1.0 of the decisions where tools
     # are shorter after online RL (0.5 before it: the "no online RL" arm), no RFT at 0.2/0.3/0.4
@@ -216,8 +223,12 @@ def test_toolcua_pipeline_study_dry_run_and_paired_report(tmp_path, capsys):
     for seed, rate in enumerate((0.8, 0.9, 1.0)):
         write("full", seed, {0: 0.5, 3: rate})
         write("no_rft", seed, {0: 0.1, 3: rate - 0.6})
+    sft = {"turns": 22, "valid_call_rate": 1.0, "exact_call_rate": 0.18, "tool_turns": 9, "tool_turn_call_rate": 0.0}
+    (tmp_path / "seed0" / "full" / "sft_eval.json").write_text(json.dumps({**sft, "gui_turn_call_rate": 0.31}))
+    (tmp_path / "seed1" / "full" / "sft_eval.json").write_text(json.dumps(sft))  # evaluated before the column
     study.main(["--dry-run", "--out", str(tmp_path), "--seeds", "0", "1", "2", "--steps", "3"])
     text = capsys.readouterr().out
+    assert "| 0 | 22 | 1.00 | 0.18 | 0.00 | 0.31 |" in text and "| 1 | 22 | 1.00 | 0.18 | 0.00 | n/a |" in text
     assert "| full pipeline | 0.90 ± 0.06 | 0.10 ± 0.00 |" in text  # mean ± SE of 0.8, 0.9, 1.0
     assert "| no online RL | 0.50 ± 0.00 |" in text and "T 0.30 short of 0.8" in text
     assert "| full pipeline |" in text and "| met |" in text.split("| full pipeline |")[1].splitlines()[0]

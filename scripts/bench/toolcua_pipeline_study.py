@@ -37,6 +37,8 @@ VAL = "val-aux/verl_ext/text_hybrid/{}/mean@1"
 RFT_VAL = "val-aux/verl_ext/text_hybrid_decisions/{}/mean@1"
 MAX_STEPS = 30  # S_max of the path reward (plugins/reward/tool_path.yaml): len_gain = success * (1 - s/S_max)
 FULL, NO_RFT, NO_RL, PER_DECISION = "full pipeline", "no RFT", "no online RL", "per-decision tool term"
+# the runs of a seed, by their --arms name ("no online RL" is the full pipeline's RFT checkpoint, no run of its own)
+RUN_ARMS = {"full": FULL, "no_rft": NO_RFT, "per_decision": PER_DECISION}
 METRICS = {  # derived() name -> column title
     "decision_tool_when_shorter": "T where tools shorter (decision)",
     "decision_tool_when_gui_shorter": "T where GUI shorter (decision)",
@@ -132,13 +134,14 @@ def sft_lines(args) -> list[str]:
         path = args.out / f"seed{seed}" / "full" / "sft_eval.json"
         if path.exists():
             sft = json.loads(path.read_text())
+            gui = sft.get("gui_turn_call_rate")  # absent from evaluations older than the column
             lines.append(f"| {seed} | {sft['turns']} | {sft['valid_call_rate']:.2f} | {sft['exact_call_rate']:.2f} "
-                         f"| {sft['tool_turn_call_rate']:.2f} |")
+                         f"| {sft['tool_turn_call_rate']:.2f} | {'n/a' if gui is None else f'{gui:.2f}'} |")
     if not lines:
         return []
     return ["**SFT checkpoint, held-out transcripts** (`verl-ext eval-sft`, greedy; every arm of a seed starts "
             "from it):", "", "| seed | turns | one parseable call | the oracle's call | the oracle's call where it "
-            "is a tool |", "|---|---|---|---|---|", *lines, ""]
+            "is a tool | `computer_use` where the oracle's call is |", "|---|---|---|---|---|---|", *lines, ""]
 
 
 def report(results: dict[str, Runs], rft: Runs, args, command: str, runs_info: list[dict]) -> str:
@@ -181,6 +184,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--rft-steps", type=int, default=10)
     parser.add_argument("--val-size", type=int, default=32, help="held-out task instances of the online stage")
     parser.add_argument("--templates", default="settings_panel")
+    parser.add_argument("--arms", nargs="+", choices=list(RUN_ARMS), default=list(RUN_ARMS),
+                        help="the arms to run (no_rft and per_decision start from the full pipeline's checkpoints, "
+                        "which must exist); the report reads every arm found")
     parser.add_argument("--dry-run", action="store_true",
                         help="run nothing: print the runs (arm, OUT, environment) and the report of what exists")
     args = parser.parse_args(argv)
@@ -191,10 +197,15 @@ def main(argv: list[str]) -> int:
     runs_info: list[dict] = []
     for seed in args.seeds:  # seed-major: the later arms start from the full pipeline's checkpoints
         for arm, out, env in plan(args, seed):
-            if args.dry_run:
+            selected = arm in {RUN_ARMS[name] for name in args.arms}
+            if args.dry_run and selected:
                 print(f"{arm} seed {seed}: OUT={out} STEPS={args.steps} "
                       + " ".join(f"{k}={v}" for k, v in sorted(env.items())))
-            elif not args.report_only:
+            elif not args.report_only and not args.dry_run and selected:
+                if "INIT_MODEL" in env and not Path(env["INIT_MODEL"]).is_dir():
+                    print(f"{arm} seed {seed}: not run: no full-pipeline checkpoint {env['INIT_MODEL']} "
+                          "(run --arms full first)", flush=True)
+                    continue
                 try:
                     wall = run_once(SCRIPT, env, args.steps, out, args.attempts, f"{arm} seed {seed}")
                 except RuntimeError as err:  # one broken run must not cost the others
