@@ -92,7 +92,7 @@ ARMS = {"current": "current", "snapshot": "snapshot", "ewma": "ewma", "loglinear
 ARM_OVERRIDES = {"ewma_device": ("algorithm.old_logits.swap_backup=device",),
                  "snapshot_device": ("algorithm.old_logits.swap_backup=device",)}
 DEFAULT_ARMS = ["current", "snapshot", "ewma", "loglinear", PLAIN]
-TARGET_SHARE = {"current": 0.03, "ewma": 0.03, "ewma_device": 0.03, "loglinear": 0.03}  # of the step, all hooks
+TARGET_SHARE = {"current": 0.03, "ewma": 0.03, "loglinear": 0.03}  # by provider: of the step, all hooks together
 # Timed by the workers on the GPU stream (verl_ext.old_logits.host.WORKER_SWAP_HOOK): the driver's
 # call returns before the copies end, and the next span on the driver (an extra forward) may wait for
 # them, so adding both counts that wait twice: the total is an upper bound by up to this hook's time.
@@ -343,8 +343,8 @@ def _bytes(n: float, fp32_bytes: float) -> str:
 
 def target_cell(arm: str, share: float, wait_share: float) -> tuple[str, str | None]:
     """(table cell, sentence for the closing note when the target is missed)."""
-    if arm in TARGET_SHARE:
-        limit, value, what = TARGET_SHARE[arm], share, "hooks"
+    if ARMS[arm] in TARGET_SHARE:
+        limit, value, what = TARGET_SHARE[ARMS[arm]], share, "hooks"
     elif ARMS[arm] == "snapshot":
         limit, value, what = SNAPSHOT_WAIT_TARGET, wait_share, "save wait"
     else:
@@ -434,11 +434,11 @@ def folder_lines(results: Path, warmup: int, missed: list[str]) -> list[str]:
             lines += ["", f"`{arm}`: {', '.join(DEVICE_ONLY)} is GPU-stream time of the weight copies, which the "
                       "driver's next span may also wait for; without it the hooks' share is "
                       f"{_pct(without)} (median), the lower bound of the total above."]
-        for arm in ("snapshot", "ewma"):
-            extra = mean_of(steps.get(arm, []), lambda m: m.get(f"{TIME}extra_forwards", 0.0) if TOTAL in m else None)
+        for arm in (a for a in ext_arms if ARMS[a] in ("snapshot", "ewma")):
+            extra = mean_of(steps[arm], lambda m: m.get(f"{TIME}extra_forwards", 0.0) if TOTAL in m else None)
             if extra == extra and extra > 0:
                 lines += ["", f"`{arm}`'s extra forwards (one per weight set a batch needs beyond verl's own pass: "
-                          + ("the older versions present" if arm == "snapshot" else
+                          + ("the older versions present" if ARMS[arm] == "snapshot" else
                              "the EWMA weights, on steps with stale tokens; fresh tokens keep verl's exact pass")
                           + f") take {extra:.3f} s per step on average, "
                           + (f"{_ratio(extra, plain_old)} verl's own old-log-prob phase ({plain_old:.3f} s), which "

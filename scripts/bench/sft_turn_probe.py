@@ -62,10 +62,11 @@ def main(argv: list[str]) -> int:
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).eval()
     shares = turn_shares(model, tokenizer, rows)
-    print(json.dumps(summary(shares)))
+    totals = summary(shares)
+    print(json.dumps(totals))
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"summary": summary(shares), "shares": shares}, f)
+            json.dump({"summary": totals, "shares": shares}, f)
     return 0
 
 

@@ -195,17 +195,18 @@ def main(argv: list[str]) -> int:
     results: dict[str, Runs] = {FULL: {}, NO_RFT: {}, PER_DECISION: {}}
     rft: Runs = {}
     runs_info: list[dict] = []
+    selected = {RUN_ARMS[name] for name in args.arms}
     for seed in args.seeds:  # seed-major: the later arms start from the full pipeline's checkpoints
         for arm, out, env in plan(args, seed):
-            selected = arm in {RUN_ARMS[name] for name in args.arms}
-            if args.dry_run and selected:
+            if arm not in selected or args.report_only:
+                pass  # the report still reads what the arm has
+            elif args.dry_run:
                 print(f"{arm} seed {seed}: OUT={out} STEPS={args.steps} "
                       + " ".join(f"{k}={v}" for k, v in sorted(env.items())))
-            elif not args.report_only and not args.dry_run and selected:
-                if "INIT_MODEL" in env and not Path(env["INIT_MODEL"]).is_dir():
-                    print(f"{arm} seed {seed}: not run: no full-pipeline checkpoint {env['INIT_MODEL']} "
-                          "(run --arms full first)", flush=True)
-                    continue
+            elif "INIT_MODEL" in env and not Path(env["INIT_MODEL"]).is_dir():
+                print(f"{arm} seed {seed}: not run: no full-pipeline checkpoint {env['INIT_MODEL']} "
+                      "(run --arms full first)", flush=True)
+            else:
                 try:
                     wall = run_once(SCRIPT, env, args.steps, out, args.attempts, f"{arm} seed {seed}")
                 except RuntimeError as err:  # one broken run must not cost the others
