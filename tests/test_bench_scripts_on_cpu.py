@@ -161,7 +161,15 @@ def test_hook_cost_table_is_computed_from_the_run_metrics(tmp_path):
     _synthetic_run(point / "snapshot_r0", [
         {**step(i, 0.3, 2.0, snapshot_save_wait=0.05, extra_forwards=0.5), "verl_ext/mem/snapshots/host_bytes": 2e9}
         for i in range(7)])
+    # an arm whose run died (its folder keeps the log's tail only) is listed with the error it ended on
+    (point / "ewma_r0").mkdir()
+    (point / "ewma_r0" / "run_tail.log").write_text(
+        "Traceback (most recent call last):\n  File \"adam.py\", line 1\n"
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 260.00 MiB.\nTraining Progress: 0/8\n")
     text = bench.table([tmp_path], warmup=2)
+    assert "| ewma | 0 finished | — | — | not measured: the run failed (below) |" in text
+    assert "`ewma` failed: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 260.00 MiB." in text
+    assert f"{tmp_path.name} 0.5b ewma: the run failed (torch.OutOfMemoryError" in text.split("Targets missed:")[1]
     assert f"### `{tmp_path}`: NVIDIA H200" in text and "#### 0.5b: 250 M parameters" in text
     assert "6.0 µs per span on the cuda clock, 0.52 µs per span to read once per step" in text
     # current: 10 steps pooled, median share 4.5% > 3%; old_log_prob 1.04 s (steps 3-7) vs plain 1.04 s

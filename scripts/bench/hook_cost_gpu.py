@@ -27,7 +27,11 @@ version kept and the live shards while a swap is in: the 7B point bounds the sta
 version (``BOUND=1``, ``WARMUP=1``) so ``snapshot`` keeps one copy. On a machine
 with 128 GiB of host memory that is about 61 + 30 + 30 GB at the snapshot arm's peak; where it
 runs out of host memory, run the 7B point on a host with more (e.g. ``--points 7b`` on an
-``nvidia-h200-x2`` machine with ``CUDA_VISIBLE_DEVICES=0``) and say so with ``--context``.
+``nvidia-h200-x2`` machine with ``CUDA_VISIBLE_DEVICES=0``) and say so with ``--context``. The ``ewma``
+arm does not fit one card even so (2026-11-28): verl brings the offloaded Adam state back to the GPU
+for the optimizer step, and there, beside the parameters, gradients and the shadow, the multi-tensor
+Adam's temporaries ran out of memory (136.7 GiB allocated). On N cards FSDP2 shards all of it, the
+shadow included, to 1/N per card; the table lists a failed arm with the error its log ends with.
 
 Several cards. ``--gpus 0 1 2 3`` runs one run per card at a time, side by side, each card taking
 the plan's next run (the repeats stay interleaved across cards), with each run's OpenMP / BLAS
@@ -66,6 +70,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 import signal
 import statistics
@@ -111,6 +116,7 @@ class Point:
     env: tuple[tuple[str, str], ...] = ()
     overrides: tuple[str, ...] = ()
     note: str = ""
+    init_device: str = "cpu"  # where make-tiny-model draws the random weights (cuda: 7B in seconds, not minutes)
 
 
 POINTS = {
@@ -122,6 +128,7 @@ POINTS = {
         overrides=("actor_rollout_ref.actor.fsdp_config.optimizer_offload=true",),
         note="Adam state offloaded to host memory (optimizer_offload=true) and staleness bounded to 1 version "
         "(one snapshot copy) in every arm, to fit one 139 GB card and the host's memory",
+        init_device="cuda",
     ),
 }
 
@@ -161,7 +168,7 @@ def plan(points: list[str], arms: list[str], repeats: int) -> list[Run]:
 
 def model_command(point: str, models: Path) -> list[str]:
     return ["verl-ext", "make-tiny-model", str(models / point), "--arch", POINTS[point].arch,
-            "--dtype", "bfloat16", "--seed", "0"]
+            "--dtype", "bfloat16", "--seed", "0", "--device", POINTS[point].init_device]
 
 
 def is_done(run: Run, out: Path, steps: int) -> bool:
@@ -392,6 +399,7 @@ def folder_lines(results: Path, warmup: int, missed: list[str]) -> list[str]:
         lines += ["", "Timing itself (`scripts/bench/hook_timer_overhead.py`, on this machine): "
                   + "; ".join(f"{us['span']:.1f} µs per span on the {clock} clock, {us['collect']:.2f} µs per span "
                               "to read once per step" for clock, us in overhead.items()) + "."]
+    lines_after: list[str] = []
     for point in points:
         runs = {arm: [load_steps(f / "metrics.jsonl") for f in sorted((results / point).glob(f"{arm}_r*"))]
                 for arm in ARMS}
@@ -420,6 +428,14 @@ def folder_lines(results: Path, warmup: int, missed: list[str]) -> list[str]:
                 f"| {old:.3f} | {_ratio(old, plain_old)} | {_bytes(memory(arm_steps, 'gpu'), fp32)} "
                 f"| {_bytes(memory(arm_steps, 'host'), fp32)} |"
             )
+        for arm, reason in failed_arms(results / point, runs).items():
+            lines.append(f"| {arm} | 0 finished | — | — | not measured: the run failed (below) | — | — | — | — |")
+            failure = f"{results.name} {point} {arm}: the run failed ({reason})"
+            lines_after.append(f"`{arm}` failed: {reason} (its folder's `run_tail.log`).")
+            if arm in ARMS and (ARMS[arm] in TARGET_SHARE or ARMS[arm] == "snapshot"):
+                missed.append(f"{failure}: its target is not measured")
+        lines += [line for sentence in lines_after for line in ("", sentence)]
+        lines_after.clear()
         ext_arms = [a for a in steps if a != PLAIN]
         lines += ["", "Each hook's share of the step, **mean** over the same steps (a hook that runs on some "
                   "steps only has a median of 0); the last row, their sum, is the mean of the total share:", "",
@@ -445,6 +461,18 @@ def folder_lines(results: Path, warmup: int, missed: list[str]) -> list[str]:
                              "is their floor." if plain_old == plain_old else
                              "not compared with verl's own old-log-prob phase (their floor): no `verl` run here.")]
     return lines
+
+
+def failed_arms(point_dir: Path, finished: dict[str, list]) -> dict[str, str]:
+    """Arms with a run folder at ``point_dir`` but no finished run -> the error their log ends with."""
+    failed = {}
+    for arm in (a for a in ARMS if a not in finished):
+        tails = sorted(point_dir.glob(f"{arm}_r*/run_tail.log"))
+        if tails:
+            errors = [line.strip() for line in tails[-1].read_text(errors="replace").splitlines()
+                      if re.match(r"\s*[\w.]*(Error|Exception)\b.*:", line)]
+            failed[arm] = (errors[-1][:160] + ("..." if len(errors[-1]) > 160 else "")) if errors else "no error in its log"
+    return failed
 
 
 def main(argv: list[str]) -> int:
