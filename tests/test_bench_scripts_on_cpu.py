@@ -102,10 +102,12 @@ def test_hook_cost_dry_run_prints_every_run_interleaved(capsys):
     assert runs[15].split("/hc/0.5b/")[1].split("_r")[0] == "snapshot"  # repeat 1 starts one arm later
     # the _device arms differ from their provider's arm in where the live weights wait, nothing else
     assert bench.main(["--dry-run", "--repeats", "1", "--out", "/tmp/hc", "--points", "1.5b",
-                       "--arms", "ewma", "ewma_device"]) == 0
-    ewma, device = [line for line in capsys.readouterr().out.splitlines() if "run_gpu.sh" in line]
+                       "--arms", "ewma", "ewma_device", "ewma_one_pass"]) == 0
+    ewma, device, one_pass = [line for line in capsys.readouterr().out.splitlines() if "run_gpu.sh" in line]
     assert "PROVIDER=ewma" in device and device.replace("ewma_device_r0", "ewma_r0") == (
         ewma + " algorithm.old_logits.swap_backup=device")
+    # and the one-pass arm from the _device arm only in the fresh tokens' anchor
+    assert one_pass.replace("ewma_one_pass_r0", "ewma_device_r0") == device + " algorithm.old_logits.ewma.fresh_exact=false"
 
 
 def test_hook_cost_timeout_kills_only_the_processes_of_its_own_run(tmp_path):

@@ -16,7 +16,7 @@ Which provider (research brief §2.2, §4, §6):
 | snapshot | π_train(θ_{v(t)}) from host snapshots | yes | D snapshots in host RAM, one forward per version present |
 | dedicated | scored by a forward-only scorer as segments are generated | yes | extra devices + weight broadcast |
 | interrupt | scored by the trainer at each weight sync | yes | rollout stall + prefix re-scoring |
-| ewma | π_train(θ̄), θ̄ = EWMA of the parameters (PPO-EWMA) | approximate | one fp32 parameter copy, no extra forward |
+| ewma | π_train(θ̄), θ̄ = EWMA of the parameters (PPO-EWMA) | approximate | one fp32 parameter copy; one extra forward where a batch mixes fresh and stale tokens (none with ``fresh_exact=false``) |
 | loglinear | log μ + α (log π_θn - log μ), α = (d-1)/d (AReaL/A-3PO) | no: a widened clip | none beyond current |
 """
 
