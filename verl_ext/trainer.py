@@ -141,6 +141,8 @@ class VerlExtTrainerMixin:
                 host.start_step()
                 host.expect_base_forward()
                 batch = self.old_logit_provider.compute(host, batch, metrics)
+                # rows through old-log-prob forwards over the batch's rows: 1.0 is verl's one pass
+                metrics["old_logits/forward_passes"] = host.forwarded_rows / max(1, len(batch))
                 metrics.update(host.rollout_vs_old_metrics(batch))
         if self.old_logits_config.stale_tokens:  # verl's sync trainer: every token is fresh
             # per-token staleness and what the rollout correction removes from fresh vs stale tokens

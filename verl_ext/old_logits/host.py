@@ -214,10 +214,12 @@ class VerlOldLogitHost:
         self.rollout_side: DedicatedScorer | InterruptScoring | None = None
         self._base_forward_pending = False
         self.reads: StepReads | None = None  # set by old_logits_fetch, cleared by start_step
+        self.forwarded_rows = 0  # rows that went through an old-log-prob forward this step
 
     def start_step(self) -> None:
         """A step's old-logit work starts: nothing read for an earlier batch is reused."""
         self.reads = None
+        self.forwarded_rows = 0
 
     def _reads_for(self, batch: Any, names: Sequence[str], with_extra: bool = False) -> StepReads | None:
         """This step's reads when they hold ``names`` (and the rows' extra_fields) for ``batch``."""
@@ -310,29 +312,66 @@ class VerlOldLogitHost:
             return self.log_probs(batch, weights, rows)
 
     def log_probs(self, batch: Any, weights: str, rows: torch.Tensor | None = None) -> torch.Tensor:
-        """``old_logits_forward`` without its timing (callers time it as their own hook)."""
+        """``old_logits_forward`` without its timing (callers time it as their own hook). With
+        ``rows``, the forward covers those rows only (padded with other rows of ``batch`` to what
+        verl's dispatch and micro-batches need): a version present in a few rows costs a few rows'
+        forward, not the batch's. Returns ``[len(rows) or batch rows, batch response width]``."""
+        batch.extra_info.update(
+            {
+                "calculate_entropy": False,
+                "compute_loss": False,
+                "temperature": self.trainer.config.actor_rollout_ref.rollout.temperature,
+            }
+        )
+        picked, micro = (None, None) if rows is None else self._rows_to_forward(rows.tolist(), len(batch))
+        forwarded = batch if picked is None else batch.select_keys([batch.keys[i] for i in picked])
+        if micro is not None:
+            forwarded.extra_info["micro_batch_size_per_gpu"] = micro
         swapped = weights != "current"
         if swapped:
             with timed("weight_swap"):
                 self.on_workers(enter_weights, weights)
         try:
-            batch.extra_info.update(
-                {
-                    "calculate_entropy": False,
-                    "compute_loss": False,
-                    "temperature": self.trainer.config.actor_rollout_ref.rollout.temperature,
-                }
-            )
-            self.trainer.actor_rollout_wg.compute_log_prob(batch)
+            self.trainer.actor_rollout_wg.compute_log_prob(forwarded)
         finally:
             if swapped:
                 with timed("weight_swap"):
                     self.on_workers(exit_weights)
-        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["log_probs", "response_mask"])
+        self.forwarded_rows += len(forwarded)
+        data = tq.kv_batch_get(keys=forwarded.keys, partition_id=batch.partition_id,
+                               select_fields=["log_probs", "response_mask"])
         # the worker returns log-probs over prompt + response; keep the response part, as verl does
         data["log_probs"] = response_from_nested(data["log_probs"], data["response_mask"])
         log_probs = data.to_padded_tensor()["log_probs"]
-        return log_probs if rows is None else log_probs[rows]
+        if rows is None:
+            return log_probs
+        if picked is None:
+            return log_probs[rows]
+        # back to the batch's width (0 past each row's end, as a full batch read pads)
+        width = self._response_width(batch)
+        log_probs = torch.nn.functional.pad(log_probs, (0, width - log_probs.shape[1]))
+        position = {row: i for i, row in enumerate(picked)}
+        return log_probs[[position[row] for row in rows.tolist()]]
+
+    def _rows_to_forward(self, rows: list[int], n_batch: int) -> tuple[list[int] | None, int | None]:
+        """(the batch rows a forward over ``rows`` runs on, ascending: ``rows`` plus the fewest
+        others that make the count a multiple verl accepts, or None when that is the whole batch;
+        the micro-batch size that subset needs, or None to keep the batch's)."""
+        multiple, micro = row_multiple(self.trainer, len(rows))
+        count = -(-len(rows) // multiple) * multiple
+        if count >= n_batch:
+            return None, None
+        chosen = set(rows)
+        fill = [i for i in range(n_batch) if i not in chosen][: count - len(chosen)]
+        return sorted(chosen.union(fill)), micro
+
+    def _response_width(self, batch: Any) -> int:
+        """The padded response width of ``batch`` (this step's reads where they hold it)."""
+        reads = self._reads_for(batch, [RESPONSE_MASK])
+        if reads is not None:
+            return reads.padded[RESPONSE_MASK].shape[1]
+        mask = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["response_mask"])
+        return mask.to_padded_tensor()["response_mask"].shape[1]
 
     def correction_metrics(self, batch: Any) -> dict[str, float]:
         """After any provider (``current`` included): per-token staleness (``stale/*``, from the
@@ -682,7 +721,7 @@ class InterruptScoring:
         rows = [_segment_row(seg) for seg in segments]
         # verl splits a batch evenly over the dp ranks and, without dynamic batch sizes, each
         # rank's share into equal micro-batches: pad with copies of the last row
-        multiple, micro = self._row_multiple(len(rows))
+        multiple, micro = row_multiple(self.host.trainer, len(rows))
         rows += [rows[-1]] * (-len(rows) % multiple)
         keys = [f"verl_ext_segment_{i}" for i in range(len(rows))]
         meta = tq.kv_batch_put(keys=keys, partition_id=self.PARTITION, fields=list_of_dict_to_tensordict(rows))
@@ -694,22 +733,24 @@ class InterruptScoring:
             tq.kv_clear(keys=keys, partition_id=self.PARTITION)
         return [log_probs[i, : len(seg["token_ids"])] for i, seg in enumerate(segments)]
 
-    def _row_multiple(self, n_rows: int) -> tuple[int, int | None]:
-        """(the row count the batch must be a multiple of, the micro-batch size to use or None
-        with dynamic batch sizes). The micro-batch is at most the configured
-        ``log_prob_micro_batch_size_per_gpu``, sized so that little padding is needed."""
-        trainer = self.host.trainer
-        wg = trainer.actor_rollout_wg
-        if "actor" not in wg._dispatch_info:
-            wg._dispatch_info["actor"] = wg._query_dispatch_info("actor")
-        dp = max(wg._dispatch_info["actor"]) + 1
-        if trainer.config.actor_rollout_ref.actor.use_dynamic_bsz:
-            return dp, None
-        configured = trainer.config.actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu
-        per_rank = -(-n_rows // dp)
-        micro_batches = -(-per_rank // configured)
-        micro = -(-per_rank // micro_batches)
-        return dp * micro, micro
+
+def row_multiple(trainer: Any, n_rows: int) -> tuple[int, int | None]:
+    """(the row count a batch of about ``n_rows`` for the actor's ``compute_log_prob`` must be a
+    multiple of, the micro-batch size to use or None with dynamic batch sizes). verl splits a batch
+    evenly over the dp ranks and, without dynamic batch sizes, each rank's share into equal
+    micro-batches; the micro-batch is at most the configured ``log_prob_micro_batch_size_per_gpu``,
+    sized so that little padding is needed."""
+    wg = trainer.actor_rollout_wg
+    if "actor" not in wg._dispatch_info:
+        wg._dispatch_info["actor"] = wg._query_dispatch_info("actor")
+    dp = max(wg._dispatch_info["actor"]) + 1
+    if trainer.config.actor_rollout_ref.actor.use_dynamic_bsz:
+        return dp, None
+    configured = trainer.config.actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu
+    per_rank = -(-n_rows // dp)
+    micro_batches = -(-per_rank // configured)
+    micro = -(-per_rank // micro_batches)
+    return dp * micro, micro
 
 
 def _segment_row(segment: dict[str, Any]) -> dict[str, torch.Tensor]:

@@ -13,7 +13,7 @@ Which provider (research brief §2.2, §4, §6):
 |---|---|---|---|
 | current | π_train(θ_n), verl's decoupled default | no: staleness entangled into ρ | none |
 | rollout | μ (verl bypass) | no: numerics leak into the clip | none (no forward) |
-| snapshot | π_train(θ_{v(t)}) from host snapshots | yes | D snapshots in host RAM, one forward per version present |
+| snapshot | π_train(θ_{v(t)}) from host snapshots | yes | D snapshots in host RAM, one forward per version present, over its rows |
 | dedicated | scored by a forward-only scorer as segments are generated | yes | extra devices + weight broadcast |
 | interrupt | scored by the trainer at each weight sync | yes | rollout stall + prefix re-scoring |
 | ewma | π_train(θ̄), θ̄ = EWMA of the parameters (PPO-EWMA) | approximate | one fp32 parameter copy; one extra forward where a batch mixes fresh and stale tokens (none with ``fresh_exact=false``) |
@@ -189,7 +189,8 @@ class RolloutProvider(OldLogitProvider):
 
 @register_provider("snapshot")
 class SnapshotProvider(OldLogitProvider):
-    """Exact old logits from host snapshots, one forward per version present (brief §4.1)."""
+    """Exact old logits from host snapshots, one forward per version present, over the rows holding
+    its tokens (brief §4.1)."""
 
     needs = ProviderNeeds(
         fields=(TOKEN_VERSIONS,),
