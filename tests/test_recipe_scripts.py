@@ -341,6 +341,38 @@ def test_staged_pipeline_rft_warmup_hands_its_checkpoint_to_the_rl_half(dry_run)
     assert (Path(dry_run.root) / "out" / "rft_warmup_data" / "train.parquet").exists()
 
 
+@pytest.mark.parametrize("value", ["0", "x", "-1", "0.0", "1e2", " 8"])
+def test_staged_pipeline_refuses_a_bad_sft_decision_weight(value, tmp_path):
+    """SFT_DECISION_WEIGHT (DecisionWeightedSFTDataset): the script stops before any stage and names the knob."""
+    env = {**os.environ, "OUT": str(tmp_path), "SFT_DECISION_WEIGHT": value,
+           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    proc = subprocess.run(["bash", str(TOOLCUA_SFT_RL_GPU)], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "SFT_DECISION_WEIGHT must be a number > 0 (1: no weighting)" in proc.stderr
+    assert not (tmp_path / "sft_data").exists()
+
+
+@pytest.mark.parametrize("weight", ["1", "8"])
+def test_staged_pipeline_sft_decision_weight_selects_the_weighted_dataset(weight, tmp_path):
+    """SFT_DECISION_WEIGHT=1 (default) composes verl's SFT config as before (JsonMultiTurnSFTDataset, no
+    decision_weight key); another W swaps in DecisionWeightedSFTDataset with data.decision_weight=W."""
+    env = {**os.environ, "OUT": str(tmp_path), "HF_HUB_OFFLINE": "1", "SKIP_RFT": "1", "SKIP_RL": "1",
+           "SFT_ROWS": "2", "SFT_LAUNCHER": sys.executable, "SFT_ARGS": "--cfg job", "SFT_DECISION_WEIGHT": weight,
+           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    proc = subprocess.run(["bash", str(TOOLCUA_SFT_RL_GPU)], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    printed = proc.stdout[:proc.stdout.index("verl-ext toolcua_sft_rl: sft took")]
+    after_data = printed.index("\n", printed.index("text_hybrid_sft val:")) + 1
+    data = OmegaConf.create(printed[after_data:]).data
+    assert data.custom_cls.path == "pkg://verl_ext.envs.demos" and data.pad_mode == "no_padding"
+    if weight == "1":
+        assert data.custom_cls.name == "JsonMultiTurnSFTDataset" and "decision_weight" not in data
+    else:
+        assert data.custom_cls.name == "DecisionWeightedSFTDataset" and data.decision_weight == 8
+
+
 def test_staged_pipeline_gpu_sft_stage_composes(tmp_path):
     """The SFT stage of recipes/toolcua_sft_rl/run_gpu.sh: verl's sft_trainer composes its config
     (Hydra's ``--cfg job``: printed, nothing trained) from the script's settings; the stage hands

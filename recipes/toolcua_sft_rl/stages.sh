@@ -28,6 +28,12 @@ SFT_TOOL_OVERSAMPLE=${SFT_TOOL_OVERSAMPLE:-1}   # SFT demonstrations with an app
 case "$SFT_TOOL_OVERSAMPLE" in
     ''|*[!0-9]*|0*) echo "verl-ext toolcua_sft_rl: SFT_TOOL_OVERSAMPLE must be a whole number >= 1 (1: no oversampling), got '$SFT_TOOL_OVERSAMPLE'" >&2; exit 2 ;;
 esac
+SFT_DECISION_WEIGHT=${SFT_DECISION_WEIGHT:-1}   # SFT loss weight of the decision tokens (each call's function name up to
+                                     # where it parts from the other way's: GUI vs tool), the other tokens 1;
+                                     # verl_ext.envs.demos.DecisionWeightedSFTDataset (1: verl's loss as is)
+if ! [[ "$SFT_DECISION_WEIGHT" =~ ^[0-9]+(\.[0-9]+)?$ ]] || ! awk "BEGIN { exit !($SFT_DECISION_WEIGHT > 0) }"; then
+    echo "verl-ext toolcua_sft_rl: SFT_DECISION_WEIGHT must be a number > 0 (1: no weighting), got '$SFT_DECISION_WEIGHT'" >&2; exit 2
+fi
 RFT_ARGS=${RFT_ARGS:-}               # extra main_ppo overrides of stage 2 only (space-separated)
 SFT_ARGS=${SFT_ARGS:-}               # extra sft_trainer overrides of stage 1 (space-separated)
 if [ -n "${SFT_LAUNCHER:-}" ]; then  # another launcher of the SFT trainer (space-separated), e.g. `python`
@@ -38,15 +44,21 @@ fi
 # function-call transcripts); the rows' messages/tools are JSON text, decoded by
 # verl_ext.envs.demos.JsonMultiTurnSFTDataset (parquet would add null keys to the tool schemas).
 # total_epochs is only a bound: the run stops at SFT_STEPS.
-sft_run() {  # sft_run DATA_DIR STEPS LR WARMUP_STEPS CKPT_DIR NAME METRICS: verl's SFT trainer from $MODEL
-    local data=$1 steps=$2 lr=$3 warmup=$4 ckpt=$5 name=$6 metrics=$7
+# DECISION_WEIGHT (default 1) != 1 swaps in DecisionWeightedSFTDataset, a subclass that puts that weight
+# in the loss_mask at each call's decision tokens (verl's sft_loss is a loss_mask-weighted token mean).
+sft_run() {  # sft_run DATA_DIR STEPS LR WARMUP_STEPS CKPT_DIR NAME METRICS [DECISION_WEIGHT]: verl's SFT trainer from $MODEL
+    local data=$1 steps=$2 lr=$3 warmup=$4 ckpt=$5 name=$6 metrics=$7 weight=${8:-1}
+    local dataset=(data.custom_cls.name=JsonMultiTurnSFTDataset)
+    if [ "$weight" != 1 ]; then
+        dataset=(data.custom_cls.name=DecisionWeightedSFTDataset +data.decision_weight="$weight")
+    fi
     # shellcheck disable=SC2086  # SFT_ARGS: space-separated overrides
     VERL_FILE_LOGGER_PATH="$metrics" "${SFT_LAUNCH[@]}" -m verl.trainer.sft_trainer \
         "${SFT_BACKEND[@]}" \
         data.train_files="$data/train.parquet" \
         data.val_files="$data/val.parquet" \
         data.custom_cls.path=pkg://verl_ext.envs.demos \
-        data.custom_cls.name=JsonMultiTurnSFTDataset \
+        "${dataset[@]}" \
         data.train_batch_size="$SFT_BATCH" \
         data.micro_batch_size_per_gpu=1 \
         data.max_length=8192 \
@@ -75,7 +87,8 @@ sft_run() {  # sft_run DATA_DIR STEPS LR WARMUP_STEPS CKPT_DIR NAME METRICS: ver
 sft_stage() {
     verl-ext prepare-data text_hybrid_sft "$OUT/sft_data" --train-size "$SFT_ROWS" --val-size 4 --seed "$SEED" \
         --templates "$TEMPLATES" --tool-oversample "$SFT_TOOL_OVERSAMPLE" "${TODO_FLAG[@]}"
-    sft_run "$OUT/sft_data" "$SFT_STEPS" "$SFT_LR" "$SFT_WARMUP" "$OUT/sft" sft "$OUT/sft_metrics.jsonl"
+    sft_run "$OUT/sft_data" "$SFT_STEPS" "$SFT_LR" "$SFT_WARMUP" "$OUT/sft" sft "$OUT/sft_metrics.jsonl" \
+        "$SFT_DECISION_WEIGHT"
     MODEL="$OUT/sft/global_step_$SFT_STEPS/huggingface"   # weights + tokenizer in HF format (hf_model)
     # What SFT taught: greedy replies at every turn of held-out transcripts (the oracle's earlier
     # turns as context), parsed with verl's hermes parser as the agent loop parses them.

@@ -7,7 +7,8 @@ the prompt, tool schemas, ``<tool_call>`` turns and ``tool`` observations it was
 Rows follow verl's ``MultiTurnSFTDataset`` layout, ``messages`` and ``tools``, stored as JSON text:
 parquet would merge the differently shaped tool schemas and call arguments into one struct type and
 hand every missing key back as ``null``, which the chat template then renders into the prompt.
-:class:`JsonMultiTurnSFTDataset` (``data.custom_cls``) decodes them before verl's dataset tokenises.
+:class:`JsonMultiTurnSFTDataset` (``data.custom_cls``) decodes them before verl's dataset tokenises;
+:class:`DecisionWeightedSFTDataset` also weights the function-name (GUI-vs-tool decision) tokens in the loss.
 
 :func:`held_out_call_rates` (``verl-ext eval-sft``) measures what SFT taught: greedy replies of a model at
 every assistant turn of held-out transcripts, parsed with verl's hermes parser as the loop parses them.
@@ -19,9 +20,11 @@ import argparse
 import asyncio
 import json
 import os
+import re
 from collections.abc import Callable
 from typing import Any
 
+import torch
 from verl.utils.dataset.multiturn_sft_dataset import MultiTurnSFTDataset
 
 from verl_ext.cli import positive_int, unit_rate
@@ -154,6 +157,83 @@ class JsonMultiTurnSFTDataset(MultiTurnSFTDataset):
 
     def _build_messages(self, example: dict) -> list:
         return super()._build_messages({**example, self.messages_key: _decoded(example[self.messages_key])})
+
+
+class DecisionWeightedSFTDataset(JsonMultiTurnSFTDataset):
+    """:class:`JsonMultiTurnSFTDataset` whose ``loss_mask`` is ``data.decision_weight`` (W, default 1)
+    instead of 1 at the decision tokens of every assistant call, app tool and ``computer_use`` alike:
+    the function name's tokens up to the one where it parts from the other way's names (an app
+    tool's from ``computer_use``; ``computer_use`` from every app tool offered), with the tiny
+    tokenizer the name's first piece (``s`` of ``settings_set`` against ``c`` of ``computer_use``).
+
+    How the weight reaches the loss without forking verl (0.9.1): with ``data.pad_mode=no_padding``
+    (the SFT config's default) ``verl.workers.utils.losses.sft_loss`` is
+    ``-sum(log_prob * loss_mask) / batch_num_tokens`` and the engine sets ``batch_num_tokens`` to
+    ``loss_mask.sum()``, so a float mask makes the loss a weighted token mean: each decision token
+    counts W times, the others once. The padded path casts the mask to bool, so W != 1 is refused
+    there. W = 1 returns verl's mask unchanged (same values, same integer dtype). Select it with
+    ``data.custom_cls.name=DecisionWeightedSFTDataset +data.decision_weight=W``."""
+
+    def __init__(self, parquet_files: Any, tokenizer: Any, config: Any, processor: Any = None,
+                 max_samples: int = -1) -> None:
+        weight = (config or {}).get("decision_weight", 1)
+        if isinstance(weight, bool) or not isinstance(weight, int | float) or not weight > 0:
+            raise UserError(f"data.decision_weight must be a number > 0 (1: no weighting), got {weight!r}")
+        if weight != 1 and (config or {}).get("pad_mode", "right") != "no_padding":
+            raise UserError("data.decision_weight != 1 needs data.pad_mode=no_padding: verl's sft_loss reads the "
+                            "loss mask as bool in the padded path, which would drop the weight")
+        self.decision_weight = float(weight)
+        self._offered: list[str] = []
+        super().__init__(parquet_files, tokenizer, config, processor=processor, max_samples=max_samples)
+
+    def __getitem__(self, item):
+        # the row's function names, read by _process_single_message for each of its assistant turns
+        self._offered = [t["function"]["name"] for t in (self.tools[item] if self.tools is not None else None) or []]
+        return super().__getitem__(item)
+
+    def _process_single_message(self, index: int, message: dict, full_message: list, tools: Any = None,
+                                enable_thinking: Any = None) -> tuple:
+        input_ids, loss_mask, attention_mask, inputs = super()._process_single_message(
+            index, message, full_message, tools=tools, enable_thinking=enable_thinking)
+        if self.decision_weight == 1 or message["role"] != "assistant" or not message.get("tool_calls"):
+            return input_ids, loss_mask, attention_mask, inputs
+        calls = []
+        for call in message["tool_calls"]:
+            name = call["function"]["name"]
+            others = [GUI_TOOL_NAME] if name != GUI_TOOL_NAME else [n for n in self._offered if n != GUI_TOOL_NAME]
+            calls.append((name, others))
+        weights = loss_mask.to(torch.float32)
+        for position in decision_token_positions(self.tokenizer, input_ids.tolist(), calls):
+            if loss_mask[position]:  # only trained-on tokens (never the generation prompt)
+                weights[position] = self.decision_weight
+        return input_ids, weights, attention_mask, inputs
+
+
+def decision_token_positions(tokenizer: Any, ids: list[int], calls: list[tuple[str, list[str]]]) -> list[int]:
+    """Indices into ``ids`` (one rendered assistant turn) of each call's decision tokens, the calls
+    (``(name, the other way's names)``) in order: the tokens overlapping the function name in the
+    hermes ``{"name": "<name>"`` JSON, from its first through the first one after which the name
+    written so far is a prefix of none of the other names. A name not found in the decoded turn is an
+    error (a chat template that writes calls otherwise)."""
+    # Character offset where each token ends, from decoding growing prefixes (exact for a tokenizer whose
+    # pieces decode to the text they came from; a turn is ~50 tokens).
+    ends = [len(tokenizer.decode(ids[:k + 1], skip_special_tokens=False)) for k in range(len(ids))]
+    text = tokenizer.decode(ids, skip_special_tokens=False)
+    positions: list[int] = []
+    cursor = 0
+    for name, others in calls:
+        match = re.compile(r'"name":\s*"(' + re.escape(name) + r')"').search(text, cursor)
+        if match is None:
+            raise ValueError(f"function name {name!r} not found in the rendered assistant turn {text!r}")
+        start, end = match.span(1)
+        for k in range(len(ids)):
+            if (ends[k - 1] if k else 0) < end and ends[k] > start:  # the token overlaps the name
+                positions.append(k)
+                written = text[start:min(ends[k], end)]
+                if not any(other.startswith(written) for other in others):
+                    break
+        cursor = match.end()
+    return positions
 
 
 def _decoded(value: Any) -> Any:
