@@ -316,15 +316,24 @@ def test_staged_pipeline_show_todo_reaches_the_decision_rows_and_the_online_loop
     assert all(json.loads(p)[-1]["content"].splitlines()[-1].startswith("To do: (") for p in prompts)
 
 
-@pytest.mark.parametrize("value", ["0", "x", "-1", "1.5", "02"])
-def test_staged_pipeline_refuses_a_bad_sft_tool_oversample(value, tmp_path):
-    """SFT_TOOL_OVERSAMPLE (prepare-data --tool-oversample): the script stops before any stage and names the knob."""
-    env = {**os.environ, "OUT": str(tmp_path), "SFT_TOOL_OVERSAMPLE": value,
-           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+SFT_KNOB_ERRORS = {
+    "SFT_TOOL_OVERSAMPLE": "SFT_TOOL_OVERSAMPLE must be a whole number >= 1 (1: no oversampling), got '{}'",
+    "SFT_DECISION_WEIGHT": "SFT_DECISION_WEIGHT must be a number > 0 (1: no weighting)",
+}
+
+
+@pytest.mark.parametrize(("knob", "value"), [
+    *(("SFT_TOOL_OVERSAMPLE", v) for v in ("0", "x", "-1", "1.5", "02")),
+    *(("SFT_DECISION_WEIGHT", v) for v in ("0", "x", "-1", "0.0", "1e2", " 8")),
+])
+def test_staged_pipeline_refuses_a_bad_sft_knob(knob, value, tmp_path):
+    """SFT_TOOL_OVERSAMPLE (prepare-data --tool-oversample) and SFT_DECISION_WEIGHT
+    (DecisionWeightedSFTDataset): the script stops before any stage and names the knob."""
+    env = {**os.environ, "OUT": str(tmp_path), knob: value, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     proc = subprocess.run(["bash", str(TOOLCUA_SFT_RL_GPU)], cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 2, proc.stderr[-2000:]
-    assert f"SFT_TOOL_OVERSAMPLE must be a whole number >= 1 (1: no oversampling), got '{value}'" in proc.stderr
+    assert SFT_KNOB_ERRORS[knob].format(value) in proc.stderr
     assert not (tmp_path / "sft_data").exists()
 
 
@@ -339,18 +348,6 @@ def test_staged_pipeline_rft_warmup_hands_its_checkpoint_to_the_rl_half(dry_run)
     assert config.actor_rollout_ref.model.path.endswith("/rft_warmup/global_step_2/huggingface")
     assert config.actor_rollout_ref.rollout.agent.default_agent_loop == "decision_turn"
     assert (Path(dry_run.root) / "out" / "rft_warmup_data" / "train.parquet").exists()
-
-
-@pytest.mark.parametrize("value", ["0", "x", "-1", "0.0", "1e2", " 8"])
-def test_staged_pipeline_refuses_a_bad_sft_decision_weight(value, tmp_path):
-    """SFT_DECISION_WEIGHT (DecisionWeightedSFTDataset): the script stops before any stage and names the knob."""
-    env = {**os.environ, "OUT": str(tmp_path), "SFT_DECISION_WEIGHT": value,
-           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    proc = subprocess.run(["bash", str(TOOLCUA_SFT_RL_GPU)], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=60)
-    assert proc.returncode == 2, proc.stderr[-2000:]
-    assert "SFT_DECISION_WEIGHT must be a number > 0 (1: no weighting)" in proc.stderr
-    assert not (tmp_path / "sft_data").exists()
 
 
 @pytest.mark.parametrize("weight", ["1", "8"])
