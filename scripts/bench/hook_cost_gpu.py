@@ -407,7 +407,6 @@ def folder_lines(results: Path, warmup: int, missed: list[str]) -> list[str]:
         lines += ["", "Timing itself (`scripts/bench/hook_timer_overhead.py`, on this machine): "
                   + "; ".join(f"{us['span']:.1f} µs per span on the {clock} clock, {us['collect']:.2f} µs per span "
                               "to read once per step" for clock, us in overhead.items()) + "."]
-    lines_after: list[str] = []
     for point in points:
         runs = {arm: [load_steps(f / "metrics.jsonl") for f in sorted((results / point).glob(f"{arm}_r*"))]
                 for arm in ARMS}
@@ -436,14 +435,13 @@ def folder_lines(results: Path, warmup: int, missed: list[str]) -> list[str]:
                 f"| {old:.3f} | {_ratio(old, plain_old)} | {_bytes(memory(arm_steps, 'gpu'), fp32)} "
                 f"| {_bytes(memory(arm_steps, 'host'), fp32)} |"
             )
-        for arm, reason in failed_arms(results / point, runs).items():
+        failures = failed_arms(results / point, runs)
+        for arm, reason in failures.items():
             lines.append(f"| {arm} | 0 finished | — | — | not measured: the run failed (below) | — | — | — | — |")
-            failure = f"{results.name} {point} {arm}: the run failed ({reason})"
-            lines_after.append(f"`{arm}` failed: {reason} (its folder's `run_tail.log`).")
-            if arm in ARMS and (ARMS[arm] in TARGET_SHARE or ARMS[arm] == "snapshot"):
-                missed.append(f"{failure}: its target is not measured")
-        lines += [line for sentence in lines_after for line in ("", sentence)]
-        lines_after.clear()
+            if ARMS[arm] in TARGET_SHARE or ARMS[arm] == "snapshot":
+                missed.append(f"{results.name} {point} {arm}: the run failed ({reason}): its target is not measured")
+        for arm, reason in failures.items():
+            lines += ["", f"`{arm}` failed: {reason} (its folder's `run_tail.log`)."]
         ext_arms = [a for a in steps if a != PLAIN]
         lines += ["", "Each hook's share of the step, **mean** over the same steps (a hook that runs on some "
                   "steps only has a median of 0); the last row, their sum, is the mean of the total share:", "",
