@@ -393,9 +393,10 @@ def test_hook_cost_runs_side_by_side_one_per_card_each_run_once(tmp_path, monkey
 
     bench = _script("hook_cost_gpu")
     models = tmp_path / "models"
-    (models / "0.5b").mkdir(parents=True)  # the model exists: no make-tiny-model here
-    (models / "0.5b" / "config.json").write_text("{}")
-    (models / "0.5b" / "verl_ext_tiny_model.json").write_text(json.dumps({"parameters": 358_360_448}))
+    model = bench.model_dir("0.5b", models)  # the model exists: no make-tiny-model here
+    model.mkdir(parents=True)
+    (model / "config.json").write_text("{}")
+    (model / "verl_ext_tiny_model.json").write_text(json.dumps({"parameters": 358_360_448}))
     monkeypatch.setattr(bench, "describe_machine", lambda context: {"context": context})  # no GPU to describe
     seen, lock, started = [], threading.Lock(), set()
     both_cards_busy = threading.Barrier(2)  # each card's first run waits for the other's: side by side

@@ -138,7 +138,17 @@ POINTS = {
         "(one snapshot copy) in every arm, to fit one 139 GB card and the host's memory",
         init_device="cuda",
     ),
+    # the 7B point's settings on two cards: FSDP2 shards the parameters, Adam state and the EWMA shadow
+    # over both (the batch doubles with N_GPUS), so the ewma arm that does not fit one card runs
+    "7b_2gpu": Point(
+        "qwen2.5-7b",
+        env=(("BOUND", "1"), ("WARMUP", "1"), ("N_GPUS", "2")),
+        overrides=("actor_rollout_ref.actor.fsdp_config.optimizer_offload=true",),
+        note="the 7b point's settings on two cards (N_GPUS=2: FSDP2 over both, the batch doubled)",
+        init_device="cuda",
+    ),
 }
+DEFAULT_POINTS = ["0.5b", "1.5b", "7b"]  # one card each; 7b_2gpu on request
 
 
 @dataclass(frozen=True)
@@ -153,7 +163,7 @@ class Run:
     def env(self, out: Path, models: Path, steps: int, kv_cache_bytes: int = 0) -> dict[str, str]:
         kv_cache = {"KV_CACHE_BYTES": str(kv_cache_bytes)} if kv_cache_bytes else {}
         return {**COMMON_ENV, **dict(POINTS[self.point].env), **kv_cache, "PROVIDER": ARMS[self.arm],
-                "MODEL": str(models / self.point), "OUT": str(self.folder(out)), "STEPS": str(steps)}
+                "MODEL": str(model_dir(self.point, models)), "OUT": str(self.folder(out)), "STEPS": str(steps)}
 
     def overrides(self) -> list[str]:
         return [*COMMON_OVERRIDES, *POINTS[self.point].overrides, *ARM_OVERRIDES.get(self.arm, ())]
@@ -174,8 +184,13 @@ def plan(points: list[str], arms: list[str], repeats: int) -> list[Run]:
     return runs
 
 
+def model_dir(point: str, models: Path) -> Path:
+    """Where ``point``'s random weights are: one folder per architecture, shared by the points that use it."""
+    return models / POINTS[point].arch
+
+
 def model_command(point: str, models: Path) -> list[str]:
-    return ["verl-ext", "make-tiny-model", str(models / point), "--arch", POINTS[point].arch,
+    return ["verl-ext", "make-tiny-model", str(model_dir(point, models)), "--arch", POINTS[point].arch,
             "--dtype", "bfloat16", "--seed", "0", "--device", POINTS[point].init_device]
 
 
@@ -242,7 +257,7 @@ def run_all(args: argparse.Namespace) -> int:
     if not (args.out / "machine.json").exists():
         (args.out / "machine.json").write_text(json.dumps(describe_machine(args.context)))
     for point in args.points:
-        if not (args.models / point / "config.json").exists():
+        if not (model_dir(point, args.models) / "config.json").exists():
             subprocess.run(model_command(point, args.models), check=True)
         _record_parameters(args.out, point, args.models)
     todo = deque(run for run in runs if not is_done(run, args.out, args.steps))
@@ -306,7 +321,7 @@ def _record_parameters(out: Path, point: str, models: Path) -> None:
     path = out / "parameters.json"
     known = json.loads(path.read_text()) if path.exists() else {}
     if point not in known:
-        known[point] = json.loads((models / point / "verl_ext_tiny_model.json").read_text())["parameters"]
+        known[point] = json.loads((model_dir(point, models) / "verl_ext_tiny_model.json").read_text())["parameters"]
         path.write_text(json.dumps(known))
 
 
@@ -483,7 +498,7 @@ def failed_arms(point_dir: Path, finished: dict[str, list]) -> dict[str, str]:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--points", nargs="+", choices=list(POINTS), default=list(POINTS))
+    parser.add_argument("--points", nargs="+", choices=list(POINTS), default=DEFAULT_POINTS)
     parser.add_argument("--arms", nargs="+", choices=list(ARMS), default=DEFAULT_ARMS)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--steps", type=int, default=8, help="steps per run (the first --warmup are not counted)")
