@@ -94,7 +94,7 @@ def test_hook_cost_dry_run_prints_every_run_interleaved(capsys):
     for line in runs:
         assert "MODE=colocate_async" in line and "ADV=grpo" in line and "trainer.save_freq=-1" in line
         # the 7B point's memory settings are explicit and hold in every arm, plain verl included
-        assert ("optimizer_offload=true" in line) == ("/7b/" in line) == ("BOUND=1" in line)
+        assert ("optimizer_offload=true" in line) == ("/7b/" in line) == ("BOUND=2" in line)
     providers = [line.split("PROVIDER=")[1].split()[0] for line in runs[:5]]
     assert sorted(providers) == sorted(["current", "snapshot", "ewma", "loglinear", "none"])
     repeats = [int(line.split(" OUT=")[1].split()[0].rsplit("_r", 1)[1]) for line in runs]
@@ -159,10 +159,13 @@ def test_hook_cost_table_is_computed_from_the_run_metrics(tmp_path):
     for r, shift in ((0, 0.0), (1, 0.1)):  # current: shares 0.02..0.06 and 0.03..0.07 pooled: median 0.045
         _synthetic_run(point / f"current_r{r}", [
             {**step(i, 99.0 if i < 2 else 0.2 + shift + 0.1 * (i - 2), 1.0, advantages=0.1),
-             "verl_ext/mem/x/gpu_bytes": 0.0} for i in range(7)])
+             "verl_ext/mem/x/gpu_bytes": 0.0, "old_logits/stale/frac_d0": 0.75} for i in range(7)])
     _synthetic_run(point / "snapshot_r0", [
-        {**step(i, 0.3, 2.0, snapshot_save_wait=0.05, extra_forwards=0.5), "verl_ext/mem/snapshots/host_bytes": 2e9}
-        for i in range(7)])
+        {**step(i, 0.3, 2.0, snapshot_save_wait=0.05, extra_forwards=0.5), "verl_ext/mem/snapshots/host_bytes": 2e9,
+         "old_logits/stale/frac_d0": 0.5} for i in range(7)])
+    # a run whose batches held no stale token never ran its provider's stale path: cheap, but not measured
+    _synthetic_run(point / "loglinear_r0", [{**step(i, 0.1, 1.0, old_logits=0.1), "old_logits/stale/frac_d0": 1.0}
+                                            for i in range(7)])
     # an arm whose run died (its folder keeps the log's tail only) is listed with the error it ended on
     (point / "ewma_r0").mkdir()
     (point / "ewma_r0" / "run_tail.log").write_text(
@@ -171,18 +174,22 @@ def test_hook_cost_table_is_computed_from_the_run_metrics(tmp_path):
     text = bench.table([tmp_path], warmup=2)
     assert "| ewma | 0 finished | — | — | not measured: the run failed (below) |" in text
     assert "`ewma` failed: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 260.00 MiB." in text
-    assert f"{tmp_path.name} 0.5b ewma: the run failed (torch.OutOfMemoryError" in text.split("Targets missed:")[1]
+    assert f"{tmp_path.name} 0.5b ewma: the run failed (torch.OutOfMemoryError" in text.split("Targets missed or not measured:")[1]
     assert f"### `{tmp_path}`: NVIDIA H200" in text and "#### 0.5b: 250 M parameters" in text
     assert "6.0 µs per span on the cuda clock, 0.52 µs per span to read once per step" in text
     # current: 10 steps pooled, median share 4.5% > 3%; old_log_prob 1.04 s (steps 3-7) vs plain 1.04 s
-    assert "| current | 2 x 5 | 10.00 | 4.50% | hooks 4.50% > 3%: missed by 1.50 pp | 1.040 | 1.00x | 0 | 0 |" in text
+    assert ("| current | 2 x 5 | 10.00 | 4.50% | hooks 4.50% > 3%: missed by 1.50 pp | 1.040 | 1.00x | 0 | 0 "
+            "| 25.00% |") in text
     # snapshot: the save wait 0.5% of the step meets its 1% target; 2 host copies of 1e9 fp32 bytes
-    assert "| snapshot | 1 x 5 | 10.00 | 3.00% | save wait ≤ 1%: met | 2.040 | 1.96x | 0 | 1.86 GiB (2.00x) |" in text
-    assert "| verl | 1 x 5 | 10.00 | — | — | 1.040 | 1.00x | 0 | 0 |" in text
-    assert "| advantages | 1.00% | 0.00% |" in text and "| snapshot_save_wait | 0.00% | 0.50% |" in text
-    assert "| **all hooks** | 4.50% | 3.00% |" in text  # per-hook means add up to the mean total
+    assert ("| snapshot | 1 x 5 | 10.00 | 3.00% | save wait ≤ 1%: met | 2.040 | 1.96x | 0 | 1.86 GiB (2.00x) "
+            "| 50.00% |") in text
+    assert "| loglinear | 1 x 5 | 10.00 | 1.00% | not measured: no stale token in the counted steps |" in text
+    assert f"{tmp_path.name} 0.5b loglinear: not measured: no stale token in the counted steps" in text
+    assert "| verl | 1 x 5 | 10.00 | — | — | 1.040 | 1.00x | 0 | 0 | — |" in text
+    assert "| advantages | 1.00% | 0.00% | 0.00% |" in text and "| snapshot_save_wait | 0.00% | 0.50% | 0.00% |" in text
+    assert "| **all hooks** | 4.50% | 3.00% | 1.00% |" in text  # per-hook means add up to the mean total
     assert "take 0.500 s per step on average, 0.48x verl's own old-log-prob phase (1.040 s)" in text
-    assert (f"Targets missed: {tmp_path.name} 0.5b current: hooks 4.50% > 3%: missed by 1.50 pp (largest hook: "
+    assert (f"Targets missed or not measured: {tmp_path.name} 0.5b current: hooks 4.50% > 3%: missed by 1.50 pp (largest hook: "
             "advantages") in text
     # a second folder (another machine or code version) gets its own tables under the same heading
     later = tmp_path / "later"

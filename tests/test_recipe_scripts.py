@@ -290,6 +290,8 @@ def test_staged_pipeline_gpu_stages_compose_and_hand_on_the_checkpoint(stage, dr
         assert config.reward.custom_reward_function.reward_kwargs.choice_weight == 2  # R_choice on (RFT_CHOICE_WEIGHT)
         assert config.data.custom_cls.name == "DecisionDataset" and not config.data.filter_overlong_prompts
         assert "hf_model" in config.actor_rollout_ref.actor.checkpoint.save_contents
+        assert config.actor_rollout_ref.model.override_config.attn_implementation == "sdpa"  # no flash-attn here
+        assert config.actor_rollout_ref.model.use_remove_padding is False
     else:
         assert config.actor_rollout_ref.model.path.endswith("/rft/global_step_50/actor/huggingface")
         assert config.actor_rollout_ref.rollout.agent.default_agent_loop == "hybrid_gui_tool"
@@ -319,16 +321,19 @@ def test_staged_pipeline_show_todo_reaches_the_decision_rows_and_the_online_loop
 SFT_KNOB_ERRORS = {
     "SFT_TOOL_OVERSAMPLE": "SFT_TOOL_OVERSAMPLE must be a whole number >= 1 (1: no oversampling), got '{}'",
     "SFT_DECISION_WEIGHT": "SFT_DECISION_WEIGHT must be a number > 0 (1: no weighting)",
+    "ATTENTION": "ATTENTION must be flash_attention_2 or sdpa, got '{}'",
 }
 
 
 @pytest.mark.parametrize(("knob", "value"), [
     *(("SFT_TOOL_OVERSAMPLE", v) for v in ("0", "x", "-1", "1.5", "02")),
     *(("SFT_DECISION_WEIGHT", v) for v in ("0", "x", "-1", "0.0", "1e2", " 8")),
+    ("ATTENTION", "flash"),
 ])
 def test_staged_pipeline_refuses_a_bad_sft_knob(knob, value, tmp_path):
-    """SFT_TOOL_OVERSAMPLE (prepare-data --tool-oversample) and SFT_DECISION_WEIGHT
-    (DecisionWeightedSFTDataset): the script stops before any stage and names the knob."""
+    """SFT_TOOL_OVERSAMPLE (prepare-data --tool-oversample), SFT_DECISION_WEIGHT
+    (DecisionWeightedSFTDataset) and the GPU script's ATTENTION: the script stops before any stage and
+    names the knob."""
     env = {**os.environ, "OUT": str(tmp_path), knob: value, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     proc = subprocess.run(["bash", str(TOOLCUA_SFT_RL_GPU)], cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=60)
@@ -385,4 +390,6 @@ def test_staged_pipeline_gpu_sft_stage_composes(tmp_path):
     config = OmegaConf.create(printed[after_data:])
     assert config.model.path == "Qwen/Qwen2.5-1.5B-Instruct" and config.engine.strategy == "fsdp2"
     assert config.data.custom_cls.name == "JsonMultiTurnSFTDataset" and "hf_model" in config.checkpoint.save_contents
+    # no flash-attn here: padded sdpa, not verl's default flash_attention_2 (which fails at model load)
+    assert config.model.override_config.attn_implementation == "sdpa" and config.model.use_remove_padding is False
     assert f"model: {tmp_path}/sft/global_step_300/huggingface" in proc.stdout  # what stage 2 would start from

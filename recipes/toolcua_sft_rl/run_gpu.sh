@@ -6,7 +6,8 @@
 #   3. online RL: hybrid_gui_tool writing function calls, Tool-Efficient Path Reward, main_ppo.
 #   bash recipes/toolcua_sft_rl/run_gpu.sh [main_ppo overrides of stages 2 and 3...]
 # Env: MODEL [Qwen/Qwen2.5-1.5B-Instruct], N_GPUS [8], OUT, SEED, TEMPLATES [all four apps], the
-# stage knobs below, SKIP_SFT / SKIP_RFT / SKIP_RL, TOOL_TERM (task | decision), RFT_ARGS.
+# stage knobs below, SKIP_SFT / SKIP_RFT / SKIP_RL, TOOL_TERM (task | decision), RFT_ARGS,
+# ATTENTION [flash_attention_2 where flash-attn imports, else sdpa].
 # The settings are a starting point: this script is composition-checked on cpu
 # (tests/test_recipe_scripts.py), not yet measured on GPUs.
 set -euo pipefail
@@ -45,10 +46,21 @@ RL_RESPONSE_LENGTH=${RL_RESPONSE_LENGTH:-8192}
 MAX_TURNS=${MAX_TURNS:-24}           # TextHybrid's reference plans take 4 to 19 steps
 export RAY_DEDUP_LOGS=0
 
+# Attention: flash-attn with verl's padding-free path where flash-attn is installed, else padded sdpa
+# (verl's default, flash_attention_2, fails at model load without it; the offline GPU bundle has none).
+ATTENTION=${ATTENTION:-$(python3 -c "import flash_attn" > /dev/null 2>&1 && echo flash_attention_2 || echo sdpa)}
+case "$ATTENTION" in
+flash_attention_2) REMOVE_PADDING=true ;;
+sdpa) REMOVE_PADDING=false ;;
+*) echo "verl-ext toolcua_sft_rl: ATTENTION must be flash_attention_2 or sdpa, got '$ATTENTION'" >&2; exit 2 ;;
+esac
+
 SFT_LAUNCH=(torchrun --standalone --nproc_per_node="$N_GPUS")
-SFT_BACKEND=(model.enable_gradient_checkpointing=true)
+SFT_BACKEND=(model.enable_gradient_checkpointing=true model.use_remove_padding="$REMOVE_PADDING"
+             +model.override_config.attn_implementation="$ATTENTION")
 PPO_BACKEND=(
-    actor_rollout_ref.model.use_remove_padding=true
+    actor_rollout_ref.model.use_remove_padding="$REMOVE_PADDING"
+    +actor_rollout_ref.model.override_config.attn_implementation="$ATTENTION"
     actor_rollout_ref.model.enable_gradient_checkpointing=true
     actor_rollout_ref.actor.strategy=fsdp2
     actor_rollout_ref.actor.use_dynamic_bsz=true

@@ -26,15 +26,19 @@ The 7B point on one 139 GB card: FSDP2's fp32 parameters (30 GB), gradients (30 
 state (61 GB) plus the EWMA's fp32 shadow (30 GB) do not fit beside vLLM, so the 7B point sets
 ``actor_rollout_ref.actor.fsdp_config.optimizer_offload=true`` (Adam state in host memory) in
 every arm, plain verl included. Host memory then holds the Adam state, one fp32 snapshot per
-version kept and the live shards while a swap is in: the 7B point bounds the staleness to one
-version (``BOUND=1``, ``WARMUP=1``) so ``snapshot`` keeps one copy. On a machine
+version kept and the live shards while a swap is in: the 7B point lets a trajectory span at most
+two weight versions (``BOUND=2``, ``WARMUP=1``: one stale version) so ``snapshot`` keeps one copy.
+verl's ``max_off_policy_threshold`` counts the versions a trajectory spans, so ``BOUND=1`` (the
+sixth and seventh holds) evicted every stale sample and left the providers nothing stale to do;
+the table's "stale tokens" column shows it and marks such a target "not measured". On a machine
 with 128 GiB of host memory that is about 61 + 30 + 30 GB at the snapshot arm's peak; where it
 runs out of host memory, run the 7B point on a host with more (e.g. ``--points 7b`` on an
 ``nvidia-h200-x2`` machine with ``CUDA_VISIBLE_DEVICES=0``) and say so with ``--context``. The ``ewma``
 arm does not fit one card even so (2026-11-28): verl brings the offloaded Adam state back to the GPU
 for the optimizer step, and there, beside the parameters, gradients and the shadow, the multi-tensor
 Adam's temporaries ran out of memory (136.7 GiB allocated). On N cards FSDP2 shards all of it, the
-shadow included, to 1/N per card; the table lists a failed arm with the error its log ends with.
+shadow included, to 1/N per card: point ``7b_2gpu`` is the 7B point on two cards (``N_GPUS=2``, run
+it with two cards visible); the table lists a failed arm with the error its log ends with.
 
 Several cards. ``--gpus 0 1 2 3`` runs one run per card at a time, side by side, each card taking
 the plan's next run (the repeats stay interleaved across cards), with each run's OpenMP / BLAS
@@ -132,17 +136,19 @@ POINTS = {
     "1.5b": Point("qwen2.5-1.5b"),
     "7b": Point(
         "qwen2.5-7b",
-        env=(("BOUND", "1"), ("WARMUP", "1")),
+        env=(("BOUND", "2"), ("WARMUP", "1")),
         overrides=("actor_rollout_ref.actor.fsdp_config.optimizer_offload=true",),
-        note="Adam state offloaded to host memory (optimizer_offload=true) and staleness bounded to 1 version "
-        "(one snapshot copy) in every arm, to fit one 139 GB card and the host's memory",
+        note="Adam state offloaded to host memory (optimizer_offload=true) and trajectories spanning at most 2 "
+        "weight versions (BOUND=2: one stale version, one snapshot copy) in every arm, to fit one 139 GB card and "
+        "the host's memory; the runs of the sixth and seventh holds used BOUND=1, which in verl's count of "
+        "versions spanned evicts every stale sample (no stale token: their provider targets are not measured)",
         init_device="cuda",
     ),
     # the 7B point's settings on two cards: FSDP2 shards the parameters, Adam state and the EWMA shadow
     # over both (the batch doubles with N_GPUS), so the ewma arm that does not fit one card runs
     "7b_2gpu": Point(
         "qwen2.5-7b",
-        env=(("BOUND", "1"), ("WARMUP", "1"), ("N_GPUS", "2")),
+        env=(("BOUND", "2"), ("WARMUP", "1"), ("N_GPUS", "2")),
         overrides=("actor_rollout_ref.actor.fsdp_config.optimizer_offload=true",),
         note="the 7b point's settings on two cards (N_GPUS=2: FSDP2 over both, the batch doubled)",
         init_device="cuda",
@@ -371,8 +377,14 @@ def _bytes(n: float, fp32_bytes: float) -> str:
     return f"{n / 2**30:.2f} GiB ({n / fp32_bytes:.2f}x)" if n else "0"
 
 
-def target_cell(arm: str, share: float, wait_share: float) -> tuple[str, str | None]:
-    """(table cell, sentence for the closing note when the target is missed)."""
+def target_cell(arm: str, share: float, wait_share: float, stale: float) -> tuple[str, str | None]:
+    """(table cell, sentence for the closing note when the target is missed or not measured). ``stale``:
+    the share of trained tokens from an older weight version; with none, a provider's stale-token path
+    (extra forwards, swaps, the EWMA anchor) never ran, so its target is not measured."""
+    if ARMS[arm] in TARGET_SHARE or ARMS[arm] == "snapshot":
+        if stale == 0:
+            why = "not measured: no stale token in the counted steps"
+            return why, why
     if ARMS[arm] in TARGET_SHARE:
         limit, value, what = TARGET_SHARE[ARMS[arm]], share, "hooks"
     elif ARMS[arm] == "snapshot":
@@ -401,7 +413,7 @@ def table(folders: list[Path], warmup: int) -> str:
     missed: list[str] = []
     for results in folders:
         lines += folder_lines(results, warmup, missed)
-    lines += ["", "Targets missed: " + "; ".join(missed) + "." if missed else
+    lines += ["", "Targets missed or not measured: " + "; ".join(missed) + "." if missed else
               "Every target is met: `current`, `ewma` and `loglinear` hooks at most 3% of the step, `snapshot`'s "
               "save wait at most 1%.", ""]
     return "\n".join(lines)
@@ -432,14 +444,17 @@ def folder_lines(results: Path, warmup: int, missed: list[str]) -> list[str]:
         lines += ["", f"#### {point}: {parameters[point] / 1e6:.0f} M parameters ({POINTS[point].arch})"
                   + (f"; {POINTS[point].note}" if POINTS[point].note else ""), "",
                   "| arm | runs x steps | step (s) | verl-ext hooks, share of step | target | old_log_prob (s) "
-                  "| vs plain verl | GPU memory | host memory |", "|---|---|---|---|---|---|---|---|---|"]
+                  "| vs plain verl | GPU memory | host memory | stale tokens |", "|---|---|---|---|---|---|---|---|---|---|"]
         hooks = sorted({k.removeprefix(TIME) for s in steps.values() for m in s for k in m
                         if k.startswith(TIME) and k not in (SHARE, TOTAL)})
         for arm, arm_steps in steps.items():
             share = median_of(arm_steps, lambda m: m.get(SHARE))
             wait = median_of(arm_steps, hook_share("snapshot_save_wait"))
-            cell, miss = target_cell(arm, share, wait)
-            if miss:
+            stale = mean_of(arm_steps, stale_share)
+            cell, miss = target_cell(arm, share, wait, stale)
+            if miss and stale == 0:
+                missed.append(f"{results.name} {point} {arm}: {miss}")
+            elif miss:
                 top = max(hooks, key=lambda h: mean_of(arm_steps, hook_share(h)))
                 missed.append(f"{results.name} {point} {arm}: {miss} (largest hook: {top}, "
                               f"{_pct(mean_of(arm_steps, hook_share(top)))} of the step on average)")
@@ -448,11 +463,11 @@ def folder_lines(results: Path, warmup: int, missed: list[str]) -> list[str]:
                 f"| {arm} | {len(runs[arm])} x {len(arm_steps) // max(1, len(runs[arm]))} "
                 f"| {median_of(arm_steps, lambda m: m.get('timing_s/step')):.2f} | {_pct(share)} | {cell} "
                 f"| {old:.3f} | {_ratio(old, plain_old)} | {_bytes(memory(arm_steps, 'gpu'), fp32)} "
-                f"| {_bytes(memory(arm_steps, 'host'), fp32)} |"
+                f"| {_bytes(memory(arm_steps, 'host'), fp32)} | {_pct(stale) if stale == stale else '—'} |"
             )
         failures = failed_arms(results / point, runs)
         for arm, reason in failures.items():
-            lines.append(f"| {arm} | 0 finished | — | — | not measured: the run failed (below) | — | — | — | — |")
+            lines.append(f"| {arm} | 0 finished | — | — | not measured: the run failed (below) | — | — | — | — | — |")
             if ARMS[arm] in TARGET_SHARE or ARMS[arm] == "snapshot":
                 missed.append(f"{results.name} {point} {arm}: the run failed ({reason}): its target is not measured")
         for arm, reason in failures.items():
@@ -482,6 +497,13 @@ def folder_lines(results: Path, warmup: int, missed: list[str]) -> list[str]:
                              "is their floor." if plain_old == plain_old else
                              "not compared with verl's own old-log-prob phase (their floor): no `verl` run here.")]
     return lines
+
+
+def stale_share(step: dict) -> float | None:
+    """Share of a step's trained tokens from an older weight version (``old_logits/stale/frac_d0`` is
+    the share with none); None where no provider logged it (plain verl)."""
+    fresh = step.get("old_logits/stale/frac_d0")
+    return None if fresh is None else 1.0 - fresh
 
 
 def failed_arms(point_dir: Path, finished: dict[str, list]) -> dict[str, str]:
