@@ -59,6 +59,17 @@ def test_prepare_data_tool_oversample_is_refused_where_it_does_not_apply(tmp_pat
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize("dataset, size, phrase", [
+    ("text_hybrid_sft", "2", "--balance-labels applies to the text_hybrid_decisions dataset only"),
+    ("text_hybrid_decisions", "3", "--balance-labels needs an even --train-size (half per label), got 3"),
+])
+def test_prepare_data_balance_labels_is_refused_where_it_does_not_apply(tmp_path, dataset, size, phrase):
+    proc = run_cli("prepare-data", dataset, str(tmp_path), "--train-size", size, "--val-size", "1", "--balance-labels")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert phrase in proc.stderr
+    assert not list(tmp_path.iterdir())
+
+
 def test_eval_on_a_missing_checkpoint_says_the_path_does_not_exist(tmp_path):
     missing = tmp_path / "runs" / "global_step_30"
     proc = run_cli("eval", "--policy", f"checkpoint:{missing}", "--tasks", "mail_star_sender")

@@ -277,7 +277,8 @@ def test_staged_pipeline_gpu_stages_compose_and_hand_on_the_checkpoint(stage, dr
     """recipes/toolcua_sft_rl/run_gpu.sh: the single-turn RL stage on critical switching steps
     (decision_turn rows and reward) and the online stage that starts from its HF checkpoint. Only
     the last main_ppo call is taken over, so the RFT stage is checked with the online stage skipped."""
-    env = {**SCRIPT_ENV[TOOLCUA_SFT_RL_GPU], **({"SKIP_RL": "1"} if stage == "rft" else {"TOOL_TERM": "decision"})}
+    env = {**SCRIPT_ENV[TOOLCUA_SFT_RL_GPU],
+           **({"SKIP_RL": "1", "RFT_BALANCE": "1"} if stage == "rft" else {"TOOL_TERM": "decision"})}
     code, out, err = dry_run(TOOLCUA_SFT_RL_GPU, [], **env)
     assert code == 0, err[-4000:]
     config = OmegaConf.create(out)
@@ -290,6 +291,10 @@ def test_staged_pipeline_gpu_stages_compose_and_hand_on_the_checkpoint(stage, dr
         assert config.reward.custom_reward_function.reward_kwargs.choice_weight == 2  # R_choice on (RFT_CHOICE_WEIGHT)
         assert config.data.custom_cls.name == "DecisionDataset" and not config.data.filter_overlong_prompts
         assert "hf_model" in config.actor_rollout_ref.actor.checkpoint.save_contents
+        import pandas as pd
+
+        labels = [e["decision"]["better"] for e in pd.read_parquet(config.data.train_files).extra_info]
+        assert labels.count("gui") == labels.count("tool")  # RFT_BALANCE=1: half per label
         assert config.actor_rollout_ref.model.override_config.attn_implementation == "sdpa"  # no flash-attn here
         assert config.actor_rollout_ref.model.use_remove_padding is False
     else:
@@ -322,6 +327,7 @@ SFT_KNOB_ERRORS = {
     "SFT_TOOL_OVERSAMPLE": "SFT_TOOL_OVERSAMPLE must be a whole number >= 1 (1: no oversampling), got '{}'",
     "SFT_DECISION_WEIGHT": "SFT_DECISION_WEIGHT must be a number > 0 (1: no weighting)",
     "ATTENTION": "ATTENTION must be flash_attention_2 or sdpa, got '{}'",
+    "RFT_BALANCE": "RFT_BALANCE must be 0 or 1, got '{}'",
 }
 
 
@@ -329,6 +335,7 @@ SFT_KNOB_ERRORS = {
     *(("SFT_TOOL_OVERSAMPLE", v) for v in ("0", "x", "-1", "1.5", "02")),
     *(("SFT_DECISION_WEIGHT", v) for v in ("0", "x", "-1", "0.0", "1e2", " 8")),
     ("ATTENTION", "flash"),
+    ("RFT_BALANCE", "yes"),
 ])
 def test_staged_pipeline_refuses_a_bad_sft_knob(knob, value, tmp_path):
     """SFT_TOOL_OVERSAMPLE (prepare-data --tool-oversample), SFT_DECISION_WEIGHT

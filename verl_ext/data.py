@@ -90,12 +90,15 @@ def _text_hybrid_sft_rows(n: int, seed: int, split: str, templates: list[str] | 
 
 
 def _text_hybrid_decision_rows(n: int, seed: int, split: str, templates: list[str] | None = None,
-                               show_todo: bool = False) -> list[dict]:
+                               show_todo: bool = False, balance_labels: bool = False) -> list[dict]:
     """Critical switching steps for the single-turn RL stage: ``n`` GUI-vs-tool decisions of the ``text_hybrid``
-    tasks of the same seed, each prompt the ``hybrid_gui_tool`` transcript up to it (``verl_ext.envs.decisions``)."""
+    tasks of the same seed, each prompt the ``hybrid_gui_tool`` transcript up to it (``verl_ext.envs.decisions``).
+    ``balance_labels``: the train split holds as many GUI-shorter as tools-shorter rows (val: the tasks' own mix,
+    so held-out rates stay those of the task distribution)."""
     from verl_ext.envs.decisions import decision_rows
 
-    return decision_rows(n, seed, split, templates, show_todo=show_todo)
+    return decision_rows(n, seed, split, templates, show_todo=show_todo,
+                         balance_labels=balance_labels and split == "train")
 
 
 def _text_hybrid_switch_warmup_rows(n: int, seed: int, split: str, templates: list[str] | None = None,
@@ -127,6 +130,7 @@ DATASETS: dict[str, Callable[[int, int, str], list[dict]]] = {
 TEMPLATED = ("minidesk", "text_hybrid", "text_hybrid_sft", "text_hybrid_decisions", "text_hybrid_switch_warmup")  # take --templates
 SHOWS_TODO = ("text_hybrid_sft", "text_hybrid_decisions", "text_hybrid_switch_warmup")  # take --show-todo
 OVERSAMPLES_TOOLS = ("text_hybrid_sft",)  # take --tool-oversample
+BALANCES_LABELS = ("text_hybrid_decisions",)  # take --balance-labels
 
 
 def write_parquet(rows: list[dict], path: str) -> str:
@@ -153,6 +157,9 @@ def main(argv: list[str]) -> int:
                         help=f"{', '.join(OVERSAMPLES_TOOLS)} only: write each training transcript in which the "
                              "oracle calls an app tool K times (default 1: once; val is never oversampled); "
                              "--train-size still counts distinct tasks")
+    parser.add_argument("--balance-labels", action="store_true",
+                        help=f"{', '.join(BALANCES_LABELS)} only: half the training rows where the GUI is shorter, half "
+                             "where tools are (--train-size even; val keeps the tasks' own mix)")
     args = parser.parse_args(argv)
     make_rows = DATASETS[args.dataset]
     options = {}
@@ -160,6 +167,12 @@ def main(argv: list[str]) -> int:
         if args.dataset not in OVERSAMPLES_TOOLS:
             parser.error(f"--tool-oversample applies to the {', '.join(OVERSAMPLES_TOOLS)} dataset only")
         options["tool_oversample"] = args.tool_oversample
+    if args.balance_labels:
+        if args.dataset not in BALANCES_LABELS:
+            parser.error(f"--balance-labels applies to the {', '.join(BALANCES_LABELS)} dataset only")
+        if args.train_size % 2:
+            parser.error(f"--balance-labels needs an even --train-size (half per label), got {args.train_size}")
+        options["balance_labels"] = True
     if args.show_todo:
         if args.dataset not in SHOWS_TODO:
             parser.error(f"--show-todo applies to the {', '.join(SHOWS_TODO)} datasets only")

@@ -34,6 +34,14 @@ SFT_DECISION_WEIGHT=${SFT_DECISION_WEIGHT:-1}   # SFT loss weight of the decisio
 if ! [[ "$SFT_DECISION_WEIGHT" =~ ^[0-9]+(\.[0-9]+)?$ ]] || ! awk "BEGIN { exit !($SFT_DECISION_WEIGHT > 0) }"; then
     echo "verl-ext toolcua_sft_rl: SFT_DECISION_WEIGHT must be a number > 0 (1: no weighting), got '$SFT_DECISION_WEIGHT'" >&2; exit 2
 fi
+RFT_BALANCE=${RFT_BALANCE:-0}        # 1: the RFT stage's training decisions half GUI-shorter, half tools-shorter
+                                     # (prepare-data --balance-labels; held-out decisions keep the tasks' own mix)
+case "$RFT_BALANCE" in
+    0) BALANCE_FLAG=() ;;
+    1) BALANCE_FLAG=(--balance-labels)
+       [ $((RFT_ROWS % 2)) -eq 0 ] || { echo "verl-ext toolcua_sft_rl: RFT_BALANCE=1 needs an even RFT_ROWS (half per label), got '$RFT_ROWS'" >&2; exit 2; } ;;
+    *) echo "verl-ext toolcua_sft_rl: RFT_BALANCE must be 0 or 1, got '$RFT_BALANCE'" >&2; exit 2 ;;
+esac
 RFT_ARGS=${RFT_ARGS:-}               # extra main_ppo overrides of stage 2 only (space-separated)
 SFT_ARGS=${SFT_ARGS:-}               # extra sft_trainer overrides of stage 1 (space-separated)
 if [ -n "${SFT_LAUNCHER:-}" ]; then  # another launcher of the SFT trainer (space-separated), e.g. `python`
@@ -121,7 +129,7 @@ rft_stage() {
         MODEL="$OUT/rft_warmup/global_step_$RFT_WARMUP_STEPS/huggingface"
     fi
     verl-ext prepare-data text_hybrid_decisions "$OUT/rft_data" --train-size "$RFT_ROWS" --val-size "$RFT_VAL_ROWS" \
-        --seed "$SEED" --templates "$TEMPLATES" "${TODO_FLAG[@]}"
+        --seed "$SEED" --templates "$TEMPLATES" "${TODO_FLAG[@]}" "${BALANCE_FLAG[@]}"
     # shellcheck disable=SC2086  # RFT_ARGS: space-separated overrides
     VERL_FILE_LOGGER_PATH="$OUT/rft_metrics.jsonl" python -m verl.trainer.main_ppo \
         "${PPO_BACKEND[@]}" trainer.v1.trainer_mode=verl_ext_sync \

@@ -99,6 +99,8 @@ def report(results: dict[str, Runs], probes: dict[str, dict[int, dict]], args, c
         f"warm-up SFT of {args.warmup_steps} steps (lr {args.warmup_lr}) on both options of the 128 training "
         f"decisions, then {args.rft_steps} GRPO steps of {args.rft_batch} training decisions x {args.rft_n} "
         f"samples, lr {args.rft_lr}, choice weight {args.choice_weight} (`{CHOICE}`)"
+        + (", the RL half's 128 training decisions half GUI-shorter and half tools-shorter (`RFT_BALANCE=1`; the "
+           "warm-up and held-out rows keep the tasks' own mix)" if args.balance else "")
         + (f" or 0 (`{GATED}`, from the same warm-up checkpoint, so its step 0 is `{CHOICE}`'s)" if GATED in args.arms else "")
         + f". Held-out: {args.val_rows} decisions of task instances disjoint from training "
         f"(templates {args.templates}). Observations "
@@ -208,13 +210,15 @@ def main(argv: list[str]) -> int:
                         help="arms to run (the others are only reported where their runs exist under --out)")
     parser.add_argument("--show-todo", action="store_true",
                         help="SHOW_TODO=1 in every stage: observations end with the task's items still to do")
+    parser.add_argument("--balance", action="store_true",
+                        help="RFT_BALANCE=1: the RL half's training decisions half GUI-shorter, half tools-shorter")
     parser.add_argument("--section", default=HEADING, help="docs heading the report replaces (a new one is appended)")
     args = parser.parse_args(argv)
     args.rft_steps = args.steps
     command = (f"python scripts/bench/toolcua_rft_study.py --seeds {' '.join(map(str, args.seeds))} --steps "
                f"{args.steps} --warmup-steps {args.warmup_steps} --rft-lr {args.rft_lr} --choice-weight "
                f"{args.choice_weight} --arms " + " ".join(f"'{arm}'" for arm in args.arms)
-               + (" --show-todo" if args.show_todo else ""))
+               + (" --show-todo" if args.show_todo else "") + (" --balance" if args.balance else ""))
     results: dict[str, Runs] = {arm: {} for arm in ARMS}
     probes: dict[str, dict[int, dict]] = {"SFT model": {}, NO_WARMUP: {}, "after warm-up": {}, CHOICE: {}, GATED: {}}
     runs_info: list[dict] = []
@@ -225,7 +229,8 @@ def main(argv: list[str]) -> int:
         todo = {"SHOW_TODO": "1" if args.show_todo else "0"}
         common = {**todo, "SEED": str(seed), "TEMPLATES": args.templates, "SKIP_SFT": "1", "SKIP_RL": "1",
                   "RFT_STEPS": str(args.rft_steps), "RFT_BATCH": str(args.rft_batch), "RFT_N": str(args.rft_n),
-                  "RFT_LR": args.rft_lr, "RFT_VAL_ROWS": str(args.val_rows), "RFT_WARMUP_LR": args.warmup_lr}
+                  "RFT_LR": args.rft_lr, "RFT_VAL_ROWS": str(args.val_rows), "RFT_WARMUP_LR": args.warmup_lr,
+                  "RFT_BALANCE": "1" if args.balance else "0"}
         envs = {CHOICE: {**common, "INIT_MODEL": str(sft_model), "RFT_WARMUP_STEPS": str(args.warmup_steps),
                          "RFT_CHOICE_WEIGHT": args.choice_weight},
                 # its step 0 is the choice arm's (same warm-up checkpoint, same held-out rows, greedy): not rerun

@@ -164,6 +164,26 @@ def test_prepare_data_splits_by_task_instance_and_the_dataset_decodes_prompts(tm
     assert item["raw_prompt"] == json.loads(frames["val"].prompt[0]) and item["agent_name"] == "decision_turn"
 
 
+def test_balanced_training_rows_hold_half_of_each_label_and_val_keeps_the_tasks_mix(tmp_path):
+    """--balance-labels: the train split half GUI-shorter, half tools-shorter (settings_panel's own mix is
+    about 70% tools); the held-out split is the one written without the flag."""
+    args = ["text_hybrid_decisions", "--train-size", "16", "--val-size", "8", "--templates", "settings_panel"]
+    assert prepare_data([args[0], str(tmp_path / "bal"), *args[1:], "--balance-labels"]) == 0
+    assert prepare_data([args[0], str(tmp_path / "mix"), *args[1:]]) == 0
+    frames = {(kind, split): pd.read_parquet(tmp_path / kind / f"{split}.parquet")
+              for kind in ("bal", "mix") for split in ("train", "val")}
+    labels = {key: [e["decision"]["better"] for e in f.extra_info] for key, f in frames.items()}
+    assert sorted(labels["bal", "train"]) == ["gui"] * 8 + ["tool"] * 8
+    assert labels["mix", "train"].count("tool") > labels["mix", "train"].count("gui")  # the skew it removes
+    assert list(frames["bal", "val"].prompt) == list(frames["mix", "val"].prompt) and labels["bal", "val"] == labels["mix", "val"]
+    # the same states as unbalanced rows, in the same order, the surplus label's skipped
+    mixed_prompts = list(pd.read_parquet(tmp_path / "mix" / "train.parquet").prompt)
+    balanced = [p for p in frames["bal", "train"].prompt if p in mixed_prompts]
+    assert balanced == [p for p in mixed_prompts if p in set(balanced)]
+    with pytest.raises(ValueError, match="even number of rows"):
+        decision_rows(15, seed=0, split="train", templates=["settings_panel"], balance_labels=True)
+
+
 def test_too_many_rows_for_the_tasks_is_an_error(monkeypatch):
     from verl_ext.envs import decisions
 

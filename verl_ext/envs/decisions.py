@@ -130,18 +130,27 @@ def play_to(template: str, seed: int, state: DecisionState, prompt: list[dict[st
 
 
 def decision_rows(n: int, seed: int, split: str, templates: list[str] | None = None,
-                  max_steps: int = 30, show_todo: bool = False) -> list[dict[str, Any]]:
+                  max_steps: int = 30, show_todo: bool = False, balance_labels: bool = False) -> list[dict[str, Any]]:
     """``n`` single-turn decision rows: every critical switching step of the tasks of
     ``text_hybrid_rows(n + SPARE_TASKS, seed, split)``, task after task, until ``n`` rows (the
     tasks' seeds keep train and validation instances apart; a task may have no such step).
-    ``show_todo``: the env's option, as in the SFT demonstrations and the online loop."""
+    ``show_todo``: the env's option, as in the SFT demonstrations and the online loop.
+    ``balance_labels``: ``n / 2`` rows where the GUI is shorter and ``n / 2`` where tools are (``n``
+    even), skipping a task's steps of a label once it has its half, so that a policy gains nothing
+    from the label's base rate (tools are shorter at about 70% of settings_panel's steps) and only
+    from reading the state."""
     from verl_ext.envs.text_hybrid import text_hybrid_rows
 
+    if balance_labels and n % 2:
+        raise ValueError(f"balance_labels needs an even number of rows (half per label), got {n}")
+    quota = {mode: n // 2 if balance_labels else n for mode in MODES}
     rows: list[dict[str, Any]] = []
-    for task_row in text_hybrid_rows(n + SPARE_TASKS, seed, split, templates):
+    for task_row in text_hybrid_rows((2 if balance_labels else 1) * n + SPARE_TASKS, seed, split, templates):
         spec = task_row["extra_info"]["env"]
         app, _, _ = make_task(spec["task"], spec["seed"])
         for state in decision_states(app.subgoals, app.view):
+            if quota[state.better] == 0:
+                continue
             played = play_to(spec["task"], spec["seed"], state, task_row["prompt"], max_steps, show_todo)
             if played is None:
                 continue
@@ -162,10 +171,12 @@ def decision_rows(n: int, seed: int, split: str, templates: list[str] | None = N
                     },
                 },
             })
+            quota[state.better] -= 1
             if len(rows) == n:
                 return rows
-    raise RuntimeError(f"only {len(rows)} critical switching steps in {n + SPARE_TASKS} text_hybrid tasks "
-                       f"({split}, seed {seed}, templates {templates or 'all'}); ask for fewer rows")
+    raise RuntimeError(f"only {len(rows)} critical switching steps" + (" (half per label)" if balance_labels else "")
+                       + f" in the text_hybrid tasks of {split}, seed {seed}, templates {templates or 'all'}; "
+                       "ask for fewer rows")
 
 
 def decoded_prompt(value: Any) -> Any:
