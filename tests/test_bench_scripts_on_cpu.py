@@ -180,8 +180,9 @@ def test_hook_cost_table_is_computed_from_the_run_metrics(tmp_path):
     # current: 10 steps pooled, median share 4.5% > 3%; old_log_prob 1.04 s (steps 3-7) vs plain 1.04 s
     assert ("| current | 2 x 5 | 10.00 | 4.50% | hooks 4.50% > 3%: missed by 1.50 pp | 1.040 | 1.00x | 0 | 0 "
             "| 25.00% |") in text
-    # snapshot: the save wait 0.5% of the step meets its 1% target; 2 host copies of 1e9 fp32 bytes
-    assert ("| snapshot | 1 x 5 | 10.00 | 3.00% | save wait ≤ 1%: met | 2.040 | 1.96x | 0 | 1.86 GiB (2.00x) "
+    # snapshot: the save's critical-path time (here its wait, 0.5% of the step) meets its 1% target;
+    # 2 host copies of 1e9 fp32 bytes
+    assert ("| snapshot | 1 x 5 | 10.00 | 3.00% | save on the critical path ≤ 1%: met | 2.040 | 1.96x | 0 | 1.86 GiB (2.00x) "
             "| 50.00% |") in text
     assert "| loglinear | 1 x 5 | 10.00 | 1.00% | not measured: no stale token in the counted steps |" in text
     assert f"{tmp_path.name} 0.5b loglinear: not measured: no stale token in the counted steps" in text

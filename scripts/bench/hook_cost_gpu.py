@@ -67,7 +67,9 @@ each hook's share, verl's ``timing_s/old_log_prob`` against the plain arm's (the
 phase; ``snapshot``'s extra forwards, one per weight version present, against verl's own
 forward, their floor), and the bytes verl-ext's state holds (``verl_ext/mem/*``, largest over the
 steps) in GPU and host memory and as a multiple of the fp32 parameter bytes. Targets (issue 22):
-``current``, ``ewma``, ``loglinear`` at most 3% of the step; ``snapshot``'s save wait at most 1%.
+``current``, ``ewma``, ``loglinear`` at most 3% of the step; what ``snapshot``'s save leaves on the
+critical path at most 1% (``snapshot_save``, the worker's compute stream while the save's copies are
+queued, plus ``snapshot_save_wait``, the optimizer step's wait for them).
 It replaces the section "GPU: per-step breakdown" of ``docs/benchmarks.md``; nothing in it is
 typed by hand.
 """
@@ -114,7 +116,8 @@ TARGET_SHARE = {"current": 0.03, "ewma": 0.03, "loglinear": 0.03}  # by provider
 # call returns before the copies end, and the next span on the driver (an extra forward) may wait for
 # them, so adding both counts that wait twice: the total is an upper bound by up to this hook's time.
 DEVICE_ONLY = ("weight_swap_gpu",)
-SNAPSHOT_WAIT_TARGET = 0.01  # the save wait left on the critical path
+SNAPSHOT_SAVE_TARGET = 0.01  # the save's time left on the critical path: queueing the copies + waiting for them
+SAVE_HOOKS = ("snapshot_save", "snapshot_save_wait")
 COMMON_ENV = {"ADV": "grpo", "LOSS": "vanilla", "MODE": "colocate_async", "ROLLOUT": "vllm", "N_GPUS": "1"}
 # every arm: no checkpoint (a 7B one is ~100 GB and no part of a step)
 COMMON_OVERRIDES = ("trainer.save_freq=-1",)
@@ -377,18 +380,19 @@ def _bytes(n: float, fp32_bytes: float) -> str:
     return f"{n / 2**30:.2f} GiB ({n / fp32_bytes:.2f}x)" if n else "0"
 
 
-def target_cell(arm: str, share: float, wait_share: float, stale: float) -> tuple[str, str | None]:
+def target_cell(arm: str, share: float, save_share: float, stale: float) -> tuple[str, str | None]:
     """(table cell, sentence for the closing note when the target is missed or not measured). ``stale``:
-    the share of trained tokens from an older weight version; with none, a provider's stale-token path
-    (extra forwards, swaps, the EWMA anchor) never ran, so its target is not measured."""
-    if ARMS[arm] in TARGET_SHARE or ARMS[arm] == "snapshot":
+    the share of trained tokens from an older weight version; with none, the stale-token path of a
+    provider (extra forwards, swaps, the EWMA anchor) never ran, so a share target is not measured.
+    ``snapshot``'s target, the save's time on the critical path, is paid at every version whatever
+    the batches hold."""
+    if ARMS[arm] in TARGET_SHARE:
         if stale == 0:
             why = "not measured: no stale token in the counted steps"
             return why, why
-    if ARMS[arm] in TARGET_SHARE:
         limit, value, what = TARGET_SHARE[ARMS[arm]], share, "hooks"
     elif ARMS[arm] == "snapshot":
-        limit, value, what = SNAPSHOT_WAIT_TARGET, wait_share, "save wait"
+        limit, value, what = SNAPSHOT_SAVE_TARGET, save_share, "save on the critical path"
     else:
         return "—", None
     if value != value:
@@ -415,7 +419,7 @@ def table(folders: list[Path], warmup: int) -> str:
         lines += folder_lines(results, warmup, missed)
     lines += ["", "Targets missed or not measured: " + "; ".join(missed) + "." if missed else
               "Every target is met: `current`, `ewma` and `loglinear` hooks at most 3% of the step, `snapshot`'s "
-              "save wait at most 1%.", ""]
+              "save at most 1% on the critical path.", ""]
     return "\n".join(lines)
 
 
@@ -449,10 +453,10 @@ def folder_lines(results: Path, warmup: int, missed: list[str]) -> list[str]:
                         if k.startswith(TIME) and k not in (SHARE, TOTAL)})
         for arm, arm_steps in steps.items():
             share = median_of(arm_steps, lambda m: m.get(SHARE))
-            wait = median_of(arm_steps, hook_share("snapshot_save_wait"))
+            save = median_of(arm_steps, lambda m: sum(hook_share(h)(m) for h in SAVE_HOOKS) if TOTAL in m else None)
             stale = mean_of(arm_steps, stale_share)
-            cell, miss = target_cell(arm, share, wait, stale)
-            if miss and stale == 0:
+            cell, miss = target_cell(arm, share, save, stale)
+            if miss and miss.startswith("not measured"):
                 missed.append(f"{results.name} {point} {arm}: {miss}")
             elif miss:
                 top = max(hooks, key=lambda h: mean_of(arm_steps, hook_share(h)))

@@ -162,6 +162,9 @@ def test_each_step_reports_the_hooks_it_ran_and_the_memory_it_holds(policy, prov
         else:
             assert report["verl_ext/time/snapshot_save"] > 0 and "verl_ext/time/snapshot_save_wait" in report
             assert report["verl_ext/mem/snapshots/host_bytes"] == min(version + 1, 2) * param_bytes
+            # one save a version, here from host memory (on CUDA: 0 while the live weights are on the GPU)
+            assert report["old_logits/snapshot/saved_from_host_bytes"] == param_bytes
+        assert ("old_logits/snapshot/saved_from_host_bytes" in report) == (provider == "snapshot")
         assert report["verl_ext/mem/swap_backup/gpu_bytes"] == 0
 
 

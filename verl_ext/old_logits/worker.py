@@ -26,7 +26,7 @@ import torch
 from verl_ext.old_logits.config import OldLogitsConfig
 from verl_ext.old_logits.ewma import EWMAShadow, beta_from_com
 from verl_ext.old_logits.snapshot import SnapshotMissingError, SnapshotStore
-from verl_ext.old_logits.swap import fsdp_resharder
+from verl_ext.old_logits.swap import fsdp_resharder, local_tensors
 from verl_ext.timing import held_bytes, hook_timer, timed
 
 logger = logging.getLogger("verl_ext.old_logits")
@@ -34,6 +34,7 @@ logger = logging.getLogger("verl_ext.old_logits")
 CURRENT = "current"
 EWMA = "ewma"
 _SNAPSHOT = "snapshot:"
+SAVED_FROM_HOST = "old_logits/snapshot/saved_from_host_bytes"
 
 
 def snapshot_spec(version: int) -> str:
@@ -102,6 +103,9 @@ class OldLogitWorkerState:
         self.version = 0
         self.active: AbstractContextManager[Any] | None = None
         self._saving: int | None = None  # the version whose snapshot copy was started last
+        # bytes this step's snapshot saves read from host memory: on CUDA the copies are asynchronous only
+        # from the GPU (a save whose live weights sit in host memory copies on the critical path)
+        self._saved_from_host = 0.0
         # bytes of the live values' backup during the last swap (set by the trainer glue)
         self.swap_backup_bytes = held_bytes("swap_backup", [])
 
@@ -118,6 +122,7 @@ class OldLogitWorkerState:
         with timed("snapshot_save"):
             self.snapshots.begin_save(version, self.params, same_since=same_since)
         self._saving = version
+        self._saved_from_host += held_bytes("save", local_tensors(self.params))["verl_ext/mem/save/host_bytes"]
 
     def before_optimizer_step(self, version: int) -> None:
         """Counts the step; at the first step of ``version``, snapshots the weights of ``version``
@@ -213,8 +218,13 @@ class OldLogitWorkerState:
         return out
 
     def report(self) -> dict[str, float]:
-        """This worker's hook times since the last report and the memory it holds now."""
-        return {**hook_timer().collect(), **self.memory()}
+        """This worker's hook times since the last report, the memory it holds now and
+        ``old_logits/snapshot/saved_from_host_bytes`` (snapshot providers: the bytes its saves since
+        the last report read from host memory)."""
+        out = {**hook_timer().collect(), **self.memory()}
+        if self.snapshots is not None:
+            out[SAVED_FROM_HOST], self._saved_from_host = self._saved_from_host, 0.0
+        return out
 
     def state_dict(self) -> dict[str, Any]:
         """Checkpoint state: the EWMA and its calibration (snapshots are not checkpointed, see
