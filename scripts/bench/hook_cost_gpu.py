@@ -88,7 +88,7 @@ import sys
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -134,28 +134,24 @@ class Point:
     init_device: str = "cpu"  # where make-tiny-model draws the random weights (cuda: 7B in seconds, not minutes)
 
 
+POINT_7B = Point(
+    "qwen2.5-7b",
+    env=(("BOUND", "2"), ("WARMUP", "1")),
+    overrides=("actor_rollout_ref.actor.fsdp_config.optimizer_offload=true",),
+    note="Adam state offloaded to host memory (optimizer_offload=true) and trajectories spanning at most 2 "
+    "weight versions (BOUND=2: one stale version, one snapshot copy) in every arm, to fit one 139 GB card and "
+    "the host's memory; the runs of the sixth and seventh holds used BOUND=1, which in verl's count of "
+    "versions spanned evicts every stale sample (no stale token: their provider targets are not measured)",
+    init_device="cuda",
+)
 POINTS = {
     "0.5b": Point("qwen2.5-0.5b"),
     "1.5b": Point("qwen2.5-1.5b"),
-    "7b": Point(
-        "qwen2.5-7b",
-        env=(("BOUND", "2"), ("WARMUP", "1")),
-        overrides=("actor_rollout_ref.actor.fsdp_config.optimizer_offload=true",),
-        note="Adam state offloaded to host memory (optimizer_offload=true) and trajectories spanning at most 2 "
-        "weight versions (BOUND=2: one stale version, one snapshot copy) in every arm, to fit one 139 GB card and "
-        "the host's memory; the runs of the sixth and seventh holds used BOUND=1, which in verl's count of "
-        "versions spanned evicts every stale sample (no stale token: their provider targets are not measured)",
-        init_device="cuda",
-    ),
+    "7b": POINT_7B,
     # the 7B point's settings on two cards: FSDP2 shards the parameters, Adam state and the EWMA shadow
     # over both (the batch doubles with N_GPUS), so the ewma arm that does not fit one card runs
-    "7b_2gpu": Point(
-        "qwen2.5-7b",
-        env=(("BOUND", "2"), ("WARMUP", "1"), ("N_GPUS", "2")),
-        overrides=("actor_rollout_ref.actor.fsdp_config.optimizer_offload=true",),
-        note="the 7b point's settings on two cards (N_GPUS=2: FSDP2 over both, the batch doubled)",
-        init_device="cuda",
-    ),
+    "7b_2gpu": replace(POINT_7B, env=(*POINT_7B.env, ("N_GPUS", "2")),
+                       note="the 7b point's settings on two cards (N_GPUS=2: FSDP2 over both, the batch doubled)"),
 }
 DEFAULT_POINTS = ["0.5b", "1.5b", "7b"]  # one card each; 7b_2gpu on request
 
@@ -257,8 +253,8 @@ def kill_leftovers(folder: Path) -> int:
 def run_all(args: argparse.Namespace) -> int:
     runs = plan(args.points, args.arms, args.repeats)
     if args.dry_run:
-        for point in args.points:
-            print(" ".join(model_command(point, args.models)))
+        for command in dict.fromkeys(" ".join(model_command(point, args.models)) for point in args.points):
+            print(command)  # once per model folder: points of one architecture share it
         for run in runs:
             print(run.command(args.out, args.models, args.steps, args.kv_cache_bytes))
         return 0
