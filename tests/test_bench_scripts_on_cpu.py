@@ -346,6 +346,31 @@ def test_toolcua_rft_study_report_is_computed_from_the_run_metrics_and_probes(tm
     assert "Wall time per RFT stage 500 s" in text
 
 
+def test_warmup_learnability_report_is_computed_from_the_probes(tmp_path):
+    """scripts/bench/warmup_learnability.py --report-only: the tool shares of the probes on the training and
+    held-out decisions, their separation per seed and mean ± SE; a seed without both probes is left out."""
+    import json
+
+    study = _script("warmup_learnability")
+
+    def probe(seed: int, split: str, share_tool: float, share_gui: float) -> None:
+        summary = {"tool_share_tool_shorter": share_tool, "tool_share_gui_shorter": share_gui,
+                   "n_tool_shorter": 93 if split == "train" else 21, "n_gui_shorter": 35 if split == "train" else 11}
+        (tmp_path / f"seed{seed}").mkdir(exist_ok=True)
+        (tmp_path / f"seed{seed}" / f"probe_{split}.json").write_text(json.dumps({"summary": summary}))
+
+    for seed, tool in enumerate((0.5, 0.6, 0.7)):
+        probe(seed, "train", tool, 0.4)
+        probe(seed, "val", 0.5, 0.5)
+    probe(3, "val", 0.9, 0.1)  # no training-split probe: not reported
+    doc = tmp_path / "bench.md"
+    assert study.main(["--report-only", "--out", str(tmp_path), "--seeds", "0", "1", "2", "3", "--doc", str(doc)]) == 0
+    text = doc.read_text()
+    assert "| training (taught) | 93 / 35 | 0.600 ± 0.058 | 0.400 ± 0.000 | 0.200 ± 0.058 | +0.100, +0.200, +0.300 |" in text
+    assert "| held-out | 21 / 11 | 0.500 ± 0.000 | 0.500 ± 0.000 | 0.000 ± 0.000 | +0.000, +0.000, +0.000 |" in text
+    assert "Seeds: 0, 1, 2;" in text and "separates them by +0.200 in tool share" in text
+
+
 def test_decision_legibility_measures_what_the_rows_hold():
     """scripts/bench/decision_legibility.py: label purity and cross-label sharing from built inputs,
     and on real decision rows the subgoal word, last page and step counter read back from each prompt."""

@@ -47,24 +47,19 @@ def test_prepare_data_show_todo_on_a_dataset_without_observations_is_refused(tmp
     assert not list(tmp_path.iterdir())
 
 
-@pytest.mark.parametrize("dataset, value, phrase", [
-    ("text_hybrid", "2", "--tool-oversample applies to the text_hybrid_sft dataset only"),
-    ("text_hybrid_sft", "0", "argument --tool-oversample: '0' is not a whole number >= 1"),
+@pytest.mark.parametrize("dataset, size, option, phrase", [
+    ("text_hybrid", "2", ["--tool-oversample", "2"], "--tool-oversample applies to the text_hybrid_sft dataset only"),
+    ("text_hybrid_sft", "2", ["--tool-oversample", "0"], "argument --tool-oversample: '0' is not a whole number >= 1"),
+    ("text_hybrid_sft", "2", ["--balance-labels"], "--balance-labels applies to the text_hybrid_decisions dataset only"),
+    ("text_hybrid_decisions", "3", ["--balance-labels"],
+     "--balance-labels needs an even --train-size (half per label), got 3"),
+    ("text_hybrid_decisions", "2", ["--warmup-targets", "shorter"],
+     "--warmup-targets applies to the text_hybrid_switch_warmup dataset only"),
+    ("text_hybrid_switch_warmup", "2", ["--warmup-targets", "best"], "argument --warmup-targets: invalid choice: 'best'"),
 ])
-def test_prepare_data_tool_oversample_is_refused_where_it_does_not_apply(tmp_path, dataset, value, phrase):
-    proc = run_cli("prepare-data", dataset, str(tmp_path), "--train-size", "2", "--val-size", "1",
-                   "--tool-oversample", value)
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert phrase in proc.stderr
-    assert not list(tmp_path.iterdir())
-
-
-@pytest.mark.parametrize("dataset, size, phrase", [
-    ("text_hybrid_sft", "2", "--balance-labels applies to the text_hybrid_decisions dataset only"),
-    ("text_hybrid_decisions", "3", "--balance-labels needs an even --train-size (half per label), got 3"),
-])
-def test_prepare_data_balance_labels_is_refused_where_it_does_not_apply(tmp_path, dataset, size, phrase):
-    proc = run_cli("prepare-data", dataset, str(tmp_path), "--train-size", size, "--val-size", "1", "--balance-labels")
+def test_prepare_data_option_is_refused_where_it_does_not_apply(tmp_path, dataset, size, option, phrase):
+    """A dataset option on another dataset, or with a value it cannot take, stops before any file is written."""
+    proc = run_cli("prepare-data", dataset, str(tmp_path), "--train-size", size, "--val-size", "1", *option)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert phrase in proc.stderr
     assert not list(tmp_path.iterdir())

@@ -328,6 +328,7 @@ SFT_KNOB_ERRORS = {
     "SFT_DECISION_WEIGHT": "SFT_DECISION_WEIGHT must be a number > 0 (1: no weighting)",
     "ATTENTION": "ATTENTION must be flash_attention_2 or sdpa, got '{}'",
     "RFT_BALANCE": "RFT_BALANCE must be 0 or 1, got '{}'",
+    "RFT_WARMUP_TARGETS": "RFT_WARMUP_TARGETS must be both or shorter, got '{}'",
 }
 
 
@@ -336,6 +337,7 @@ SFT_KNOB_ERRORS = {
     *(("SFT_DECISION_WEIGHT", v) for v in ("0", "x", "-1", "0.0", "1e2", " 8")),
     ("ATTENTION", "flash"),
     ("RFT_BALANCE", "yes"),
+    ("RFT_WARMUP_TARGETS", "better"),
 ])
 def test_staged_pipeline_refuses_a_bad_sft_knob(knob, value, tmp_path):
     """SFT_TOOL_OVERSAMPLE (prepare-data --tool-oversample), SFT_DECISION_WEIGHT
@@ -349,17 +351,26 @@ def test_staged_pipeline_refuses_a_bad_sft_knob(knob, value, tmp_path):
     assert not (tmp_path / "sft_data").exists()
 
 
-def test_staged_pipeline_rft_warmup_hands_its_checkpoint_to_the_rl_half(dry_run):
+@pytest.mark.parametrize("targets", ["both", "shorter"])
+def test_staged_pipeline_rft_warmup_hands_its_checkpoint_to_the_rl_half(targets, dry_run):
     """RFT_WARMUP_STEPS: the RFT stage first runs verl's SFT trainer on the switching-step warm-up rows
-    (composed only: ``--cfg job``), then its single-turn RL starts from the warm-up's HF checkpoint."""
-    env = {**SCRIPT_ENV[TOOLCUA_SFT_RL_GPU], "SKIP_RL": "1", "RFT_WARMUP_STEPS": "2",
-           "SFT_LAUNCHER": sys.executable, "SFT_ARGS": "--cfg job"}
+    (composed only: ``--cfg job``), then its single-turn RL starts from the warm-up's HF checkpoint.
+    RFT_WARMUP_TARGETS: both options of each of the RFT_ROWS training decisions (2 rows each), or the
+    shorter way's call only (1 row each)."""
+    import pandas as pd
+
+    env = {**SCRIPT_ENV[TOOLCUA_SFT_RL_GPU], "SKIP_RL": "1", "RFT_WARMUP_STEPS": "2", "RFT_ROWS": "6",
+           "RFT_WARMUP_TARGETS": targets, "SFT_LAUNCHER": sys.executable, "SFT_ARGS": "--cfg job"}
     code, out, err = dry_run(TOOLCUA_SFT_RL_GPU, [], **env)
     assert code == 0, err[-4000:]
     config = OmegaConf.create(out)
     assert config.actor_rollout_ref.model.path.endswith("/rft_warmup/global_step_2/huggingface")
     assert config.actor_rollout_ref.rollout.agent.default_agent_loop == "decision_turn"
-    assert (Path(dry_run.root) / "out" / "rft_warmup_data" / "train.parquet").exists()
+    warmup = pd.read_parquet(Path(dry_run.root) / "out" / "rft_warmup_data" / "train.parquet").extra_info
+    if targets == "both":
+        assert len(warmup) == 12 and [e["mode"] for e in warmup] == ["gui", "tool"] * 6
+    else:
+        assert len(warmup) == 6 and all(e["mode"] == e["better"] for e in warmup)
 
 
 @pytest.mark.parametrize("weight", ["1", "8"])

@@ -102,12 +102,13 @@ def _text_hybrid_decision_rows(n: int, seed: int, split: str, templates: list[st
 
 
 def _text_hybrid_switch_warmup_rows(n: int, seed: int, split: str, templates: list[str] | None = None,
-                                    show_todo: bool = False) -> list[dict]:
+                                    show_todo: bool = False, warmup_targets: str = "both") -> list[dict]:
     """Warm-up SFT rows of the RFT stage: the critical switching steps of ``text_hybrid_decisions`` with both
-    options' first calls as targets, no preference (``verl_ext.envs.decisions.switch_warmup_rows``)."""
+    options' first calls as targets, no preference, or the shorter way's only (``warmup_targets``;
+    ``verl_ext.envs.decisions.switch_warmup_rows``)."""
     from verl_ext.envs.decisions import switch_warmup_rows
 
-    return switch_warmup_rows(n, seed, split, templates, show_todo=show_todo)
+    return switch_warmup_rows(n, seed, split, templates, show_todo=show_todo, targets=warmup_targets)
 
 
 def _dv_describe_rows(n: int, seed: int, split: str) -> list[dict]:
@@ -131,6 +132,7 @@ TEMPLATED = ("minidesk", "text_hybrid", "text_hybrid_sft", "text_hybrid_decision
 SHOWS_TODO = ("text_hybrid_sft", "text_hybrid_decisions", "text_hybrid_switch_warmup")  # take --show-todo
 OVERSAMPLES_TOOLS = ("text_hybrid_sft",)  # take --tool-oversample
 BALANCES_LABELS = ("text_hybrid_decisions",)  # take --balance-labels
+WARMUP_TARGETED = ("text_hybrid_switch_warmup",)  # take --warmup-targets
 
 
 def write_parquet(rows: list[dict], path: str) -> str:
@@ -160,6 +162,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--balance-labels", action="store_true",
                         help=f"{', '.join(BALANCES_LABELS)} only: half the training rows where the GUI is shorter, half "
                              "where tools are (--train-size even; val keeps the tasks' own mix)")
+    parser.add_argument("--warmup-targets", choices=("both", "shorter"), default=None,
+                        help=f"{', '.join(WARMUP_TARGETED)} only: the SFT targets at each decision, both options' first "
+                             "calls (default: no preference; --train-size rows = half as many decisions) or the "
+                             "shorter way's only (one row per decision)")
     args = parser.parse_args(argv)
     make_rows = DATASETS[args.dataset]
     options = {}
@@ -173,6 +179,10 @@ def main(argv: list[str]) -> int:
         if args.train_size % 2:
             parser.error(f"--balance-labels needs an even --train-size (half per label), got {args.train_size}")
         options["balance_labels"] = True
+    if args.warmup_targets is not None:
+        if args.dataset not in WARMUP_TARGETED:
+            parser.error(f"--warmup-targets applies to the {', '.join(WARMUP_TARGETED)} dataset only")
+        options["warmup_targets"] = args.warmup_targets
     if args.show_todo:
         if args.dataset not in SHOWS_TODO:
             parser.error(f"--show-todo applies to the {', '.join(SHOWS_TODO)} datasets only")

@@ -16,6 +16,13 @@ RL_VAL_ONLY=${RL_VAL_ONLY:-false}    # true: validate the model handed to stage 
 TOOL_TERM=${TOOL_TERM:-task}         # R_tool of the path reward: task (ToolCUA's) | decision (per decision)
 RFT_WARMUP_STEPS=${RFT_WARMUP_STEPS:-0}   # warm-up SFT steps on the switching steps before the RL half (0: none)
 RFT_WARMUP_LR=${RFT_WARMUP_LR:-3e-3}
+RFT_WARMUP_TARGETS=${RFT_WARMUP_TARGETS:-both}   # the warm-up's targets at each training decision: both options'
+                                     # first calls (no preference, 2 rows a decision) | shorter (the shorter way's only)
+case "$RFT_WARMUP_TARGETS" in
+    both) WARMUP_ROWS=$((2 * RFT_ROWS)) ;;
+    shorter) WARMUP_ROWS=$RFT_ROWS ;;
+    *) echo "verl-ext toolcua_sft_rl: RFT_WARMUP_TARGETS must be both or shorter, got '$RFT_WARMUP_TARGETS'" >&2; exit 2 ;;
+esac
 SHOW_TODO=${SHOW_TODO:-0}            # 1: every observation ends with the task's items still to do (TextHybridEnv
                                      # show_todo), in the SFT demonstrations, the decision rows and the online loop alike
 case "$SHOW_TODO" in
@@ -121,9 +128,10 @@ sft_stage() {
 rft_stage() {
     # Warm-up SFT on the same training decisions, both options' first calls as targets (no preference):
     # how to write either call at a switching step, so that the RL half samples both (RFT_WARMUP_STEPS=0: off).
+    # RFT_WARMUP_TARGETS=shorter: the shorter way's call only, the RL half's label taught directly.
     if [ "$RFT_WARMUP_STEPS" -gt 0 ]; then
-        verl-ext prepare-data text_hybrid_switch_warmup "$OUT/rft_warmup_data" --train-size $((2 * RFT_ROWS)) \
-            --val-size 4 --seed "$SEED" --templates "$TEMPLATES" "${TODO_FLAG[@]}"
+        verl-ext prepare-data text_hybrid_switch_warmup "$OUT/rft_warmup_data" --train-size "$WARMUP_ROWS" \
+            --val-size 4 --seed "$SEED" --templates "$TEMPLATES" --warmup-targets "$RFT_WARMUP_TARGETS" "${TODO_FLAG[@]}"
         sft_run "$OUT/rft_warmup_data" "$RFT_WARMUP_STEPS" "$RFT_WARMUP_LR" 0 "$OUT/rft_warmup" rft_warmup \
             "$OUT/rft_warmup_metrics.jsonl"
         MODEL="$OUT/rft_warmup/global_step_$RFT_WARMUP_STEPS/huggingface"

@@ -32,8 +32,10 @@ verl's ``max_off_policy_threshold`` counts the versions a trajectory spans, so `
 sixth and seventh holds) evicted every stale sample and left the providers nothing stale to do;
 the table's "stale tokens" column shows it and marks such a target "not measured". On a machine
 with 128 GiB of host memory that is about 61 + 30 + 30 GB at the snapshot arm's peak; where it
-runs out of host memory, run the 7B point on a host with more (e.g. ``--points 7b`` on an
-``nvidia-h200-x2`` machine with ``CUDA_VISIBLE_DEVICES=0``) and say so with ``--context``. The ``ewma``
+runs out of host memory (the snapshot arm's actor died in its first update on a 125 GiB
+``nvidia-h200`` host, 2026-11-29, where ``current`` and ``loglinear`` ran), run the 7B point on a host
+with more (e.g. ``--points 7b`` on an ``nvidia-h200-x2`` machine with ``CUDA_VISIBLE_DEVICES=0``) and
+say so with ``--context``. The ``ewma``
 arm does not fit one card even so (2026-11-28): verl brings the offloaded Adam state back to the GPU
 for the optimizer step, and there, beside the parameters, gradients and the shadow, the multi-tensor
 Adam's temporaries ran out of memory (136.7 GiB allocated). On N cards FSDP2 shards all of it, the

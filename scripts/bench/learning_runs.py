@@ -149,6 +149,13 @@ def plot_curves(results: dict[str, Runs], steps: int, panels: list[tuple[str, st
     fig.savefig(path, dpi=110)
 
 
+def publish(doc: Path, heading: str, section: str) -> None:
+    """``write_section``, then the section and where it went on stdout."""
+    write_section(doc, heading, section)
+    print(section)
+    print(f"wrote {doc} ({heading!r})")
+
+
 def write_section(doc: Path, heading: str, section: str) -> None:
     """Replace the section under ``heading`` in ``doc`` (up to the next ``## `` heading), or append it."""
     text = doc.read_text() if doc.exists() else "# Benchmarks\n"

@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from learning_runs import REPO, Runs, load_steps, machine_line, series, study_parser, write_section
+from learning_runs import REPO, Runs, load_steps, machine_line, series, publish, study_parser
 from text_hybrid_study import fmt, goal_gap, mean_se, ratio
 
 HEADING = "## ToolCUA pipeline: the RFT stage alone (critical switching steps)"
@@ -93,11 +93,12 @@ def report(results: dict[str, Runs], probes: dict[str, dict[int, dict]], args, c
     walls = [info["wall_s"] for info in runs_info]
     lines = [
         args.section, "",
-        f"{machine_line({'all': [i for i in runs_info if 'load_avg_5min' in i]})} `{command}` (one core: "
-        f"`taskset -c 1`, `OMP_NUM_THREADS=1`). Per seed one SFT run (`recipes/toolcua_sft_rl/run_cpu.sh`, "
+        f"{machine_line({'all': [i for i in runs_info if 'load_avg_5min' in i]})} `{command}` (one core per "
+        f"run: `taskset -c K`, `OMP_NUM_THREADS=1`). Per seed one SFT run (`recipes/toolcua_sft_rl/run_cpu.sh`, "
         f"{args.sft_steps} steps, the recipe's defaults), then the RFT stage alone (`SKIP_SFT=1 SKIP_RL=1`): "
-        f"warm-up SFT of {args.warmup_steps} steps (lr {args.warmup_lr}) on both options of the 128 training "
-        f"decisions, then {args.rft_steps} GRPO steps of {args.rft_batch} training decisions x {args.rft_n} "
+        f"warm-up SFT of {args.warmup_steps} steps (lr {args.warmup_lr}) on "
+        + ("both options" if args.warmup_targets == "both" else "the shorter way's call only (`RFT_WARMUP_TARGETS=shorter`)")
+        + f" of the 128 training decisions, then {args.rft_steps} GRPO steps of {args.rft_batch} training decisions x {args.rft_n} "
         f"samples, lr {args.rft_lr}, choice weight {args.choice_weight} (`{CHOICE}`)"
         + (", the RL half's 128 training decisions half GUI-shorter and half tools-shorter (`RFT_BALANCE=1`; the "
            "warm-up and held-out rows keep the tasks' own mix)" if args.balance else "")
@@ -212,13 +213,16 @@ def main(argv: list[str]) -> int:
                         help="SHOW_TODO=1 in every stage: observations end with the task's items still to do")
     parser.add_argument("--balance", action="store_true",
                         help="RFT_BALANCE=1: the RL half's training decisions half GUI-shorter, half tools-shorter")
+    parser.add_argument("--warmup-targets", choices=("both", "shorter"), default="both",
+                        help="RFT_WARMUP_TARGETS: the warm-up's targets, both options of each decision or the shorter way's")
     parser.add_argument("--section", default=HEADING, help="docs heading the report replaces (a new one is appended)")
     args = parser.parse_args(argv)
     args.rft_steps = args.steps
     command = (f"python scripts/bench/toolcua_rft_study.py --seeds {' '.join(map(str, args.seeds))} --steps "
                f"{args.steps} --warmup-steps {args.warmup_steps} --rft-lr {args.rft_lr} --choice-weight "
                f"{args.choice_weight} --arms " + " ".join(f"'{arm}'" for arm in args.arms)
-               + (" --show-todo" if args.show_todo else "") + (" --balance" if args.balance else ""))
+               + (" --show-todo" if args.show_todo else "") + (" --balance" if args.balance else "")
+               + (f" --warmup-targets {args.warmup_targets}" if args.warmup_targets != "both" else ""))
     results: dict[str, Runs] = {arm: {} for arm in ARMS}
     probes: dict[str, dict[int, dict]] = {"SFT model": {}, NO_WARMUP: {}, "after warm-up": {}, CHOICE: {}, GATED: {}}
     runs_info: list[dict] = []
@@ -230,7 +234,7 @@ def main(argv: list[str]) -> int:
         common = {**todo, "SEED": str(seed), "TEMPLATES": args.templates, "SKIP_SFT": "1", "SKIP_RL": "1",
                   "RFT_STEPS": str(args.rft_steps), "RFT_BATCH": str(args.rft_batch), "RFT_N": str(args.rft_n),
                   "RFT_LR": args.rft_lr, "RFT_VAL_ROWS": str(args.val_rows), "RFT_WARMUP_LR": args.warmup_lr,
-                  "RFT_BALANCE": "1" if args.balance else "0"}
+                  "RFT_BALANCE": "1" if args.balance else "0", "RFT_WARMUP_TARGETS": args.warmup_targets}
         envs = {CHOICE: {**common, "INIT_MODEL": str(sft_model), "RFT_WARMUP_STEPS": str(args.warmup_steps),
                          "RFT_CHOICE_WEIGHT": args.choice_weight},
                 # its step 0 is the choice arm's (same warm-up checkpoint, same held-out rows, greedy): not rerun
@@ -263,9 +267,7 @@ def main(argv: list[str]) -> int:
             if summary:
                 probes[name][seed] = summary
     text = report(results, probes, args, command, runs_info)
-    write_section(args.doc, args.section, text)
-    print(text)
-    print(f"wrote {args.doc} ({args.section!r})")
+    publish(args.doc, args.section, text)
     return 0
 
 

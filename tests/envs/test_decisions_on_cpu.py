@@ -209,3 +209,24 @@ def test_switch_warmup_rows_teach_both_options_of_each_decision():
             expected = first_calls[row["extra_info"]["mode"]]
             assert messages[-1]["role"] == "assistant" and call["name"] == expected["name"]
             assert call["arguments"] == expected["arguments"]
+
+
+def test_switch_warmup_rows_shorter_targets_teach_the_shorter_way_of_each_decision():
+    """``--warmup-targets shorter``: one row per decision, in ``decision_rows``' order, the transcript up to
+    it plus the first call of the shorter way (the label the RL half's reward pays for)."""
+    from verl_ext.envs.decisions import switch_warmup_rows
+
+    rows = switch_warmup_rows(8, seed=0, split="train", templates=["settings_panel"], targets="shorter")
+    decisions = decision_rows(8, seed=0, split="train", templates=["settings_panel"])
+    assert len(rows) == 8
+    for row, decision in zip(rows, decisions):
+        better = decision["extra_info"]["decision"]["better"]
+        assert row["extra_info"]["mode"] == row["extra_info"]["better"] == better
+        messages = json.loads(row["messages"])
+        assert messages[:-1] == json.loads(decision["prompt"])
+        expected = json.loads(decision["extra_info"]["decision"]["first_calls"])[better]
+        call = messages[-1]["tool_calls"][0]["function"]
+        assert (call["name"], call["arguments"]) == (expected["name"], expected["arguments"])
+    assert {r["extra_info"]["mode"] for r in rows} == {"gui", "tool"}  # both labels occur: not one way taught
+    with pytest.raises(ValueError, match="targets must be one of"):
+        switch_warmup_rows(2, seed=0, split="train", templates=["settings_panel"], targets="better")

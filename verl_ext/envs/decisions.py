@@ -194,24 +194,34 @@ class DecisionDataset(RLHFDataset):
         return super()._build_messages({**example, key: decoded_prompt(example[key])}, key)
 
 
+WARMUP_TARGETS = ("both", "shorter")  # switch_warmup_rows: which options of a decision are SFT targets
+
+
 def switch_warmup_rows(n: int, seed: int, split: str, templates: list[str] | None = None,
-                       max_steps: int = 30, show_todo: bool = False) -> list[dict[str, Any]]:
+                       max_steps: int = 30, show_todo: bool = False, targets: str = "both") -> list[dict[str, Any]]:
     """SFT rows for the warm-up half of ToolCUA's Tool-Bootstrapped GUI RFT (warm-up SFT, then
-    single-turn RL on critical switching steps): for each of ``decision_rows(ceil(n / 2), ...)``, one row
-    per option, its transcript up to the decision followed by that option's first call (the loop's
-    ``assistant_message``). Both options of every decision are targets, so the rows teach how to
-    write either call at a switching step and hold no preference between GUI and tool; which one
-    is shorter is left to the RL half's reward. Rows are ``JsonMultiTurnSFTDataset``'s (``messages``
-    and ``tools`` as JSON text), ``n`` of them."""
+    single-turn RL on critical switching steps): for each decision of ``decision_rows``, its transcript
+    up to the decision followed by an option's first call (the loop's ``assistant_message``).
+
+    ``targets="both"``: one row per option of each of ``ceil(n / 2)`` decisions, so the rows teach how
+    to write either call at a switching step and hold no preference between GUI and tool; which one is
+    shorter is left to the RL half's reward. ``targets="shorter"``: one row per decision of ``n``
+    decisions, the shorter way's call only (the label the RL half's reward pays for, taught directly:
+    whether the model can learn the decision from these prompts at all, or only the format).
+
+    Rows are ``JsonMultiTurnSFTDataset``'s (``messages`` and ``tools`` as JSON text), ``n`` of them."""
     import verl.experimental.agent_loop  # noqa: F401  (first: its plugin hook imports the agent loop module)
     from verl_ext.agent_loops.hybrid_gui_tool import assistant_message
     from verl_ext.envs.demos import _Call
 
+    if targets not in WARMUP_TARGETS:
+        raise ValueError(f"targets must be one of {WARMUP_TARGETS}, got {targets!r}")
+    per_decision = len(MODES) if targets == "both" else 1
     rows: list[dict[str, Any]] = []
-    for decision in decision_rows((n + 1) // len(MODES), seed, split, templates, max_steps, show_todo):
+    for decision in decision_rows(-(-n // per_decision), seed, split, templates, max_steps, show_todo):
         info = decision["extra_info"]
         first_calls = json.loads(info["decision"]["first_calls"])
-        for mode in MODES:
+        for mode in MODES if targets == "both" else (info["decision"]["better"],):
             call = first_calls[mode]
             messages = json.loads(decision["prompt"]) + [assistant_message("", _Call(call["name"], call["arguments"]))]
             rows.append({"messages": json.dumps(messages), "tools": info["tools"],
