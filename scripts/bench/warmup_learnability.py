@@ -31,15 +31,17 @@ from text_hybrid_study import fmt, mean_se
 HEADING = "## ToolCUA pipeline: can the decision be learnt when it is taught? (warm-up on the shorter way only)"
 SCRIPT = REPO / "recipes/toolcua_sft_rl/run_cpu.sh"
 SPLITS = ("val", "train")
+TRAIN_DECISIONS = 128  # RFT_ROWS: the training decisions the warm-up is taught (one row each)
 
 
-def separation(summary: dict) -> float:
-    return summary["tool_share_tool_shorter"] - summary["tool_share_gui_shorter"]
+def warmup_model(args, out: Path) -> Path:
+    """The warm-up's HF checkpoint under ``out``."""
+    return out / "rft_warmup" / f"global_step_{args.warmup_steps}" / "huggingface"
 
 
 def run_warmup(seed: int, args, out: Path) -> None:
     """The warm-up of ``seed`` into ``out``; returns once its checkpoint and the decision rows exist."""
-    model = out / "rft_warmup" / f"global_step_{args.warmup_steps}" / "huggingface"
+    model = warmup_model(args, out)
     if (model / "config.json").exists() and (out / "rft_data" / "val.parquet").exists():
         return
     out.mkdir(parents=True, exist_ok=True)
@@ -48,7 +50,8 @@ def run_warmup(seed: int, args, out: Path) -> None:
         raise FileNotFoundError(f"no SFT checkpoint {sft}: run toolcua_rft_study.py for seed {seed} first, or set --sft-root")
     env = {**os.environ, "SHOW_TODO": "1", "SEED": str(seed), "TEMPLATES": args.templates, "SKIP_SFT": "1",
            "SKIP_RL": "1", "INIT_MODEL": str(sft), "RFT_WARMUP_STEPS": str(args.warmup_steps),
-           "RFT_WARMUP_LR": args.warmup_lr, "RFT_WARMUP_TARGETS": "shorter", "RFT_VAL_ROWS": str(args.val_rows),
+           "RFT_WARMUP_LR": args.warmup_lr, "RFT_WARMUP_TARGETS": "shorter", "RFT_ROWS": str(TRAIN_DECISIONS),
+           "RFT_VAL_ROWS": str(args.val_rows),
            "OUT": str(out), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     with open(out / "run.log", "w") as log:
         proc = subprocess.Popen(["bash", str(SCRIPT)], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
@@ -66,7 +69,7 @@ def run_warmup(seed: int, args, out: Path) -> None:
 
 def probed(seed: int, args, out: Path) -> dict[str, dict] | None:
     """``decision_probe.py``'s summary of the warm-up model on each split (cached in ``out``)."""
-    model = out / "rft_warmup" / f"global_step_{args.warmup_steps}" / "huggingface"
+    model = warmup_model(args, out)
     summaries = {}
     for split in SPLITS:
         cache = out / f"probe_{split}.json"
@@ -86,8 +89,9 @@ def report(by_seed: dict[int, dict[str, dict]], args, command: str) -> str:
     lines = [args.section, "",
              f"`{command}` (one core each: `taskset -c K`, `OMP_NUM_THREADS=1`). Per seed, from that seed's SFT "
              f"checkpoint ({args.sft_steps} steps, the to-do line on), the RFT stage's warm-up SFT on the shorter way's "
-             f"first call only at each of the 128 training decisions (`RFT_WARMUP_TARGETS=shorter`), {args.warmup_steps} "
-             f"steps of one row at lr {args.warmup_lr} (cosine to 0), i.e. {args.warmup_steps / 128:.0f} epochs; then the "
+             f"first call only at each of the {TRAIN_DECISIONS} training decisions (`RFT_WARMUP_TARGETS=shorter`), "
+             f"{args.warmup_steps} steps of one row at lr {args.warmup_lr} (cosine to 0), i.e. "
+             f"{args.warmup_steps / TRAIN_DECISIONS:.0f} epochs; then the "
              "exact decision probe (`scripts/bench/decision_probe.py`: tool share = P(app tool name) / (P(tool) + "
              "P(`computer_use`)) at the reply's first call) on the held-out decisions (task instances disjoint "
              "from training) and on the training decisions the warm-up was taught. Seeds: "
@@ -95,19 +99,20 @@ def report(by_seed: dict[int, dict[str, dict]], args, command: str) -> str:
              "| decisions | n (tools shorter / GUI shorter) | tool share where tools shorter | tool share where GUI shorter "
              "| separation (difference) | separation by seed |",
              "|---|---|---|---|---|---|"]
+    separations = {}
     for split, label in (("train", "training (taught)"), ("val", "held-out")):
         rows = [by_seed[s][split] for s in seeds]
         if not rows:
             continue
         tools = np.array([r["tool_share_tool_shorter"] for r in rows])
         gui = np.array([r["tool_share_gui_shorter"] for r in rows])
-        seps = tools - gui
+        seps = separations[split] = tools - gui
         counts = f"{rows[0]['n_tool_shorter']} / {rows[0]['n_gui_shorter']}"
         lines.append(f"| {label} | {counts} | {fmt(tools, 3)} | {fmt(gui, 3)} | {fmt(seps, 3)} | "
                      + ", ".join(f"{v:+.3f}" for v in seps) + " |")
     if seeds:
-        train_sep = mean_se(np.array([separation(by_seed[s]["train"]) for s in seeds]))
-        lines += ["", f"Taught the answer on {args.warmup_steps / 128:.0f} passes over its training decisions, the model "
+        train_sep = mean_se(separations["train"])
+        lines += ["", f"Taught the answer on {args.warmup_steps / TRAIN_DECISIONS:.0f} passes over its training decisions, the model "
                   f"separates them by {train_sep[0]:+.3f} in tool share: a goal of T >= 0.8 where tools are shorter and "
                   "<= 0.2 where the GUI is needs a separation of at least 0.6."]
     return "\n".join(lines + [""])
