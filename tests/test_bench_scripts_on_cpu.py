@@ -456,3 +456,27 @@ def test_hook_cost_runs_side_by_side_one_per_card_each_run_once(tmp_path, monkey
     assert bench.main(["--points", "0.5b", "--repeats", "2", "--steps", "8", "--gpus", "0", "1",
                        "--out", str(tmp_path / "out"), "--models", str(models)]) == 0
     assert seen == []
+
+
+def test_snapshot_pinning_shapes_and_section_are_computed_from_the_rows(tmp_path):
+    """scripts/bench/snapshot_pinning_gpu.py: the 7B shapes hold exactly the bytes the hook-cost runs' snapshots
+    logged (26117281792, verl_ext/mem/snapshots/host_bytes at BOUND=1), and --results writes one table row per
+    (arch, allocation) from the measured rows."""
+    import json
+    import math
+
+    bench = _script("snapshot_pinning_gpu")
+    assert sum(math.prod(s) for s in bench.qwen2_shapes("qwen2.5-7b", bench.VOCAB)) * 4 == 26117281792
+    row = {"arch": "qwen2.5-7b", "allocation": "one_buffer", "param_bytes": 26117281792, "tensors": 339, "saves": 6,
+           "load_s": 1.0, "first": {"host_s": 9.5, "stream_s": 9.5, "added_s": 9.0},
+           "later": {"host_s": 0.002, "stream_s": 0.0015, "added_s": 0.01}, "resident_bytes_added": 26117281792 + 10**8,
+           "card": "NVIDIA H200"}
+    results = tmp_path / "pinning.json"
+    results.write_text(json.dumps(row) + "\n" + json.dumps({**row, "allocation": "per_tensor",
+                                                            "resident_bytes_added": 2 * 26117281792}) + "\n")
+    doc = tmp_path / "bench.md"
+    bench.main(["--results", str(results), "--doc", str(doc), "--context", "test"])
+    text = doc.read_text()
+    assert "| qwen2.5-7b | one_buffer | 26.12 | 1.000 | 9.50 | 9.00 | 0.0020 | 0.0015 | 0.0100 | 26.2 (1.00x) |" in text
+    assert "| qwen2.5-7b | per_tensor | 26.12 |" in text and "| 52.2 (2.00x) |" in text
+    assert "qwen2.5-7b: one buffer holds 1.00x the weights' bytes against 2.00x per tensor" in text

@@ -27,15 +27,20 @@ state (61 GB) plus the EWMA's fp32 shadow (30 GB) do not fit beside vLLM, so the
 ``actor_rollout_ref.actor.fsdp_config.optimizer_offload=true`` (Adam state in host memory) in
 every arm, plain verl included. Host memory then holds the Adam state, one fp32 snapshot per
 version kept and the live shards while a swap is in: the 7B point lets a trajectory span at most
-two weight versions (``BOUND=2``, ``WARMUP=1``: one stale version) so ``snapshot`` keeps one copy.
+two weight versions (``BOUND=2``, ``WARMUP=1``: one stale version; ``snapshot`` keeps two copies, as
+many as the bound).
 verl's ``max_off_policy_threshold`` counts the versions a trajectory spans, so ``BOUND=1`` (the
 sixth and seventh holds) evicted every stale sample and left the providers nothing stale to do;
-the table's "stale tokens" column shows it and marks such a target "not measured". On a machine
-with 128 GiB of host memory that is about 61 + 30 + 30 GB at the snapshot arm's peak; where it
-runs out of host memory (the snapshot arm's actor died in its first update on a 125 GiB
-``nvidia-h200`` host, 2026-11-29, where ``current`` and ``loglinear`` ran), run the 7B point on a host
-with more (e.g. ``--points 7b`` on an ``nvidia-h200-x2`` machine with ``CUDA_VISIBLE_DEVICES=0``) and
-say so with ``--context``. The ``ewma``
+the table's "stale tokens" column shows it and marks such a target "not measured". A save runs at
+every version whether or not a batch holds stale tokens, so point ``7b_bound1`` (``BOUND=1``, one
+snapshot copy) measures the save's cost alone. The ``snapshot`` arm at 7B does not fit a 128 GiB
+host even at ``BOUND=1``: the actor process holds the offloaded Adam state (52 GB), one exact
+snapshot copy (26 GB; 49 GB before the copies became one registered buffer, see
+``scripts/bench/snapshot_pinning_gpu.py``) and what it loaded, and died in its first update at
+113 GB resident with 0.35 GB of the host left (2026-11-29, ``nvidia-h200``; the seventh hold's
+``BOUND=1`` run finished on a 4-card host). Run it on a host with more memory (e.g. ``--points
+7b`` on an ``nvidia-h200-x2`` machine with ``CUDA_VISIBLE_DEVICES=0``) and say so with ``--context``.
+The ``ewma``
 arm does not fit one card even so (2026-11-28): verl brings the offloaded Adam state back to the GPU
 for the optimizer step, and there, beside the parameters, gradients and the shadow, the multi-tensor
 Adam's temporaries ran out of memory (136.7 GiB allocated). On N cards FSDP2 shards all of it, the
@@ -154,6 +159,10 @@ POINTS = {
     # over both (the batch doubles with N_GPUS), so the ewma arm that does not fit one card runs
     "7b_2gpu": replace(POINT_7B, env=(*POINT_7B.env, ("N_GPUS", "2")),
                        note="the 7b point's settings on two cards (N_GPUS=2: FSDP2 over both, the batch doubled)"),
+    # the snapshot save's cost at 7B on a host too small for two copies: a save happens every step whether or
+    # not a batch holds stale tokens, so its critical-path share needs no stale tokens (the sixth/seventh holds' setting)
+    "7b_bound1": replace(POINT_7B, env=(("BOUND", "1"), ("WARMUP", "1")),
+                         note="the 7b point with BOUND=1 (one snapshot copy, no stale tokens: the save's cost only)"),
 }
 DEFAULT_POINTS = ["0.5b", "1.5b", "7b"]  # one card each; 7b_2gpu on request
 

@@ -63,3 +63,15 @@ def test_snapshot_copies_run_on_a_side_stream_into_reused_pinned_buffers():
     assert all(t.is_pinned() for t in store.get(2))
     assert all(torch.equal(t.cuda(), s) for t, s in zip(store.get(2), saved[2]))
     assert all(torch.equal(t.cuda(), s) for t, s in zip(store.get(1), saved[1]))
+
+
+def test_a_snapshot_is_one_registered_buffer_of_its_exact_bytes():
+    """PyTorch's caching host allocator rounds each pinned allocation up to a power of two (2.1x the
+    bytes at Qwen2.5-7B's shapes); a snapshot is one buffer page-locked with cudaHostRegister instead."""
+    params = [torch.zeros(s, device="cuda") for s in [(1000, 33), (7,), (4096,)]]
+    store = SnapshotStore(max_versions=1)
+    store.save(0, params)
+    bufs = store.get(0)
+    assert all(b.is_pinned() for b in bufs)
+    assert len({b.untyped_storage().data_ptr() for b in bufs}) == 1
+    assert bufs[0].untyped_storage().nbytes() == sum(-(-p.numel() * 4 // 512) * 512 for p in params)

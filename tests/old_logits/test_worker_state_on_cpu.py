@@ -152,6 +152,8 @@ def test_each_step_reports_the_hooks_it_ran_and_the_memory_it_holds(policy, prov
     state = OldLogitWorkerState(config, list(policy.parameters()), first_version=0)
     hook_timer().collect()  # spans of earlier tests in this process
     param_bytes = sum(p.numel() * p.element_size() for p in policy.parameters())
+    # a snapshot is one host buffer holding every parameter at a 512-byte aligned offset
+    buffer_bytes = sum(-(-p.numel() * p.element_size() // 512) * 512 for p in policy.parameters())
     for version in range(3):
         state.set_version(version)
         _train_version(state, policy, version, steps=2, seed=version)
@@ -161,9 +163,10 @@ def test_each_step_reports_the_hooks_it_ran_and_the_memory_it_holds(policy, prov
             assert report["verl_ext/mem/ewma_shadow/host_bytes"] == 4 * sum(p.numel() for p in policy.parameters())
         else:
             assert report["verl_ext/time/snapshot_save"] > 0 and "verl_ext/time/snapshot_save_wait" in report
-            assert report["verl_ext/mem/snapshots/host_bytes"] == min(version + 1, 2) * param_bytes
+            assert report["verl_ext/mem/snapshots/host_bytes"] == min(version + 1, 2) * buffer_bytes
             # one save a version, here from host memory (on CUDA: 0 while the live weights are on the GPU)
             assert report["old_logits/snapshot/saved_from_host_bytes"] == param_bytes
+            assert report["old_logits/snapshot/save_host_s"] > 0
         assert ("old_logits/snapshot/saved_from_host_bytes" in report) == (provider == "snapshot")
         assert report["verl_ext/mem/swap_backup/gpu_bytes"] == 0
 

@@ -86,7 +86,8 @@ class SnapshotConfig:
 
     Attributes:
         max_versions: snapshots kept (≥ the staleness bound; default: the bound).
-        pin_memory: pinned host buffers (asynchronous copies).
+        pin_memory: page-locked host buffers (asynchronous copies): one buffer of exactly the
+            weights' bytes per copy, registered with CUDA (``swap.host_buffers_like``).
         on_missing: ``error`` | ``current`` (score tokens of a missing version with the current
             weights and count them in ``old_logits/snapshot/missing_frac``).
     """

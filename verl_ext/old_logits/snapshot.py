@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from verl_ext.old_logits.swap import Resharder, WeightSwap, host_empty_like, local_tensors
+from verl_ext.old_logits.swap import Resharder, WeightSwap, host_buffers_like, local_tensors
 
 
 class SnapshotMissingError(KeyError):
@@ -75,7 +75,7 @@ class SnapshotStore:
             bufs = self._free.pop()
             if [(b.shape, b.dtype) for b in bufs] == [(t.shape, t.dtype) for t in live]:
                 return bufs
-        return [host_empty_like(t, self.pin_memory) for t in live]
+        return host_buffers_like(live, self.pin_memory)
 
     @torch.no_grad()
     def save(self, version: int, params: Sequence[torch.Tensor], same_since: int | None = None) -> None:

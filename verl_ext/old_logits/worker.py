@@ -17,6 +17,7 @@ parameters (local shards) and calls the four hooks below; nothing here knows abo
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
@@ -35,6 +36,9 @@ CURRENT = "current"
 EWMA = "ewma"
 _SNAPSHOT = "snapshot:"
 SAVED_FROM_HOST = "old_logits/snapshot/saved_from_host_bytes"
+# host seconds spent starting the saves: `verl_ext/time/snapshot_save` is the compute stream's view,
+# which equals it only while the stream is idle; the two apart tell a blocked host from queued work
+SAVE_HOST_S = "old_logits/snapshot/save_host_s"
 
 
 def snapshot_spec(version: int) -> str:
@@ -106,6 +110,7 @@ class OldLogitWorkerState:
         # bytes this step's snapshot saves read from host memory: on CUDA the copies are asynchronous only
         # from the GPU (a save whose live weights sit in host memory copies on the critical path)
         self._saved_from_host = 0.0
+        self._save_host_s = 0.0
         # bytes of the live values' backup during the last swap (set by the trainer glue)
         self.swap_backup_bytes = held_bytes("swap_backup", [])
 
@@ -119,8 +124,10 @@ class OldLogitWorkerState:
         if self.snapshots is None or version in (self._saving, self._step_version):
             return
         same_since = None if self._step_version is None else self._step_version + 1
+        started = time.perf_counter()
         with timed("snapshot_save"):
             self.snapshots.begin_save(version, self.params, same_since=same_since)
+        self._save_host_s += time.perf_counter() - started
         self._saving = version
         self._saved_from_host += held_bytes("save", local_tensors(self.params))["verl_ext/mem/save/host_bytes"]
 
@@ -219,11 +226,13 @@ class OldLogitWorkerState:
 
     def report(self) -> dict[str, float]:
         """This worker's hook times since the last report, the memory it holds now and
-        ``old_logits/snapshot/saved_from_host_bytes`` (snapshot providers: the bytes its saves since
-        the last report read from host memory)."""
+        ``old_logits/snapshot/saved_from_host_bytes`` and ``old_logits/snapshot/save_host_s``
+        (snapshot providers: the bytes its saves since the last report read from host memory, and
+        the host seconds they took to start)."""
         out = {**hook_timer().collect(), **self.memory()}
         if self.snapshots is not None:
             out[SAVED_FROM_HOST], self._saved_from_host = self._saved_from_host, 0.0
+            out[SAVE_HOST_S], self._save_host_s = self._save_host_s, 0.0
         return out
 
     def state_dict(self) -> dict[str, Any]:
