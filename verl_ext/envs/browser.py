@@ -123,6 +123,57 @@ def chromium_missing_reason() -> str | None:
     return None
 
 
+# A profile folder is named after the process that started its browser, so a later start can tell
+# a browser whose owner is gone (a Ray worker killed with SIGKILL never reaches atexit).
+PROFILE_PREFIX = "verl_ext_chromium_"
+
+
+def _profile_owner(profile: str) -> int | None:
+    """The owner's pid in ``<tmp>/verl_ext_chromium_<pid>_<random>``; None for other folders."""
+    name = os.path.basename(profile.rstrip("/"))
+    pid = name[len(PROFILE_PREFIX) :].split("_", 1)[0] if name.startswith(PROFILE_PREFIX) else ""
+    return int(pid) if pid.isdigit() and os.path.dirname(profile.rstrip("/")) == tempfile.gettempdir() else None
+
+
+def _running(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def reap_orphaned_browsers() -> int:
+    """Kills the browsers (with their chromedriver) whose owning process is gone and deletes their
+    profiles, and the profiles of gone owners that no browser uses; returns how many profiles.
+    ``Browser.start`` calls it, so a crashed worker's browsers live until the next one starts."""
+    import psutil
+
+    orphans: dict[str, list[psutil.Process]] = {
+        str(path): [] for path in Path(tempfile.gettempdir()).glob(f"{PROFILE_PREFIX}*")
+        if (owner := _profile_owner(str(path))) is not None and not _running(owner)
+    }
+    for proc in psutil.process_iter(["cmdline"]):
+        profile = next((a.split("=", 1)[1] for a in proc.info["cmdline"] or () if a.startswith("--user-data-dir=")), None)
+        owner = None if profile is None else _profile_owner(profile)
+        if owner is not None and not _running(owner):
+            orphans.setdefault(profile, []).append(proc)
+    for profile, browsers in orphans.items():
+        doomed: set[psutil.Process] = set()
+        for proc in browsers:
+            with contextlib.suppress(psutil.Error):
+                doomed.update([proc, *proc.children(recursive=True)])
+                parent = proc.parent()
+                if parent is not None and "chromedriver" in parent.name():
+                    doomed.add(parent)
+        for proc in doomed:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        shutil.rmtree(profile, ignore_errors=True)
+    return len(orphans)
+
+
 class Browser:
     """One headless Chromium + chromedriver pair. Not thread-safe: one env uses it at a time."""
 
@@ -138,7 +189,8 @@ class Browser:
         from selenium.webdriver.chrome.service import Service
 
         binary, driver_path = find_chromium()
-        self._profile = tempfile.mkdtemp(prefix="verl_ext_chromium_")
+        reap_orphaned_browsers()
+        self._profile = tempfile.mkdtemp(prefix=f"{PROFILE_PREFIX}{os.getpid()}_")
         options = webdriver.ChromeOptions()
         options.binary_location = binary
         for flag in (*CHROMIUM_FLAGS, f"--window-size={self.width},{self.height}", f"--user-data-dir={self._profile}"):
@@ -321,6 +373,6 @@ class Browser:
 
 @atexit.register
 def _close_all() -> None:
-    """Browsers never outlive the process that started them."""
+    """Browsers never outlive the process that started them (short of SIGKILL: ``reap_orphaned_browsers``)."""
     for browser in list(_LIVE):
         browser.close()
