@@ -155,6 +155,19 @@ def test_case7_interrupt_with_the_sync_trainer_is_refused(base):
     assert problems(*base, "+plugins/old_logits=interrupt", "trainer.v1.trainer_mode=verl_ext_colocate_async") == []
 
 
+def test_case7b_bf16_snapshots_need_a_bf16_forward(base):
+    """snapshot.dtype=bf16 is exact only when FSDP casts the parameters to bfloat16 for the forward."""
+    snapshot = ("+plugins/old_logits=snapshot", "trainer.v1.trainer_mode=verl_ext_colocate_async",
+                "algorithm.old_logits.snapshot.dtype=bf16")
+    key = "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype"
+    found = problems(*base, *snapshot)  # the cpu backend computes in fp32
+    assert len(found) == 1 and f"{key}=fp32" in found[0] and "algorithm.old_logits.snapshot.dtype=param" in found[0]
+    assert problems(*base, *snapshot, f"{key}=bf16") == []  # verl's default on GPUs
+    wrong = problems(*base, "+plugins/old_logits=snapshot", "trainer.v1.trainer_mode=verl_ext_colocate_async",
+                     "algorithm.old_logits.snapshot.dtype=fp16")
+    assert len(wrong) == 1 and "snapshot.dtype" in wrong[0] and "'bf16'" in wrong[0]
+
+
 # -------------------------------------------------------------- case 9: late checks at start-up
 
 

@@ -163,6 +163,8 @@ def old_logits_settings(config: Any) -> list[str]:
             defaults_from_bound[parsed.provider]()
         except ValueError as exc:
             found.append(str(exc))
+    if parsed.provider == "snapshot" and parsed.snapshot.dtype == "bf16":
+        found += snapshot_dtype_problems(config)
     if parsed.provider == "interrupt" and not parsed.stale_tokens:
         found.append(
             f"algorithm.old_logits.provider=interrupt with {TRAINER_MODE_KEY}={mode}: a synchronous trainer samples "
@@ -172,6 +174,22 @@ def old_logits_settings(config: Any) -> list[str]:
             f"{TRAINER_MODE_KEY}=verl_ext_colocate_async for stale tokens"
         )
     return found
+
+
+def snapshot_dtype_problems(config: Any) -> list[str]:
+    """``snapshot.dtype=bf16`` is exact only if the actor's forward casts its parameters to bfloat16:
+    FSDP mixed precision with ``param_dtype`` bf16 (verl's default when unset); Megatron's
+    parameters are the model's own (bf16 models stay as they are: only float32 is narrowed)."""
+    strategy = str(select(config, "actor_rollout_ref.actor.strategy", "fsdp"))
+    if strategy not in ("fsdp", "fsdp2"):
+        return []
+    key = "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype"
+    param_dtype = str(select(config, key, None) or "bf16")
+    if param_dtype in ("bf16", "bfloat16"):
+        return []
+    return [f"algorithm.old_logits.snapshot.dtype=bf16 stores the snapshots in bfloat16, exact only when the actor's "
+            f"forward computes with bfloat16 parameters, but {key}={param_dtype}: set {key}=bf16, or "
+            "algorithm.old_logits.snapshot.dtype=param (snapshots in the parameters' own dtype)"]
 
 
 # Rollouts the rollout side of `dedicated` / `interrupt` is built for: their servers count the segments

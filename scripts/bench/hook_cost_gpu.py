@@ -20,7 +20,8 @@ are arms too but not in the default set: ``--arms current snapshot dedicated int
 the GPU during a swap (``algorithm.old_logits.swap_backup=device``) instead of in host memory;
 ``ewma_one_pass`` is ``ewma_device`` with ``algorithm.old_logits.ewma.fresh_exact=false`` (one forward,
 under the EWMA weights, in place of verl's own: its cost without the extra forward that is most of
-``ewma_device``'s 5.5% at 1.5B).
+``ewma_device``'s 5.5% at 1.5B); ``snapshot_bf16`` is ``snapshot`` with
+``algorithm.old_logits.snapshot.dtype=bf16`` (copies in bfloat16: half the host memory and copy time).
 
 The 7B point on one 139 GB card: FSDP2's fp32 parameters (30 GB), gradients (30 GB) and Adam
 state (61 GB) plus the EWMA's fp32 shadow (30 GB) do not fit beside vLLM, so the 7B point sets
@@ -109,14 +110,16 @@ TOTAL = f"{TIME}total"
 PLAIN = "verl"
 ARMS = {"current": "current", "snapshot": "snapshot", "ewma": "ewma", "loglinear": "loglinear", PLAIN: "none",
         "dedicated": "dedicated", "interrupt": "interrupt", "ewma_device": "ewma", "snapshot_device": "snapshot",
-        "ewma_one_pass": "ewma"}
+        "ewma_one_pass": "ewma", "snapshot_bf16": "snapshot"}
 # arms that differ from their provider's arm in its settings only: the live weights wait on the GPU during a
 # swap; ewma_one_pass is ewma_device whose fresh tokens take the EWMA too (fresh_exact=false), so that
-# one forward under the EWMA weights stands in for verl's own and there is no extra forward
+# one forward under the EWMA weights stands in for verl's own and there is no extra forward; snapshot_bf16
+# stores the copies in bfloat16 (exact for the bf16 forward, half the host memory and copy time)
 ARM_OVERRIDES = {"ewma_device": ("algorithm.old_logits.swap_backup=device",),
                  "snapshot_device": ("algorithm.old_logits.swap_backup=device",),
                  "ewma_one_pass": ("algorithm.old_logits.swap_backup=device",
-                                   "algorithm.old_logits.ewma.fresh_exact=false")}
+                                   "algorithm.old_logits.ewma.fresh_exact=false"),
+                 "snapshot_bf16": ("algorithm.old_logits.snapshot.dtype=bf16",)}
 DEFAULT_ARMS = ["current", "snapshot", "ewma", "loglinear", PLAIN]
 TARGET_SHARE = {"current": 0.03, "ewma": 0.03, "loglinear": 0.03}  # by provider: of the step, all hooks together
 # Timed by the workers on the GPU stream (verl_ext.old_logits.host.WORKER_SWAP_HOOK): the driver's

@@ -96,3 +96,25 @@ def test_saves_reuse_the_evicted_buffers_and_restore_bit_exactly(policy):
         with store.swap_in(v, params):
             assert all(torch.equal(p.detach(), s) for p, s in zip(params, saved[v]))
         assert all(torch.equal(p.detach(), x) for p, x in zip(params, live))
+
+
+def test_bf16_snapshots_give_a_bf16_forward_the_weights_it_saw_at_save_time(policy, batch):
+    """snapshot.dtype=bf16 (``float32_as``): half the bytes, and a forward that computes with
+    bfloat16 parameters (FSDP mixed precision) gives the same logits under the swapped-in snapshot
+    as it did under the weights when they were saved; the live fp32 weights come back bit-exactly."""
+    params = list(policy.parameters())
+    store = SnapshotStore(max_versions=1, float32_as=torch.bfloat16)
+    store.save(0, params)
+    assert all(s.dtype == torch.bfloat16 for s in store.get(0))
+    assert store.nbytes == sum(p.numel() * 2 for p in params)
+    rows = torch.arange(len(batch["input_ids"]))
+
+    def bf16_forward():  # the forward of a copy cast to bfloat16, as FSDP's all-gather casts the shards
+        return copy.deepcopy(policy).to(torch.bfloat16).response_log_probs(batch, rows)
+
+    saved_forward = bf16_forward()
+    perturb(policy, 1)
+    live = [p.detach().clone() for p in params]
+    with store.swap_in(0, params):
+        assert torch.equal(bf16_forward(), saved_forward)
+    assert all(torch.equal(p.detach(), x) for p, x in zip(params, live))

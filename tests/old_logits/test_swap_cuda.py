@@ -75,3 +75,22 @@ def test_a_snapshot_is_one_registered_buffer_of_its_exact_bytes():
     assert all(b.is_pinned() for b in bufs)
     assert len({b.untyped_storage().data_ptr() for b in bufs}) == 1
     assert bufs[0].untyped_storage().nbytes() == sum(-(-p.numel() * 4 // 512) * 512 for p in params)
+
+
+def test_a_bf16_snapshot_of_fp32_cuda_params_swaps_in_their_bf16_values():
+    """snapshot.dtype=bf16: the narrowing cast runs on the copy stream; the swapped-in fp32 values cast
+    to bfloat16 (what FSDP's bf16 all-gather does) equal the saved weights' cast; the restore is exact."""
+    g = torch.Generator(device="cuda").manual_seed(0)
+    params = [torch.randn(s, device="cuda", generator=g) for s in [(1000, 33), (7,), (4096,)]]
+    saved = [p.to(torch.bfloat16) for p in params]
+    store = SnapshotStore(max_versions=1, float32_as=torch.bfloat16)
+    store.begin_save(0, params)
+    store.wait_saved()
+    for p in params:
+        p.add_(1.0)  # the optimizer step, ordered after the copy by wait_saved
+    live = [p.clone() for p in params]
+    assert all(b.dtype == torch.bfloat16 and b.is_pinned() for b in store.get(0))
+    with store.swap_in(0, params, backup_device="cpu"):
+        assert all(torch.equal(p.to(torch.bfloat16), s) for p, s in zip(params, saved))
+    torch.cuda.synchronize()
+    assert all(torch.equal(p, x) for p, x in zip(params, live))

@@ -220,3 +220,16 @@ def test_a_swap_restores_the_live_weights_wherever_they_wait(policy, swap_backup
     with state.weights("ewma"):
         assert any(not torch.equal(p, q) for p, q in zip(policy.parameters(), live))  # the EWMA's values
     assert all(torch.equal(p, q) for p, q in zip(policy.parameters(), live))  # bit-exact restore
+
+
+def test_snapshot_dtype_bf16_halves_the_host_bytes_the_worker_reports(policy):
+    """algorithm.old_logits.snapshot.dtype=bf16 reaches the worker's store: its reported host memory is the
+    bfloat16 size of the fp32 parameters (one buffer, 512-byte aligned views)."""
+    config = OldLogitsConfig.from_config({"provider": "snapshot", "snapshot": {"dtype": "bf16"}},
+                                         max_off_policy_threshold=1)
+    state = OldLogitWorkerState(config, list(policy.parameters()), first_version=0)
+    state.set_version(0)
+    _train_version(state, policy, 0, steps=1, seed=0)
+    report = state.report()
+    assert all(p.dtype == torch.float32 for p in policy.parameters())
+    assert report["verl_ext/mem/snapshots/host_bytes"] == sum(-(-p.numel() * 2 // 512) * 512 for p in policy.parameters())

@@ -21,6 +21,7 @@ from verl_ext.old_logits.ewma import beta_from_com, com_from_beta
 from verl_ext.old_logits.loglinear import PROXIMAL_VERSIONS
 
 KEY = "algorithm.old_logits"
+SNAPSHOT_DTYPES = ("param", "bf16")  # what a snapshot stores fp32 parameters as (SnapshotConfig.dtype)
 SWAP_BACKUPS = ("host", "device")  # where live weights wait during a swap (OldLogitsConfig.swap_backup)
 STALENESS_KEY = "trainer.v1.sampler.max_off_policy_threshold"
 # the exact providers whose old log-probs are scored on the rollout side (segments of server calls)
@@ -88,16 +89,22 @@ class SnapshotConfig:
         max_versions: snapshots kept (≥ the staleness bound; default: the bound).
         pin_memory: page-locked host buffers (asynchronous copies): one buffer of exactly the
             weights' bytes per copy, registered with CUDA (``swap.host_buffers_like``).
+        dtype: ``param`` (the parameters' own dtype) | ``bf16``: fp32 parameters are stored in
+            bfloat16, half the host memory and copy time. Exact when the forward computes with
+            bfloat16 parameters (FSDP's ``mixed_precision.param_dtype=bf16``, verl's default): the
+            forward casts the swapped-in values to the same bfloat16 it casts the live ones to.
         on_missing: ``error`` | ``current`` (score tokens of a missing version with the current
             weights and count them in ``old_logits/snapshot/missing_frac``).
     """
 
     max_versions: int | None = None
     pin_memory: bool = True
+    dtype: str = "param"
     on_missing: str = "error"
 
     def __post_init__(self) -> None:
         _check_choice("snapshot.on_missing", self.on_missing, ("error", "current"))
+        _check_choice("snapshot.dtype", self.dtype, SNAPSHOT_DTYPES)
 
 
 @dataclass(frozen=True)

@@ -47,13 +47,18 @@ class SnapshotStore:
         max_versions: staleness bound D in versions (verl: ``trainer.v1.sampler.max_off_policy_threshold``).
             After ``save(v)`` the store holds versions v + 1 - D .. v, i.e. at most D copies.
         pin_memory: pin host buffers (fast, asynchronous H2D/D2H copies) when CUDA is present.
+        float32_as: store float32 tensors in this dtype (None: as they are). ``torch.bfloat16``
+            halves the memory and copy time and stays exact for a forward that casts its
+            parameters to bfloat16 (FSDP mixed precision): a swap-in writes values whose bfloat16
+            cast equals the live weights' bfloat16 cast.
     """
 
-    def __init__(self, max_versions: int, pin_memory: bool = True) -> None:
+    def __init__(self, max_versions: int, pin_memory: bool = True, float32_as: torch.dtype | None = None) -> None:
         if max_versions < 1:
             raise ValueError(f"algorithm.old_logits.snapshot.max_versions must be >= 1, got {max_versions}")
         self.max_versions = max_versions
         self.pin_memory = pin_memory
+        self.float32_as = float32_as
         self._snapshots: dict[int, list[torch.Tensor]] = {}
         self._aliases: dict[int, int] = {}  # version -> the stored version holding the same weights
         self._free: list[list[torch.Tensor]] = []  # evicted buffers, reused so pinning happens once
@@ -70,17 +75,21 @@ class SnapshotStore:
         """Host bytes held by stored snapshots (the ``old_logits/snapshot_bytes`` cost metric)."""
         return sum(t.numel() * t.element_size() for snap in self._snapshots.values() for t in snap)
 
+    def _stored_dtype(self, t: torch.Tensor) -> torch.dtype:
+        return self.float32_as if self.float32_as is not None and t.dtype == torch.float32 else t.dtype
+
     def _buffers_like(self, live: list[torch.Tensor]) -> list[torch.Tensor]:
+        layout = [(t.shape, self._stored_dtype(t)) for t in live]
         while self._free:
             bufs = self._free.pop()
-            if [(b.shape, b.dtype) for b in bufs] == [(t.shape, t.dtype) for t in live]:
+            if [(b.shape, b.dtype) for b in bufs] == layout:
                 return bufs
-        return host_buffers_like(live, self.pin_memory)
+        return host_buffers_like(live, self.pin_memory, [dtype for _, dtype in layout])
 
     @torch.no_grad()
     def save(self, version: int, params: Sequence[torch.Tensor], same_since: int | None = None) -> None:
-        """Copies the live parameters (local shards, in their own dtype: the forward's numerics)
-        as ``version`` and returns once the copy is complete (``begin_save`` + a host wait)."""
+        """Copies the live parameters (local shards, in their own dtype or ``float32_as``) as
+        ``version`` and returns once the copy is complete (``begin_save`` + a host wait)."""
         self.begin_save(version, params, same_since)
         self._wait_host()
 
@@ -117,7 +126,9 @@ class SnapshotStore:
         self._copy_stream.wait_stream(torch.cuda.current_stream(live[0].device))
         with torch.cuda.stream(self._copy_stream):
             for b, t in zip(bufs, live, strict=True):
-                b.copy_(t, non_blocking=True)
+                # a narrowing cast runs on the GPU, on this stream (its temporary is freed to this
+                # stream's pool, so nothing reuses it before the copy has read it)
+                b.copy_(t if t.dtype == b.dtype else t.to(b.dtype), non_blocking=True)
             self._copied = torch.cuda.Event()
             self._copied.record(self._copy_stream)
 

@@ -110,23 +110,28 @@ class _HostRegistration:
             pass
 
 
-def host_buffers_like(tensors: Sequence[torch.Tensor], pin_memory: bool) -> list[torch.Tensor]:
-    """Uninitialised host tensors shaped like ``tensors``: views into one buffer of exactly their
-    bytes (each view 512-byte aligned), page-locked when asked and CUDA exists.
+def host_buffers_like(
+    tensors: Sequence[torch.Tensor], pin_memory: bool, dtypes: Sequence[torch.dtype] | None = None
+) -> list[torch.Tensor]:
+    """Uninitialised host tensors shaped like ``tensors`` (in ``dtypes``, default theirs): views
+    into one buffer of exactly their bytes (each view 512-byte aligned), page-locked when asked
+    and CUDA exists.
 
     One registered buffer instead of one pinned allocation per tensor: PyTorch's caching host
     allocator rounds every pinned allocation up to a power of two, which at Qwen2.5-7B's shapes
     (28 MLP matrices of 272 MB each in fp32) pins 55 GB for 26 GB of weights and never gives it back.
     """
+    dtypes = [t.dtype for t in tensors] if dtypes is None else list(dtypes)
+    sizes = [t.numel() * d.itemsize for t, d in zip(tensors, dtypes, strict=True)]
     offsets, total = [], 0
-    for t in tensors:
+    for size in sizes:
         offsets.append(total)
-        total += -(-t.numel() * t.element_size() // _VIEW_ALIGN) * _VIEW_ALIGN
+        total += -(-size // _VIEW_ALIGN) * _VIEW_ALIGN
     buffer = torch.empty(total, dtype=torch.uint8, device="cpu")
     registration = _HostRegistration(buffer) if pin_memory and total and torch.cuda.is_available() else None
     views = []
-    for t, start in zip(tensors, offsets, strict=True):
-        view = buffer[start : start + t.numel() * t.element_size()].view(t.dtype).view(t.shape)
+    for t, dtype, size, start in zip(tensors, dtypes, sizes, offsets, strict=True):
+        view = buffer[start : start + size].view(dtype).view(t.shape)
         view._verl_ext_host_registration = registration  # the registration lives while a view does
         views.append(view)
     return views

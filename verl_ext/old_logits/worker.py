@@ -90,7 +90,8 @@ class OldLogitWorkerState:
             else None
         )
         self.snapshots = (
-            SnapshotStore(config.snapshot_max_versions(), config.snapshot.pin_memory)
+            SnapshotStore(config.snapshot_max_versions(), config.snapshot.pin_memory,
+                          float32_as=torch.bfloat16 if config.snapshot.dtype == "bf16" else None)
             if config.provider == "snapshot" and config.stale_tokens
             else None
         )
