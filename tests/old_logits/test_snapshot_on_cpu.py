@@ -118,3 +118,43 @@ def test_bf16_snapshots_give_a_bf16_forward_the_weights_it_saw_at_save_time(poli
     with store.swap_in(0, params):
         assert torch.equal(bf16_forward(), saved_forward)
     assert all(torch.equal(p.detach(), x) for p, x in zip(params, live))
+
+
+def test_reserve_allocates_every_copy_up_front_and_saves_write_into_it(policy):
+    """``reserve`` (the worker calls it at start-up) allocates ``max_versions`` copies once; the saves
+    that follow allocate nothing and still hold exactly the weights of their version."""
+    params = list(policy.parameters())
+    store = SnapshotStore(max_versions=2)
+    assert store.reserve(params) == 2 * store.buffers[0].untyped_storage().nbytes()
+    reserved = {t.untyped_storage().data_ptr() for t in store.buffers}
+    assert len(reserved) == 2 and store.versions == []
+    saved = {}
+    for v in range(3):
+        store.save(v, params)
+        saved[v] = [p.detach().clone() for p in params]
+        perturb(policy, v)
+    assert {t.untyped_storage().data_ptr() for t in store.buffers} == reserved
+    assert store.versions == [1, 2]
+    assert all(torch.equal(s, x) for v in (1, 2) for s, x in zip(store.get(v), saved[v]))
+    assert store.reserve(params) == 0  # buffers exist: nothing more
+
+
+def test_reserve_refuses_more_copies_than_the_host_has_memory_for(policy, monkeypatch):
+    """A snapshot store the host cannot hold is refused at start-up, with the numbers and the knobs,
+    instead of the OOM killer taking the worker inside a training step."""
+    from verl_ext.old_logits import swap
+
+    params = list(policy.parameters())
+    one_copy = swap.host_buffer_bytes(params)
+    monkeypatch.setattr(swap, "host_memory_available", lambda: 3 * one_copy)
+    with pytest.raises(MemoryError, match="keeps 4 host copies.*snapshot.dtype=bf16.*max_off_policy_threshold"):
+        SnapshotStore(max_versions=4).reserve(params)
+    assert SnapshotStore(max_versions=3).reserve(params) == 3 * one_copy
+
+
+def test_host_memory_available_reads_the_kernels_estimate():
+    from verl_ext.old_logits.swap import host_memory_available
+
+    with open("/proc/meminfo") as f:
+        total = int(next(line for line in f if line.startswith("MemTotal:")).split()[1]) * 1024
+    assert 0 < host_memory_available() <= total

@@ -18,7 +18,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from verl_ext.old_logits.swap import Resharder, WeightSwap, host_buffers_like, local_tensors
+from verl_ext.old_logits import swap
+from verl_ext.old_logits.swap import Resharder, WeightSwap, host_buffer_bytes, host_buffers_like, local_tensors
 
 
 class SnapshotMissingError(KeyError):
@@ -74,6 +75,26 @@ class SnapshotStore:
     def nbytes(self) -> int:
         """Host bytes held by stored snapshots (the ``old_logits/snapshot_bytes`` cost metric)."""
         return sum(t.numel() * t.element_size() for snap in self._snapshots.values() for t in snap)
+
+    @torch.no_grad()
+    def reserve(self, params: Sequence[torch.Tensor]) -> int:
+        """Allocates (and pins) the host buffers of all ``max_versions`` copies now, so that no save
+        pays for it inside a training step (at Qwen2.5-7B's shapes pinning one fp32 copy takes
+        ~10 s). Returns the bytes reserved; a no-op once buffers exist."""
+        if self._snapshots or self._free:
+            return 0
+        live = local_tensors(params)
+        needed = self.max_versions * host_buffer_bytes(live, [self._stored_dtype(t) for t in live])
+        available = swap.host_memory_available()
+        if available is not None and needed > available:  # refuse now rather than die of the OOM killer
+            raise MemoryError(
+                f"algorithm.old_logits.provider=snapshot keeps {self.max_versions} host copies of this rank's weights, "
+                f"{needed / 1e9:.1f} GB, but the host has {available / 1e9:.1f} GB available: set "
+                "algorithm.old_logits.snapshot.dtype=bf16 (fp32 weights in half the bytes), lower the staleness bound "
+                "trainer.v1.sampler.max_off_policy_threshold (snapshot.max_versions follows it), or use a host with more memory"
+            )
+        self._free = [self._buffers_like(live) for _ in range(self.max_versions)]
+        return sum(bufs[0].untyped_storage().nbytes() for bufs in self._free if bufs)  # one buffer per copy
 
     def _stored_dtype(self, t: torch.Tensor) -> torch.dtype:
         return self.float32_as if self.float32_as is not None and t.dtype == torch.float32 else t.dtype

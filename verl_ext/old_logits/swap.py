@@ -110,6 +110,28 @@ class _HostRegistration:
             pass
 
 
+def _aligned(size: int) -> int:
+    return -(-size // _VIEW_ALIGN) * _VIEW_ALIGN
+
+
+def host_buffer_bytes(tensors: Sequence[torch.Tensor], dtypes: Sequence[torch.dtype] | None = None) -> int:
+    """The bytes ``host_buffers_like(tensors, ..., dtypes)`` allocates."""
+    dtypes = [t.dtype for t in tensors] if dtypes is None else list(dtypes)
+    return sum(_aligned(t.numel() * d.itemsize) for t, d in zip(tensors, dtypes, strict=True))
+
+
+def host_memory_available() -> int | None:
+    """``MemAvailable`` of /proc/meminfo in bytes (None where there is no such file)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
 def host_buffers_like(
     tensors: Sequence[torch.Tensor], pin_memory: bool, dtypes: Sequence[torch.dtype] | None = None
 ) -> list[torch.Tensor]:
@@ -126,7 +148,7 @@ def host_buffers_like(
     offsets, total = [], 0
     for size in sizes:
         offsets.append(total)
-        total += -(-size // _VIEW_ALIGN) * _VIEW_ALIGN
+        total += _aligned(size)
     buffer = torch.empty(total, dtype=torch.uint8, device="cpu")
     registration = _HostRegistration(buffer) if pin_memory and total and torch.cuda.is_available() else None
     views = []

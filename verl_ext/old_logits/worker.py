@@ -95,6 +95,11 @@ class OldLogitWorkerState:
             if config.provider == "snapshot" and config.stale_tokens
             else None
         )
+        if self.snapshots is not None:  # pin the copies' host memory now, not inside the first steps
+            started = time.perf_counter()
+            reserved = self.snapshots.reserve(self.params)
+            logger.info("verl-ext: %.2f GB of host memory for %d weight snapshots, reserved in %.1f s",
+                        reserved / 1e9, self.snapshots.max_versions, time.perf_counter() - started)
         # The version during which the last optimizer step ran: the live weights are those of every
         # version after it. Before the first step: every version since first_version holds them
         # (e.g. the trainer.critic_warmup steps); None: unknown (resumed from a checkpoint).
