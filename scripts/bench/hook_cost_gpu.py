@@ -422,7 +422,9 @@ def table(folders: list[Path], warmup: int) -> str:
         "Qwen2.5 shapes. `verl` is verl's own trainer (no verl-ext hook). Shares are medians over the steps after "
         f"step {warmup} of every repeat (repeats interleaved); a hook's share is its `verl_ext/time/<hook>` over "
         "verl's `timing_s/step`. Memory: the most verl-ext's state held on any step (`verl_ext/mem/*`), as a "
-        "multiple of the fp32 parameter bytes.",
+        "multiple of the fp32 parameter bytes. Host memory of runs before 2026-11-29 counts the tensors' bytes: "
+        "PyTorch's pinned allocator held up to 1.89x that for snapshots and host swap backups (\"GPU: snapshot host "
+        "buffers\"); since then each copy is one buffer of exactly its bytes, and the figure is what is held.",
     ]
     missed: list[str] = []
     for results in folders:

@@ -13,7 +13,9 @@ compute load is queued on the current stream (bf16 matmuls standing in for the a
 forward and backward), as ``set_version`` begins it before the update's work. Allocations: ``one_buffer`` (verl-ext's: one buffer of the
 weights' exact bytes per copy, page-locked with ``cudaHostRegister``) and ``per_tensor`` (the
 earlier code: one ``torch.empty(pin_memory=True)`` per tensor through PyTorch's caching host
-allocator, which rounds each to a power of two).
+allocator, which rounds each to a power of two) and ``one_buffer_bf16`` (``one_buffer`` with
+``algorithm.old_logits.snapshot.dtype=bf16``: the copy narrowed to bfloat16 on the GPU; its resident
+multiple is of the fp32 weights' bytes, 0.5x at best).
 
 Per save: ``host_s``, the host's time inside ``begin_save``; ``stream_s``, the compute stream's
 time across it (what ``verl_ext/time/snapshot_save`` reads in the trainer); ``added_s``, the
@@ -37,7 +39,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from learning_runs import publish  # noqa: E402
 
-ALLOCATIONS = ("one_buffer", "per_tensor")
+ALLOCATIONS = ("one_buffer", "per_tensor", "one_buffer_bf16")
 VOCAB = 516  # the local tokenizer of the hook-cost runs' models (docs/bench_results/hook_cost_*)
 HEADING = "## GPU: snapshot host buffers, one registered buffer against per-tensor pinned allocations"
 
@@ -66,8 +68,9 @@ def measure(arch: str, allocation: str, saves: int, vocab: int, load_matmuls: in
     from verl_ext.old_logits import snapshot
 
     if allocation == "per_tensor":  # the allocation before the one-buffer change, as it was
-        snapshot.host_buffers_like = lambda live, pin: [
-            torch.empty(t.shape, dtype=t.dtype, device="cpu", pin_memory=pin) for t in live
+        snapshot.host_buffers_like = lambda live, pin, dtypes=None: [
+            torch.empty(t.shape, dtype=d, device="cpu", pin_memory=pin)
+            for t, d in zip(live, dtypes or [t.dtype for t in live], strict=True)
         ]
     params = [torch.empty(s, dtype=torch.float32, device="cuda").normal_() for s in qwen2_shapes(arch, vocab)]
     a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
@@ -94,13 +97,14 @@ def measure(arch: str, allocation: str, saves: int, vocab: int, load_matmuls: in
         end.synchronize()
         return host_s, start.elapsed_time(after) / 1e3, start.elapsed_time(end) / 1e3
 
-    store = snapshot.SnapshotStore(max_versions=1, pin_memory=True)
+    bf16 = allocation == "one_buffer_bf16"  # snapshot.dtype=bf16: the copy narrowed on the GPU
+    store = snapshot.SnapshotStore(max_versions=1, pin_memory=True, float32_as=torch.bfloat16 if bf16 else None)
     timed_load(None, store)  # warm the matmuls up
     load_alone = statistics.median(timed_load(None, store)[2] for _ in range(saves))
     rss0 = resident_bytes()
     runs = [timed_load(v, store) for v in range(saves)]
     rss1 = resident_bytes()
-    assert all(torch.equal(s, p.cpu()) for s, p in zip(store.get(saves - 1), params))  # the copy is the weights
+    assert all(torch.equal(s, p.to(s.dtype).cpu()) for s, p in zip(store.get(saves - 1), params))  # the weights
     later = runs[1:]
     return {
         "arch": arch, "allocation": allocation, "param_bytes": sum(p.numel() * 4 for p in params),
