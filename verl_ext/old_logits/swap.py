@@ -99,7 +99,8 @@ class _HostRegistration:
             raise RuntimeError(
                 f"could not pin {buffer.numel() / 2**30:.1f} GiB of host memory for old-logit weight copies "
                 f"(cudaHostRegister: {status}); free host memory, or set algorithm.old_logits.snapshot.pin_memory=false "
-                "(snapshot saves then copy on the critical path)"
+                "(snapshot saves then copy on the critical path) or, for the live weights' backup during a swap, "
+                "algorithm.old_logits.swap_backup=device"
             )
 
     def __del__(self) -> None:
@@ -140,8 +141,9 @@ def host_buffers_like(
     and CUDA exists.
 
     One registered buffer instead of one pinned allocation per tensor: PyTorch's caching host
-    allocator rounds every pinned allocation up to a power of two, which at Qwen2.5-7B's shapes
-    (28 MLP matrices of 272 MB each in fp32) pins 55 GB for 26 GB of weights and never gives it back.
+    allocator rounds every pinned allocation up to a power of two (Qwen2.5-7B's fp32 MLP matrices
+    of 272 MB become 512 MB blocks), which held 49 GB for 26 GB of weights (1.89x, measured:
+    scripts/bench/snapshot_pinning_gpu.py) and never gives it back.
     """
     dtypes = [t.dtype for t in tensors] if dtypes is None else list(dtypes)
     sizes = [t.numel() * d.itemsize for t, d in zip(tensors, dtypes, strict=True)]
