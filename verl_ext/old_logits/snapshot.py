@@ -94,7 +94,7 @@ class SnapshotStore:
                 "trainer.v1.sampler.max_off_policy_threshold (snapshot.max_versions follows it), or use a host with more memory"
             )
         self._free = [self._buffers_like(live) for _ in range(self.max_versions)]
-        return sum(bufs[0].untyped_storage().nbytes() for bufs in self._free if bufs)  # one buffer per copy
+        return needed
 
     def _stored_dtype(self, t: torch.Tensor) -> torch.dtype:
         return self.float32_as if self.float32_as is not None and t.dtype == torch.float32 else t.dtype
