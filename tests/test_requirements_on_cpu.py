@@ -25,11 +25,11 @@ def _python(code: str, blocked: list[str]) -> subprocess.CompletedProcess:
 def test_doctor_refuses_the_gui_env_without_selenium_naming_the_extra():
     proc = _python(f"from verl_ext.cli import main; sys.exit(main(['doctor', *{GUI!r}]))", ["selenium"])
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert ("actor_rollout_ref.rollout.agent.default_agent_loop=hybrid_gui_tool needs 'selenium', not installed "
-            "here: pip install 'verl-ext[gui]'") in proc.stdout
+    assert ("actor_rollout_ref.rollout.agent.default_agent_loop=hybrid_gui_tool on env backend minidesk needs "
+            "'selenium', not installed here: pip install 'verl-ext[gui]'") in proc.stdout
 
 
-def test_the_trainer_refuses_to_start_naming_every_missing_module():
+def test_the_trainer_refuses_to_start_naming_the_missing_module():
     code = (
         "from verl_ext.doctor import compose\n"
         "from verl_ext.trainer import VerlExtTrainerSync\n"
@@ -37,9 +37,26 @@ def test_the_trainer_refuses_to_start_naming_every_missing_module():
         f"config = compose({GUI!r})\n"
         "try:\n    VerlExtTrainerSync(config)\nexcept ConfigError as e:\n    print(e); sys.exit(3)\n"
     )
-    proc = _python(code, ["selenium", "miniwob"])
+    proc = _python(code, ["selenium"])  # PIL and psutil come with verl and Ray
     assert proc.returncode == 3, proc.stdout + proc.stderr
-    assert "needs 'selenium', 'miniwob', not installed here: pip install 'verl-ext[gui]'" in proc.stdout
+    assert "on env backend minidesk needs 'selenium', not installed here: pip install 'verl-ext[gui]'" in proc.stdout
+
+
+def test_text_only_agent_loops_need_no_browser_modules(tmp_path):
+    # text_hybrid rows on hybrid_gui_tool, and decision_turn, never start a browser: a machine
+    # without the gui extra (the offline GPU bundle) runs them
+    from verl_ext.cli import main
+
+    assert main(["prepare-data", "text_hybrid", str(tmp_path), "--train-size", "2", "--val-size", "1"]) == 0
+    code = (
+        "from verl_ext.doctor import compose, dependency_problems\n"
+        f"for loop in ('hybrid_gui_tool', 'decision_turn'):\n"
+        f"    print(loop, dependency_problems(compose([*{GUI!r}, 'data.train_files={tmp_path}/train.parquet',\n"
+        "        f'actor_rollout_ref.rollout.agent.default_agent_loop={loop}'])))\n"
+    )
+    proc = _python(code, ["selenium", "miniwob"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.split("\n")[:2] == ["hybrid_gui_tool []", "decision_turn []"], proc.stdout
 
 
 @pytest.mark.needs_extra("gui")  # the rest of the extra, installed
@@ -55,6 +72,6 @@ def test_every_required_module_belongs_to_the_named_extra():
     providers = importlib.metadata.packages_distributions()
     extras = {extra: {r.name.lower() for r in reqs} for extra, reqs in doctor.extras().items()}
     for spec in plugin.PLUGINS:
-        for module in spec.requires:
+        for module in {*spec.requires, *(m for ms in spec.backend_requires.values() for m in ms)}:
             dists = {d.lower() for d in providers.get(module, [])}
             assert dists & extras[spec.extra], f"{spec.name} requires {module} ({dists}), not in [{spec.extra}]"

@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib
 import logging
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from verl_ext import patches
 from verl_ext._post_import import when_imported
@@ -32,9 +32,11 @@ class PluginSpec:
         kind: which verl registry the name lives in (see ``KIND_TRIGGERS``).
         module: the verl-ext module that registers ``name`` when imported.
         extra: the ``pip install verl-ext[<extra>]`` that provides its optional dependencies.
-        requires: modules the plugin imports only once it runs (e.g. the browser driver an
-            agent loop starts per episode): importing ``module`` does not check them, so the
-            start-up checks (``verl_ext.validation``) do.
+        requires: modules the plugin imports only once it runs (e.g. the judge client a reward
+            worker builds): importing ``module`` does not check them, so the start-up checks
+            (``verl_ext.validation``) do.
+        backend_requires: env backend -> the modules an agent loop imports only for rows of that
+            backend (``extra_info.env.backend``): checked for the backends the training rows name.
     """
 
     name: str
@@ -42,6 +44,7 @@ class PluginSpec:
     module: str
     extra: str | None = None
     requires: tuple[str, ...] = ()
+    backend_requires: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 # kind -> verl module whose import makes that registry available (the hook fires after it).
@@ -70,12 +73,12 @@ PLUGINS: tuple[PluginSpec, ...] = (
     PluginSpec("verl_ext_colocate_async", "trainer", "verl_ext.trainer"),
     PluginSpec("dvreward", "reward_manager", "verl_ext.rewards.dvreward.registration", extra="judge"),
     PluginSpec("ppo_ewma", "policy_loss", "verl_ext.losses.registration"),
-    # its env backends (verl_ext.envs): selenium + psutil drive Chromium, miniwob holds MiniWoB++'s
-    # tasks, PIL turns screenshots into images for VL models
+    # its browser backends (verl_ext.envs): selenium + psutil drive Chromium, miniwob holds MiniWoB++'s
+    # tasks, PIL turns screenshots into images for VL models; text_hybrid needs none of them
     PluginSpec("hybrid_gui_tool", "agent_loop", "verl_ext.agent_loops.registration", extra="gui",
-               requires=("selenium", "psutil", "miniwob", "PIL")),
-    PluginSpec("decision_turn", "agent_loop", "verl_ext.agent_loops.registration", extra="gui",
-               requires=("selenium", "psutil", "miniwob", "PIL")),
+               backend_requires={"minidesk": ("selenium", "psutil", "PIL"),
+                                 "miniwob": ("selenium", "psutil", "miniwob", "PIL")}),
+    PluginSpec("decision_turn", "agent_loop", "verl_ext.agent_loops.registration"),  # text prompts only
     PluginSpec("text_env", "agent_loop", "verl_ext.agent_loops.text_env"),
 )
 

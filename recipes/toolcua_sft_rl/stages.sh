@@ -14,6 +14,7 @@ SKIP_RL=${SKIP_RL:-0}
 RL_TEST_FREQ=${RL_TEST_FREQ:--1}     # validate every N online RL steps as well (-1: only before)
 RL_VAL_ONLY=${RL_VAL_ONLY:-false}    # true: validate the model handed to stage 3 and stop (no online RL)
 TOOL_TERM=${TOOL_TERM:-task}         # R_tool of the path reward: task (ToolCUA's) | decision (per decision)
+SFT_MAX_LENGTH=${SFT_MAX_LENGTH:-8192}   # tokens of one SFT row (a whole transcript, or a warm-up decision); longer rows are refused
 RFT_WARMUP_STEPS=${RFT_WARMUP_STEPS:-0}   # warm-up SFT steps on the switching steps before the RL half (0: none)
 RFT_WARMUP_LR=${RFT_WARMUP_LR:-3e-3}
 RFT_WARMUP_TARGETS=${RFT_WARMUP_TARGETS:-both}   # the warm-up's targets at each training decision: both options'
@@ -76,8 +77,8 @@ sft_run() {  # sft_run DATA_DIR STEPS LR WARMUP_STEPS CKPT_DIR NAME METRICS [DEC
         "${dataset[@]}" \
         data.train_batch_size="$SFT_BATCH" \
         data.micro_batch_size_per_gpu=1 \
-        data.max_length=8192 \
-        data.max_token_len_per_gpu=16384 \
+        data.max_length="$SFT_MAX_LENGTH" \
+        data.max_token_len_per_gpu=$((2 * SFT_MAX_LENGTH)) \
         data.num_workers=0 \
         model.path="$MODEL" \
         engine.strategy=fsdp2 \
