@@ -480,3 +480,37 @@ def test_snapshot_pinning_shapes_and_section_are_computed_from_the_rows(tmp_path
     assert "| qwen2.5-7b | one_buffer | 26.12 | 1.000 | 9.50 | 9.00 | 0.0020 | 0.0015 | 0.0100 | 26.2 (1.00x) |" in text
     assert "| qwen2.5-7b | per_tensor | 26.12 |" in text and "| 52.2 (2.00x) |" in text
     assert "qwen2.5-7b: one buffer holds 1.00x the weights' bytes against 2.00x per tensor" in text
+
+
+def test_decision_fit_trains_on_the_choice_token_and_reports_from_its_logs(tmp_path):
+    """scripts/bench/decision_fit.py: a real two-step fit of a tiny model on decision rows (the choice is
+    one token apart between computer_use and the app tools), one JSON line per report; the report's
+    cells are the mean ± SE over seeds of the logged shares at each step all seeds reached."""
+    import json
+    import subprocess
+
+    fit = _script("decision_fit")
+    sft = tmp_path / "sft_root" / "seed0" / "sft" / "global_step_1" / "huggingface"
+    subprocess.run([sys.executable, "-m", "verl_ext.cli", "make-tiny-model", str(sft), "--seed", "0", "--hidden-size", "32"],
+                   check=True, capture_output=True)
+    out = tmp_path / "runs"
+    doc = tmp_path / "bench.md"
+    common = ["--out", str(out), "--doc", str(doc), "--sft-root", str(tmp_path / "sft_root"), "--sft-steps", "1",
+              "--train-rows", "8", "--val-rows", "4", "--batch", "2", "--steps", "2", "--eval-every", "1"]
+    assert fit.main([*common, "--seeds", "0"]) == 0
+    lines = [json.loads(line) for line in (out / "seed0" / "fit.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in lines] == [0, 1, 2] and lines[0]["loss"] is None and lines[1]["loss"] > 0
+    assert all(0 < line[split][k] < 1 for line in lines for split in ("train", "val") for k in ("tool", "gui")
+               if k in line[split])
+
+    # the report reads the logs: a second seed's log, written here, enters the mean at the steps both have
+    (out / "seed1").mkdir()
+    shares = {"train": {"tool": 0.9, "gui": 0.1, "separation": 0.8}, "val": {"tool": 0.7, "gui": 0.3, "separation": 0.4}}
+    (out / "seed1" / "fit.jsonl").write_text("\n".join(json.dumps({"step": s, "loss": 0.1, **shares}) for s in (0, 2)))
+    assert fit.main([*common, "--seeds", "0", "1", "--report-only"]) == 0
+    text = doc.read_text()
+    last = next(line for line in lines if line["step"] == 2)
+    sep = (last["val"]["separation"] + 0.4) / 2
+    row = next(r for r in text.splitlines() if r.startswith("| 2 |"))
+    assert f"{last['val']['separation']:+.3f}, +0.400 |" in row and f"{sep:.3f}" in row
+    assert "| 1 |" not in text  # seed 1 has no step 1
