@@ -326,6 +326,7 @@ def test_staged_pipeline_show_todo_reaches_the_decision_rows_and_the_online_loop
 SFT_KNOB_ERRORS = {
     "SFT_TOOL_OVERSAMPLE": "SFT_TOOL_OVERSAMPLE must be a whole number >= 1 (1: no oversampling), got '{}'",
     "SFT_DECISION_WEIGHT": "SFT_DECISION_WEIGHT must be a number > 0 (1: no weighting)",
+    "RFT_WARMUP_DECISION_WEIGHT": "RFT_WARMUP_DECISION_WEIGHT must be a number > 0 (1: no weighting)",
     "ATTENTION": "ATTENTION must be flash_attention_2 or sdpa, got '{}'",
     "RFT_BALANCE": "RFT_BALANCE must be 0 or 1, got '{}'",
     "RFT_WARMUP_TARGETS": "RFT_WARMUP_TARGETS must be both or shorter, got '{}'",
@@ -335,6 +336,7 @@ SFT_KNOB_ERRORS = {
 @pytest.mark.parametrize(("knob", "value"), [
     *(("SFT_TOOL_OVERSAMPLE", v) for v in ("0", "x", "-1", "1.5", "02")),
     *(("SFT_DECISION_WEIGHT", v) for v in ("0", "x", "-1", "0.0", "1e2", " 8")),
+    ("RFT_WARMUP_DECISION_WEIGHT", "0"),
     ("ATTENTION", "flash"),
     ("RFT_BALANCE", "yes"),
     ("RFT_WARMUP_TARGETS", "better"),
@@ -371,6 +373,23 @@ def test_staged_pipeline_rft_warmup_hands_its_checkpoint_to_the_rl_half(targets,
         assert len(warmup) == 12 and [e["mode"] for e in warmup] == ["gui", "tool"] * 6
     else:
         assert len(warmup) == 6 and all(e["mode"] == e["better"] for e in warmup)
+
+
+def test_staged_pipeline_rft_warmup_decision_weight_selects_the_weighted_dataset(dry_run, tmp_path):
+    """RFT_WARMUP_DECISION_WEIGHT=W: the warm-up's SFT config (composed only: ``--cfg job``) uses
+    DecisionWeightedSFTDataset with data.decision_weight=W, as SFT_DECISION_WEIGHT does for stage 1."""
+    env = {**os.environ, "OUT": str(tmp_path), "HF_HUB_OFFLINE": "1", "SKIP_SFT": "1", "SKIP_RL": "1",
+           "RFT_WARMUP_STEPS": "2", "RFT_ROWS": "4", "RFT_VAL_ROWS": "2", "RFT_WARMUP_DECISION_WEIGHT": "8",
+           "SFT_LAUNCHER": sys.executable, "SFT_ARGS": "--cfg job", "MAIN_PPO_ARGS": str(tmp_path / "main_ppo_args"),
+           "PATH": f"{dry_run.root / 'bin'}:{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    proc = subprocess.run(["bash", str(TOOLCUA_SFT_RL_GPU)], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    printed = proc.stdout[:proc.stdout.index("text_hybrid_decisions train:")]  # the RL half's data comes next
+    after_data = printed.index("\n", printed.index("text_hybrid_switch_warmup val:")) + 1
+    data = OmegaConf.create(printed[after_data:]).data
+    assert data.custom_cls.name == "DecisionWeightedSFTDataset" and data.decision_weight == 8
+    assert data.train_files.endswith("/rft_warmup_data/train.parquet")
 
 
 @pytest.mark.parametrize("weight", ["1", "8"])

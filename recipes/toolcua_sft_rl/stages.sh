@@ -39,9 +39,13 @@ esac
 SFT_DECISION_WEIGHT=${SFT_DECISION_WEIGHT:-1}   # SFT loss weight of the decision tokens (each call's function name up to
                                      # where it parts from the other way's: GUI vs tool), the other tokens 1;
                                      # verl_ext.envs.demos.DecisionWeightedSFTDataset (1: verl's loss as is)
-if ! [[ "$SFT_DECISION_WEIGHT" =~ ^[0-9]+(\.[0-9]+)?$ ]] || ! awk "BEGIN { exit !($SFT_DECISION_WEIGHT > 0) }"; then
-    echo "verl-ext toolcua_sft_rl: SFT_DECISION_WEIGHT must be a number > 0 (1: no weighting), got '$SFT_DECISION_WEIGHT'" >&2; exit 2
-fi
+RFT_WARMUP_DECISION_WEIGHT=${RFT_WARMUP_DECISION_WEIGHT:-1}   # the same weight in the RFT warm-up: large (e.g. 100)
+                                     # puts its loss on the choice, which the whole call's other tokens dilute
+for knob in SFT_DECISION_WEIGHT RFT_WARMUP_DECISION_WEIGHT; do
+    if ! [[ "${!knob}" =~ ^[0-9]+(\.[0-9]+)?$ ]] || ! awk "BEGIN { exit !(${!knob} > 0) }"; then
+        echo "verl-ext toolcua_sft_rl: $knob must be a number > 0 (1: no weighting), got '${!knob}'" >&2; exit 2
+    fi
+done
 RFT_BALANCE=${RFT_BALANCE:-0}        # 1: the RFT stage's training decisions half GUI-shorter, half tools-shorter
                                      # (prepare-data --balance-labels; held-out decisions keep the tasks' own mix)
 case "$RFT_BALANCE" in
@@ -134,7 +138,7 @@ rft_stage() {
         verl-ext prepare-data text_hybrid_switch_warmup "$OUT/rft_warmup_data" --train-size "$WARMUP_ROWS" \
             --val-size 4 --seed "$SEED" --templates "$TEMPLATES" --warmup-targets "$RFT_WARMUP_TARGETS" "${TODO_FLAG[@]}"
         sft_run "$OUT/rft_warmup_data" "$RFT_WARMUP_STEPS" "$RFT_WARMUP_LR" 0 "$OUT/rft_warmup" rft_warmup \
-            "$OUT/rft_warmup_metrics.jsonl"
+            "$OUT/rft_warmup_metrics.jsonl" "$RFT_WARMUP_DECISION_WEIGHT"
         MODEL="$OUT/rft_warmup/global_step_$RFT_WARMUP_STEPS/huggingface"
     fi
     verl-ext prepare-data text_hybrid_decisions "$OUT/rft_data" --train-size "$RFT_ROWS" --val-size "$RFT_VAL_ROWS" \
