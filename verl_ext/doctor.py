@@ -149,26 +149,23 @@ def plugin_problems(config: Any) -> list[str]:
 
 
 def dependency_problems(config: Any) -> list[str]:
-    """Every module a selected plugin imports only once it runs (``PluginSpec.requires``, and
-    ``backend_requires`` of the env backends the training rows name) that is not installed, naming
-    the pip extra: without this check such a run starts and every agent loop or reward call fails
-    deep inside it."""
+    """Every module a selected agent loop imports only once it runs rows of the env backends the
+    training rows name (``PluginSpec.backend_requires``) that is not installed, naming the pip
+    extra: without this check such a run starts and every agent loop fails deep inside it."""
+    from verl_ext.validation import env_backends  # validation imports this module
+
     problems = []
     for kind, name, key in named_plugins(config):
         spec = next((s for s in plugin.PLUGINS if s.name == name and s.kind == kind), None)
-        if spec is None:
+        if spec is None or not spec.backend_requires:
             continue
-        required, where = list(spec.requires), ""
-        if spec.backend_requires:
-            from verl_ext.validation import env_backends  # validation imports this module
-
-            backends = sorted(env_backends(config) & spec.backend_requires.keys())
-            required += [m for b in backends for m in spec.backend_requires[b]]
-            where = f" on env backend {', '.join(backends)}" if backends else ""
-        missing = [m for m in dict.fromkeys(required) if not importable(m)]
+        backends = sorted(env_backends(config) & spec.backend_requires.keys())
+        required = dict.fromkeys(m for b in backends for m in spec.backend_requires[b])
+        missing = [m for m in required if not importable(m)]
         if missing:
             fix = f"pip install 'verl-ext[{spec.extra}]'" if spec.extra else "install them"
-            problems.append(f"{key}={name}{where} needs {', '.join(repr(m) for m in missing)}, not installed here: {fix}")
+            problems.append(f"{key}={name} on env backend {', '.join(backends)} needs "
+                            f"{', '.join(repr(m) for m in missing)}, not installed here: {fix}")
     return problems
 
 

@@ -32,18 +32,16 @@ class PluginSpec:
         kind: which verl registry the name lives in (see ``KIND_TRIGGERS``).
         module: the verl-ext module that registers ``name`` when imported.
         extra: the ``pip install verl-ext[<extra>]`` that provides its optional dependencies.
-        requires: modules the plugin imports only once it runs (e.g. the judge client a reward
-            worker builds): importing ``module`` does not check them, so the start-up checks
-            (``verl_ext.validation``) do.
-        backend_requires: env backend -> the modules an agent loop imports only for rows of that
-            backend (``extra_info.env.backend``): checked for the backends the training rows name.
+        backend_requires: env backend -> the modules an agent loop imports only once it runs rows of
+            that backend (``extra_info.env.backend``; e.g. the browser driver it starts per episode):
+            importing ``module`` does not check them, so the start-up checks (``verl_ext.validation``)
+            do, for the backends the training rows name.
     """
 
     name: str
     kind: str
     module: str
     extra: str | None = None
-    requires: tuple[str, ...] = ()
     backend_requires: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
