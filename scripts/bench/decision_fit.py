@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from decision_probe import OPENING
+from decision_probe import OPENING, continuation_ids, decision_prompt
 from learning_runs import REPO, publish, study_parser
 from text_hybrid_study import fmt
 
@@ -40,13 +40,12 @@ def choice_rows(tokenizer, path: Path) -> list[tuple[list[int], int, list[int], 
     rows = []
     for _, row in pd.read_parquet(path).iterrows():
         decision = row["extra_info"]["decision"]
-        prompt = tokenizer.apply_chat_template(json.loads(row["prompt"]), tools=json.loads(row["extra_info"]["tools"]),
-                                               add_generation_prompt=True, tokenize=False)
-        opening = prompt + OPENING.format("")
+        opening = decision_prompt(tokenizer, json.loads(row["prompt"]), json.loads(row["extra_info"]["tools"]))
+        opening += OPENING.format("")
         ids = tokenizer.encode(opening, add_special_tokens=False)
 
         def first_token(name: str) -> int:
-            return tokenizer.encode(opening + name, add_special_tokens=False)[len(ids)]
+            return continuation_ids(tokenizer, opening, ids, name)[0]
 
         gui, tools = first_token("computer_use"), sorted({first_token(n) for n in decision["app_tools"]})
         if gui in tools:

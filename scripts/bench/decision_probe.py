@@ -24,21 +24,33 @@ import sys
 OPENING = '\n<tool_call>\n{{"name": "{}'  # no closing quote: the tokenizer merges it with what follows
 
 
+def decision_prompt(tokenizer, messages: list[dict], tools: list[dict]) -> str:
+    """The prompt of the turn after ``messages``, as the ``decision_turn`` loop builds it (the chat
+    template with ``tools`` and the generation prompt)."""
+    return tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
+
+
+def continuation_ids(tokenizer, prompt: str, prompt_ids: list[int], text: str) -> list[int]:
+    """The tokens ``text`` adds after ``prompt`` (encoded as ``prompt_ids``); refused where encoding the
+    two together changes the prompt's tokens, since teacher forcing from the prompt pass would then be wrong."""
+    ids = tokenizer.encode(prompt + text, add_special_tokens=False)
+    if ids[:len(prompt_ids)] != prompt_ids:
+        raise RuntimeError("the opening's tokens do not extend the prompt's; cannot teacher-force it")
+    return ids[len(prompt_ids):]
+
+
 def opening_logprobs(model, tokenizer, messages: list[dict], tools: list[dict], names: list[str]) -> dict[str, float]:
     """log P(the reply opens ``OPENING`` with ``name``) for each of ``names``, at the turn after ``messages``
-    (the chat template with ``tools`` and the generation prompt), by teacher forcing from one prompt pass."""
+    (``decision_prompt``), by teacher forcing from one prompt pass."""
     import torch
 
-    prompt = tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
+    prompt = decision_prompt(tokenizer, messages, tools)
     prompt_ids = tokenizer.encode(prompt, add_special_tokens=False)
     with torch.no_grad():
         out = model(torch.tensor([prompt_ids]), use_cache=True)
     logp = {}
     for name in names:
-        ids = tokenizer.encode(prompt + OPENING.format(name), add_special_tokens=False)
-        if ids[:len(prompt_ids)] != prompt_ids:
-            raise RuntimeError("the opening's tokens do not extend the prompt's; cannot teacher-force it")
-        cont = ids[len(prompt_ids):]
+        cont = continuation_ids(tokenizer, prompt, prompt_ids, OPENING.format(name))
         with torch.no_grad():
             step = model(torch.tensor([cont]), past_key_values=copy.deepcopy(out.past_key_values), use_cache=True)
         logits = torch.cat([out.logits[:, -1:], step.logits[:, :-1]], dim=1).log_softmax(-1)[0]
