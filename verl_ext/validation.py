@@ -363,10 +363,20 @@ def env_backends(config: Any) -> set[str]:
     loop's default ``minidesk`` where a row names none or no data file is readable)."""
     backends = set()
     for path in _data_files(config, "train_files"):
-        for extra_info in _column(path, "extra_info"):
-            env = (extra_info or {}).get("env") or {}
-            backends.add(env.get("backend") or (extra_info or {}).get("env_backend") or "minidesk")
+        stat = os.stat(path) if os.path.exists(path) else None
+        backends |= _file_env_backends(path, stat and (stat.st_mtime_ns, stat.st_size))
     return backends or {"minidesk"}
+
+
+@functools.lru_cache(maxsize=64)
+def _file_env_backends(path: str, version: tuple[int, int] | None) -> frozenset[str]:
+    # several start-up checks ask (doctor's dependencies, the browser checks): one read of the
+    # extra_info column per file version (mtime, size), not one per check
+    backends = set()
+    for extra_info in _column(path, "extra_info"):
+        env = (extra_info or {}).get("env") or {}
+        backends.add(env.get("backend") or (extra_info or {}).get("env_backend") or "minidesk")
+    return frozenset(backends)
 
 
 @check
