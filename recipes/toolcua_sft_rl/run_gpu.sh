@@ -9,8 +9,9 @@
 # stage knobs below, SKIP_SFT / SKIP_RFT / SKIP_RL, TOOL_TERM (task | decision), RFT_ARGS,
 # ATTENTION [flash_attention_2 where flash-attn imports, else sdpa].
 # The settings are a starting point: this script is composition-checked on cpu
-# (tests/test_recipe_scripts.py); on one H200 its SFT and RFT stages ran with short settings and a
-# random 0.5B-shape model (docs/status.md, tenth session), its online RL stage has not run on a GPU.
+# (tests/test_recipe_scripts.py); on one H200 with short settings and a random 0.5B-shape model its
+# SFT stage, the RFT warm-up and the RFT stage's first GRPO step ran (docs/status.md, tenth session);
+# its online RL stage has not run on a GPU.
 # SFT_MAX_LENGTH (stages.sh, default 8192) bounds an SFT row: with the byte-level tokenizer of
 # verl-ext make-tiny-model one of 256 transcripts took 8229 tokens (refused); 16384 ran.
 set -euo pipefail
