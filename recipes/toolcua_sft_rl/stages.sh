@@ -7,6 +7,8 @@
 # then calls run_stages "$@": the script's arguments are extra main_ppo overrides of stages 2 and 3.
 # Each stage hands its HF checkpoint to the next through MODEL; SKIP_SFT=1 / SKIP_RFT=1 / SKIP_RL=1
 # skip a stage (it then hands on what it was given).
+# Each trainer run keeps the config it composed (before Ray starts) in $OUT/hydra/<stage>/.hydra/
+# (config.yaml, overrides.yaml) rather than in ./outputs/<date>/ of the directory it was started from.
 
 SKIP_SFT=${SKIP_SFT:-0}
 SKIP_RFT=${SKIP_RFT:-0}
@@ -101,6 +103,7 @@ sft_run() {  # sft_run DATA_DIR STEPS LR WARMUP_STEPS CKPT_DIR NAME METRICS [DEC
         trainer.test_freq="$steps" \
         trainer.default_local_dir="$ckpt" \
         trainer.resume_mode=disable \
+        hydra.run.dir="$OUT/hydra/$name" \
         $SFT_ARGS
 }
 
@@ -175,6 +178,7 @@ rft_stage() {
         trainer.test_freq="$RFT_STEPS" \
         trainer.val_before_train=true \
         trainer.resume_mode=disable \
+        hydra.run.dir="$OUT/hydra/rft" \
         $RFT_ARGS "$@"
     MODEL="$OUT/rft/global_step_$RFT_STEPS/actor/huggingface"
 }
@@ -215,6 +219,7 @@ rl_stage() {
         trainer.val_before_train=true \
         trainer.val_only="$RL_VAL_ONLY" \
         trainer.resume_mode=disable \
+        hydra.run.dir="$OUT/hydra/rl" \
         "$@"
 }
 
