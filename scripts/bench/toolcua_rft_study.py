@@ -96,11 +96,13 @@ def report(results: dict[str, Runs], probes: dict[str, dict[int, dict]], args, c
         f"{machine_line({'all': [i for i in runs_info if 'load_avg_5min' in i]})} `{command}` (one core per "
         f"run: `taskset -c K`, `OMP_NUM_THREADS=1`). Per seed one SFT run (`recipes/toolcua_sft_rl/run_cpu.sh`, "
         f"{args.sft_steps} steps, the recipe's defaults), then the RFT stage alone (`SKIP_SFT=1 SKIP_RL=1`): "
-        f"warm-up SFT of {args.warmup_steps} steps (lr {args.warmup_lr}) on "
+        f"warm-up SFT of {args.warmup_steps} steps of {args.warmup_batch} rows (lr {args.warmup_lr}"
+        + (f", loss weight {args.warmup_decision_weight} at the choice tokens" if args.warmup_decision_weight != "1" else "")
+        + ") on "
         + ("both options" if args.warmup_targets == "both" else "the shorter way's call only (`RFT_WARMUP_TARGETS=shorter`)")
-        + f" of the 128 training decisions, then {args.rft_steps} GRPO steps of {args.rft_batch} training decisions x {args.rft_n} "
+        + f" of the {args.rows} training decisions, then {args.rft_steps} GRPO steps of {args.rft_batch} training decisions x {args.rft_n} "
         f"samples, lr {args.rft_lr}, choice weight {args.choice_weight} (`{CHOICE}`)"
-        + (", the RL half's 128 training decisions half GUI-shorter and half tools-shorter (`RFT_BALANCE=1`; the "
+        + (f", the RL half's {args.rows} training decisions half GUI-shorter and half tools-shorter (`RFT_BALANCE=1`; the "
            "warm-up and held-out rows keep the tasks' own mix)" if args.balance else "")
         + (f" or 0 (`{GATED}`, from the same warm-up checkpoint, so its step 0 is `{CHOICE}`'s)" if GATED in args.arms else "")
         + f". Held-out: {args.val_rows} decisions of task instances disjoint from training "
@@ -215,6 +217,10 @@ def main(argv: list[str]) -> int:
                         help="RFT_BALANCE=1: the RL half's training decisions half GUI-shorter, half tools-shorter")
     parser.add_argument("--warmup-targets", choices=("both", "shorter"), default="both",
                         help="RFT_WARMUP_TARGETS: the warm-up's targets, both options of each decision or the shorter way's")
+    parser.add_argument("--rows", type=int, default=128, help="RFT_ROWS: training decisions (warm-up and RL half)")
+    parser.add_argument("--warmup-batch", type=int, default=1, help="SFT_BATCH of the warm-up (rows a step)")
+    parser.add_argument("--warmup-decision-weight", default="1",
+                        help="RFT_WARMUP_DECISION_WEIGHT: the warm-up's loss weight at the choice tokens")
     parser.add_argument("--section", default=HEADING, help="docs heading the report replaces (a new one is appended)")
     args = parser.parse_args(argv)
     args.rft_steps = args.steps
@@ -222,7 +228,11 @@ def main(argv: list[str]) -> int:
                f"{args.steps} --warmup-steps {args.warmup_steps} --rft-lr {args.rft_lr} --choice-weight "
                f"{args.choice_weight} --arms " + " ".join(f"'{arm}'" for arm in args.arms)
                + (" --show-todo" if args.show_todo else "") + (" --balance" if args.balance else "")
-               + (f" --warmup-targets {args.warmup_targets}" if args.warmup_targets != "both" else ""))
+               + (f" --warmup-targets {args.warmup_targets}" if args.warmup_targets != "both" else "")
+               + (f" --rows {args.rows}" if args.rows != 128 else "")
+               + (f" --warmup-lr {args.warmup_lr}" if args.warmup_lr != "3e-3" else "")
+               + (f" --warmup-batch {args.warmup_batch}" if args.warmup_batch != 1 else "")
+               + (f" --warmup-decision-weight {args.warmup_decision_weight}" if args.warmup_decision_weight != "1" else ""))
     results: dict[str, Runs] = {arm: {} for arm in ARMS}
     probes: dict[str, dict[int, dict]] = {"SFT model": {}, NO_WARMUP: {}, "after warm-up": {}, CHOICE: {}, GATED: {}}
     runs_info: list[dict] = []
@@ -234,7 +244,9 @@ def main(argv: list[str]) -> int:
         common = {**todo, "SEED": str(seed), "TEMPLATES": args.templates, "SKIP_SFT": "1", "SKIP_RL": "1",
                   "RFT_STEPS": str(args.rft_steps), "RFT_BATCH": str(args.rft_batch), "RFT_N": str(args.rft_n),
                   "RFT_LR": args.rft_lr, "RFT_VAL_ROWS": str(args.val_rows), "RFT_WARMUP_LR": args.warmup_lr,
-                  "RFT_BALANCE": "1" if args.balance else "0", "RFT_WARMUP_TARGETS": args.warmup_targets}
+                  "RFT_BALANCE": "1" if args.balance else "0", "RFT_WARMUP_TARGETS": args.warmup_targets,
+                  "RFT_ROWS": str(args.rows), "SFT_BATCH": str(args.warmup_batch),
+                  "RFT_WARMUP_DECISION_WEIGHT": args.warmup_decision_weight}
         envs = {CHOICE: {**common, "INIT_MODEL": str(sft_model), "RFT_WARMUP_STEPS": str(args.warmup_steps),
                          "RFT_CHOICE_WEIGHT": args.choice_weight},
                 # its step 0 is the choice arm's (same warm-up checkpoint, same held-out rows, greedy): not rerun
