@@ -17,6 +17,9 @@ RL_TEST_FREQ=${RL_TEST_FREQ:--1}     # validate every N online RL steps as well 
 RL_VAL_ONLY=${RL_VAL_ONLY:-false}    # true: validate the model handed to stage 3 and stop (no online RL)
 TOOL_TERM=${TOOL_TERM:-task}         # R_tool of the path reward: task (ToolCUA's) | decision (per decision)
 SFT_MAX_LENGTH=${SFT_MAX_LENGTH:-8192}   # tokens of one SFT row (a whole transcript, or a warm-up decision); longer rows are refused
+# held-out rows of the SFT and warm-up runs: verl's SFT trainer validates in batches of SFT_BATCH rows and
+# drops an incomplete one, so fewer rows than SFT_BATCH would leave no batch and val/loss would read NaN
+SFT_VAL_ROWS=$((SFT_BATCH > 4 ? SFT_BATCH : 4))
 RFT_WARMUP_STEPS=${RFT_WARMUP_STEPS:-0}   # warm-up SFT steps on the switching steps before the RL half (0: none)
 RFT_WARMUP_LR=${RFT_WARMUP_LR:-3e-3}
 RFT_WARMUP_TARGETS=${RFT_WARMUP_TARGETS:-both}   # the warm-up's targets at each training decision: both options'
@@ -108,7 +111,7 @@ sft_run() {  # sft_run DATA_DIR STEPS LR WARMUP_STEPS CKPT_DIR NAME METRICS [DEC
 }
 
 sft_stage() {
-    verl-ext prepare-data text_hybrid_sft "$OUT/sft_data" --train-size "$SFT_ROWS" --val-size 4 --seed "$SEED" \
+    verl-ext prepare-data text_hybrid_sft "$OUT/sft_data" --train-size "$SFT_ROWS" --val-size "$SFT_VAL_ROWS" --seed "$SEED" \
         --templates "$TEMPLATES" --tool-oversample "$SFT_TOOL_OVERSAMPLE" "${TODO_FLAG[@]}"
     sft_run "$OUT/sft_data" "$SFT_STEPS" "$SFT_LR" "$SFT_WARMUP" "$OUT/sft" sft "$OUT/sft_metrics.jsonl" \
         "$SFT_DECISION_WEIGHT"
@@ -139,7 +142,7 @@ rft_stage() {
     # RFT_WARMUP_TARGETS=shorter: the shorter way's call only, the RL half's label taught directly.
     if [ "$RFT_WARMUP_STEPS" -gt 0 ]; then
         verl-ext prepare-data text_hybrid_switch_warmup "$OUT/rft_warmup_data" --train-size "$WARMUP_ROWS" \
-            --val-size 4 --seed "$SEED" --templates "$TEMPLATES" --warmup-targets "$RFT_WARMUP_TARGETS" "${TODO_FLAG[@]}"
+            --val-size "$SFT_VAL_ROWS" --seed "$SEED" --templates "$TEMPLATES" --warmup-targets "$RFT_WARMUP_TARGETS" "${TODO_FLAG[@]}"
         sft_run "$OUT/rft_warmup_data" "$RFT_WARMUP_STEPS" "$RFT_WARMUP_LR" 0 "$OUT/rft_warmup" rft_warmup \
             "$OUT/rft_warmup_metrics.jsonl" "$RFT_WARMUP_DECISION_WEIGHT"
         MODEL="$OUT/rft_warmup/global_step_$RFT_WARMUP_STEPS/huggingface"
