@@ -38,6 +38,27 @@ def study_parser(description: str, out: Path, steps: int, seeds: list[int]) -> a
     return parser
 
 
+RUN_PLACES = ("out", "doc", "img", "attempts", "report_only", "section")  # where runs and reports go, not what ran
+
+
+def study_command(script: str, parser: argparse.ArgumentParser, args: argparse.Namespace, always: tuple[str, ...]) -> str:
+    """The command line that reproduces ``args``: the options named in ``always``, then every other
+    option whose value differs from its default (``RUN_PLACES`` left out), so that a report's command
+    cannot drop a setting it ran with."""
+    def option(action: argparse.Action) -> str:
+        value = getattr(args, action.dest)
+        if action.nargs == 0:  # a flag
+            return action.option_strings[0]
+        values = value if isinstance(value, list) else [value]
+        return " ".join([action.option_strings[0], *(f"'{v}'" if " " in str(v) else str(v) for v in values)])
+
+    actions = {a.dest: a for a in parser._actions if a.option_strings and a.dest != "help"}
+    shown = [actions[dest] for dest in always] + [
+        a for dest, a in actions.items()
+        if dest not in always and dest not in RUN_PLACES and getattr(args, dest) != a.default]
+    return " ".join([f"python scripts/bench/{script}", *(option(a) for a in shown)])
+
+
 def thread_caps(parallel: int, cpus: int) -> dict[str, str]:
     """Each run's share of the host's cores for its BLAS / OpenMP / torch thread pools. Left
     unset, every process of every run sizes them to the whole machine: 20 runs on a 64-core host

@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from learning_runs import REPO, Runs, load_steps, machine_line, series, publish, study_parser
+from learning_runs import REPO, Runs, load_steps, machine_line, series, publish, study_command, study_parser
 from text_hybrid_study import fmt, goal_gap, mean_se, ratio
 
 HEADING = "## ToolCUA pipeline: the RFT stage alone (critical switching steps)"
@@ -224,15 +224,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--section", default=HEADING, help="docs heading the report replaces (a new one is appended)")
     args = parser.parse_args(argv)
     args.rft_steps = args.steps
-    command = (f"python scripts/bench/toolcua_rft_study.py --seeds {' '.join(map(str, args.seeds))} --steps "
-               f"{args.steps} --warmup-steps {args.warmup_steps} --rft-lr {args.rft_lr} --choice-weight "
-               f"{args.choice_weight} --arms " + " ".join(f"'{arm}'" for arm in args.arms)
-               + (" --show-todo" if args.show_todo else "") + (" --balance" if args.balance else "")
-               + (f" --warmup-targets {args.warmup_targets}" if args.warmup_targets != "both" else "")
-               + (f" --rows {args.rows}" if args.rows != 128 else "")
-               + (f" --warmup-lr {args.warmup_lr}" if args.warmup_lr != "3e-3" else "")
-               + (f" --warmup-batch {args.warmup_batch}" if args.warmup_batch != 1 else "")
-               + (f" --warmup-decision-weight {args.warmup_decision_weight}" if args.warmup_decision_weight != "1" else ""))
+    command = study_command("toolcua_rft_study.py", parser, args,
+                            always=("seeds", "steps", "warmup_steps", "rft_lr", "choice_weight", "arms"))
     results: dict[str, Runs] = {arm: {} for arm in ARMS}
     probes: dict[str, dict[int, dict]] = {"SFT model": {}, NO_WARMUP: {}, "after warm-up": {}, CHOICE: {}, GATED: {}}
     runs_info: list[dict] = []
