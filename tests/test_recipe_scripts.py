@@ -416,6 +416,8 @@ def test_staged_pipeline_gpu_sft_stage_composes(tmp_path):
     """The SFT stage of recipes/toolcua_sft_rl/run_gpu.sh: verl's sft_trainer composes its config
     (Hydra's ``--cfg job``: printed, nothing trained) from the script's settings; the stage hands
     on its HF checkpoint path."""
+    import pandas as pd
+
     env = {**os.environ, "OUT": str(tmp_path), "HF_HUB_OFFLINE": "1", "SKIP_RFT": "1", "SKIP_RL": "1",
            "SFT_ROWS": "2", "SFT_LAUNCHER": sys.executable, "SFT_ARGS": "--cfg job",
            "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
@@ -430,8 +432,6 @@ def test_staged_pipeline_gpu_sft_stage_composes(tmp_path):
     # no flash-attn here: padded sdpa, not verl's default flash_attention_2 (which fails at model load)
     assert config.model.override_config.attn_implementation == "sdpa" and config.model.use_remove_padding is False
     assert f"model: {tmp_path}/sft/global_step_300/huggingface" in proc.stdout  # what stage 2 would start from
-    import pandas as pd
-
     # verl validates in batches of data.train_batch_size and drops an incomplete one: at least one full
     # batch of held-out rows, or val/loss would read NaN (as it did with 4 rows and a batch of 8 on the H200)
     assert len(pd.read_parquet(tmp_path / "sft_data" / "val.parquet")) >= config.data.train_batch_size == 32
