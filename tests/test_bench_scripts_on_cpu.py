@@ -255,6 +255,44 @@ def test_toolcua_pipeline_study_dry_run_and_paired_report(tmp_path, capsys):
     assert "env steps per success" in text and "| 15.0 ± 0.0 |" in text  # S_max 30 * (1 - 0.25 / 0.5)
 
 
+def test_toolcua_pipeline_study_parallel_starts_each_arm_from_the_full_pipelines_checkpoint(tmp_path, monkeypatch):
+    """--parallel: the seeds run at once, and each later arm starts only once the full pipeline's
+    stage it needs has finished (checked against a stand-in recipe that records what it was given)."""
+    import pytest
+
+    study = _script("toolcua_pipeline_study")
+    recipe = tmp_path / "recipe.sh"
+    recipe.write_text("""set -e
+mkdir -p "$OUT"
+echo "$SEED ${SKIP_SFT:-0} ${MODEL} ${TOOL_TERM:-task} ${RFT_WARMUP_STEPS:-none} $*" > "$OUT/given.txt"
+if [ "${SKIP_SFT:-0}" != 1 ]; then
+  sleep 0.5; mkdir -p "$OUT/sft/global_step_$SFT_STEPS/huggingface"; echo "sft took 0 s" >> "$OUT/stage_times.txt"
+  sleep 0.5; mkdir -p "$OUT/rft/global_step_$RFT_STEPS/actor/huggingface"; echo "rft took 0 s" >> "$OUT/stage_times.txt"
+fi
+[ -d "$MODEL" ] || { echo "no start model $MODEL"; exit 1; }
+echo '{"step": '"$STEPS"', "data": {}}' > "$OUT/metrics.jsonl"
+""")
+    monkeypatch.setattr(study, "SCRIPTS", {"gpu": str(recipe)})
+    monkeypatch.setattr(study, "make_fresh_model", lambda args, seed: study.fresh_model(args, seed).mkdir(parents=True))
+    monkeypatch.setattr(study, "gpu_environment", lambda: {"card": "stand-in card"})
+    monkeypatch.setattr(study, "POLL_S", 0.1)
+    doc = tmp_path / "doc.md"
+    assert study.main(["--backend", "gpu", "--parallel", "--stagger-s", "0", "--seeds", "0", "1", "--steps", "2",
+                       "--out", str(tmp_path / "runs"), "--doc", str(doc), "--set", "RFT_WARMUP_STEPS=300",
+                       "--override", "trainer.x=1"]) == 0
+    for seed in (0, 1):
+        given = {arm: (tmp_path / "runs" / f"seed{seed}" / arm / "given.txt").read_text().split()
+                 for arm in ("full", "no_rft", "per_decision")}
+        assert given["full"][2].endswith(f"seed{seed}/model") and given["full"][4:] == ["300", "trainer.x=1"]
+        assert given["no_rft"][2].endswith("full/sft/global_step_150/huggingface") and given["no_rft"][1] == "1"
+        assert given["per_decision"][2].endswith("full/rft/global_step_10/actor/huggingface")
+        assert given["per_decision"][3] == "decision"
+    text = doc.read_text()
+    assert "Card: **stand-in card**" in text and "--set RFT_WARMUP_STEPS=300 --override trainer.x=1 --parallel" in text
+    with pytest.raises(SystemExit):
+        study.main(["--set", "rft_steps=3"])  # a knob is a recipe variable in upper case
+
+
 def test_old_logit_study_batches_seeds_exactly_and_measures_against_exact_old_logits():
     import torch
 

@@ -119,8 +119,10 @@ def build_tokenizer(vocab_size: int = 512, vision: bool = False):
 # of a real architecture. Only the vocabulary differs: the local tokenizer's (a random model that
 # samples ids the tokenizer cannot decode would break detokenization, not test anything).
 ARCHITECTURES: dict[str, dict] = {
+    # 32768 positions: vLLM refuses prompts beyond max_position_embeddings, and the ToolCUA decision
+    # prompts run past 4k tokens (RoPE's numbers do not depend on it: HF's forward is unchanged)
     "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                 num_key_value_heads=2, max_position_embeddings=4096),
+                 num_key_value_heads=2, max_position_embeddings=32768),
     "qwen2.5-0.5b": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
                          num_key_value_heads=2, max_position_embeddings=32768, rope_theta=1000000.0,
                          rms_norm_eps=1e-6),

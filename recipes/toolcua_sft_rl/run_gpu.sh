@@ -11,7 +11,9 @@
 # The settings are a starting point: this script is composition-checked on cpu
 # (tests/test_recipe_scripts.py); on one H200 with short settings and a random 0.5B-shape model its
 # SFT stage, the RFT warm-up and the RFT stage's first GRPO step ran (docs/status.md, tenth session);
-# its online RL stage has not run on a GPU.
+# three seeds of a 4-layer 256-wide random model through SFT and the RFT stage's validation at once on one
+# card (twelfth session; scripts/bench/toolcua_pipeline_study.py --backend gpu --parallel). Its online RL
+# stage has not run on a GPU.
 # SFT_MAX_LENGTH (stages.sh, default 8192) bounds an SFT row: with the byte-level tokenizer of
 # verl-ext make-tiny-model one of 256 transcripts took 8229 tokens (refused); 16384 ran.
 set -euo pipefail

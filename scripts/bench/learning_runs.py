@@ -38,7 +38,7 @@ def study_parser(description: str, out: Path, steps: int, seeds: list[int]) -> a
     return parser
 
 
-RUN_PLACES = ("out", "doc", "img", "attempts", "report_only", "section")  # where runs and reports go, not what ran
+RUN_PLACES = ("out", "doc", "img", "attempts", "report_only", "section", "dry_run")  # where runs and reports go, not what ran
 
 
 def study_command(script: str, parser: argparse.ArgumentParser, args: argparse.Namespace, always: tuple[str, ...]) -> str:
@@ -47,10 +47,12 @@ def study_command(script: str, parser: argparse.ArgumentParser, args: argparse.N
     cannot drop a setting it ran with."""
     def option(action: argparse.Action) -> str:
         value = getattr(args, action.dest)
+        quoted = [f"'{v}'" if " " in str(v) else str(v) for v in (value if isinstance(value, list) else [value])]
         if action.nargs == 0:  # a flag
             return action.option_strings[0]
-        values = value if isinstance(value, list) else [value]
-        return " ".join([action.option_strings[0], *(f"'{v}'" if " " in str(v) else str(v) for v in values)])
+        if isinstance(action, argparse._AppendAction):  # given once per value
+            return " ".join(f"{action.option_strings[0]} {v}" for v in quoted)
+        return " ".join([action.option_strings[0], *quoted])
 
     actions = {a.dest: a for a in parser._actions if a.option_strings and a.dest != "help"}
     shown = [actions[dest] for dest in always] + [
@@ -78,11 +80,12 @@ def load_steps(path: Path) -> dict[int, dict[str, float]]:
     return steps
 
 
-def run_once(script: str, env_vars: dict[str, str], steps: int, out: Path, attempts: int, label: str) -> float | None:
-    """Run ``recipes/<script>`` with ``env_vars`` + ``OUT``/``STEPS``; returns the wall time of the
-    run that finished, or None if a finished run was reused. A crashed run is started again from
-    scratch, up to ``attempts`` times: on a shared machine another job's ``ray stop`` or a stalled
-    heartbeat can kill Ray under us."""
+def run_once(script: str, env_vars: dict[str, str], steps: int, out: Path, attempts: int, label: str,
+             script_args: list[str] | None = None, info: dict | None = None) -> float | None:
+    """Run ``recipes/<script> [script_args]`` with ``env_vars`` + ``OUT``/``STEPS``; returns the wall
+    time of the run that finished, or None if a finished run was reused. A crashed run is started
+    again from scratch, up to ``attempts`` times: on a shared machine another job's ``ray stop`` or a
+    stalled heartbeat can kill Ray under us. ``info`` (e.g. the card) goes into ``run.json``."""
     if steps in load_steps(out / "metrics.jsonl"):
         return None
     env = {**os.environ, **env_vars, "OUT": str(out), "STEPS": str(steps),
@@ -92,17 +95,33 @@ def run_once(script: str, env_vars: dict[str, str], steps: int, out: Path, attem
         (out / "metrics.jsonl").unlink(missing_ok=True)  # verl's file logger appends
         start = time.perf_counter()
         with open(out / f"run{attempt}.log", "w") as log:
-            proc = subprocess.run(["bash", str(REPO / "recipes" / script)], cwd=REPO, env=env,
+            proc = subprocess.run(["bash", str(REPO / "recipes" / script), *(script_args or [])], cwd=REPO, env=env,
                                   stdout=log, stderr=subprocess.STDOUT)
         wall = time.perf_counter() - start
         if proc.returncode == 0 and steps in load_steps(out / "metrics.jsonl"):
             # the machine is shared: keep the load next to the time so the numbers can be read fairly
             (out / "run.json").write_text(json.dumps({"wall_s": wall, "load_avg_5min": os.getloadavg()[1],
-                                                      "attempt": attempt}))
+                                                      "attempt": attempt, **(info or {})}))
             return wall
         print(f"{label}: attempt {attempt} failed (exit {proc.returncode}), see {out / f'run{attempt}.log'}",
               flush=True)
     raise RuntimeError(f"{label} failed {attempts} times; logs in {out}")
+
+
+def gpu_environment() -> dict:
+    """Card and versions, recorded with every GPU run."""
+    import importlib.metadata as md
+
+    cards = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
+                           capture_output=True, text=True).stdout.strip().splitlines()
+    card = "; ".join(f"{cards.count(c)} x {c}" if cards.count(c) > 1 else c for c in dict.fromkeys(cards))
+    versions = {}
+    for name in ("torch", "vllm", "verl", "transformers"):
+        try:
+            versions[name] = md.version(name)
+        except md.PackageNotFoundError:
+            versions[name] = None
+    return {"card": card, **versions}
 
 
 def series(runs: Runs, key: str, steps: list[int]) -> np.ndarray:

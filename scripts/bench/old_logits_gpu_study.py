@@ -43,7 +43,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from learning_runs import REPO, load_steps, mean_and_se, paired_verdict, thread_caps, write_section
+from learning_runs import REPO, gpu_environment, load_steps, mean_and_se, paired_verdict, thread_caps, write_section
 
 HEADING = "## GPU: old-logit study"
 SCRIPT = REPO / "recipes/text_corridor/run_gpu.sh"
@@ -134,22 +134,6 @@ def heading(setting: str) -> str:
     return HEADING if setting == "base" else f"{HEADING}, {setting.replace('_', ' ')}"
 
 
-def environment() -> dict:
-    """Card and versions, recorded with every run."""
-    import importlib.metadata as md
-
-    cards = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
-                           capture_output=True, text=True).stdout.strip().splitlines()
-    card = "; ".join(f"{cards.count(c)} x {c}" if cards.count(c) > 1 else c for c in dict.fromkeys(cards))
-    versions = {}
-    for name in ("torch", "vllm", "verl", "transformers"):
-        try:
-            versions[name] = md.version(name)
-        except md.PackageNotFoundError:
-            versions[name] = None
-    return {"card": card, **versions}
-
-
 def start(spec: dict, gpu: int | None = None, threads: dict[str, str] | None = None) -> subprocess.Popen:
     run_dir = Path(spec["out"])
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -203,7 +187,7 @@ def run_all(args: argparse.Namespace) -> None:
     finished so far, else ``--run-s``), so a lent machine's hold ends with no run cut short. A run
     that fails is queued again, up to ``--retries`` times (start-up failures on a crowded host are
     mostly transient: a port taken between verl's pick and its bind, a thread limit)."""
-    env_info = environment()
+    env_info = gpu_environment()
     threads = thread_caps(args.parallel, os.cpu_count() or 1)
     began = time.time()
     walls: list[float] = []  # of runs that finished: a failed run's short wall would understate a run's

@@ -17,24 +17,42 @@ way is shorter). Each ablation is compared with the full pipeline seed by seed: 
 difference vs two standard errors of it. Goal (issue 25): T >= 0.8 where tools are shorter and
 <= 0.2 where the GUI is, success no lower than without RFT; the table says by how much it is missed.
 
+The model each seed starts from is ``verl-ext make-tiny-model --seed S --hidden-size W --layers L``
+(made here); ``--set KEY=VALUE`` sets a recipe knob of every run (``RFT_WARMUP_STEPS=300``) and
+``--override`` adds a ``main_ppo`` override of stages 2 and 3. ``--backend gpu`` runs ``run_gpu.sh``
+instead (FSDP2 + vLLM; records the card with each run), and ``--parallel`` starts every seed at once
+(``--stagger-s`` apart: vLLM start-ups on a shared card must not overlap), each later arm as soon as
+the full pipeline's checkpoint it starts from exists.
+
     python scripts/bench/toolcua_pipeline_study.py --steps 20 --seeds 0 1 2
     python scripts/bench/toolcua_pipeline_study.py --dry-run      # the runs it would make, and the report of what exists
+    python scripts/bench/toolcua_pipeline_study.py --backend gpu --parallel --width 256 --layers 4 --set N_GPUS=1 \
+        --override actor_rollout_ref.rollout.gpu_memory_utilization=0.06 ...   # one shared card
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
+import re
+import subprocess
 import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
-from learning_runs import REPO, Runs, machine_line, load_steps, run_once, series, study_parser, write_section
+from learning_runs import (REPO, Runs, gpu_environment, machine_line, load_steps, run_once, series, study_command,
+                           study_parser, thread_caps, write_section)
 from text_hybrid_study import derived, final, fmt, goal_gap, mean_se, ratio
 
 HEADING = "## ToolCUA pipeline study: SFT -> RFT -> online RL"
-SCRIPT = "toolcua_sft_rl/run_cpu.sh"
+SCRIPTS = {"cpu": "toolcua_sft_rl/run_cpu.sh", "gpu": "toolcua_sft_rl/run_gpu.sh"}
+START_MODEL = {"cpu": "INIT_MODEL", "gpu": "MODEL"}  # each script's variable for the model stage 1 starts from
 VAL = "val-aux/verl_ext/text_hybrid/{}/mean@1"
 RFT_VAL = "val-aux/verl_ext/text_hybrid_decisions/{}/mean@1"
+POLL_S = 10.0  # how often a waiting arm looks for the checkpoint it starts from
 MAX_STEPS = 30  # S_max of the path reward (plugins/reward/tool_path.yaml): len_gain = success * (1 - s/S_max)
 FULL, NO_RFT, NO_RL, PER_DECISION = "full pipeline", "no RFT", "no online RL", "per-decision tool term"
 # the runs of a seed, by their --arms name ("no online RL" is the full pipeline's RFT checkpoint, no run of its own)
@@ -50,25 +68,47 @@ METRICS = {  # derived() name -> column title
 
 
 def settings(args) -> dict[str, str]:
-    """Environment of every run: the budget and the held-out validation (``run_once`` adds STEPS and OUT)."""
-    return {"RL_TEST_FREQ": str(args.steps), "RL_VAL_SIZE": str(args.val_size),
-            "RFT_STEPS": str(args.rft_steps), "SFT_STEPS": str(args.sft_steps), "TEMPLATES": args.templates}
+    """Environment of every run: the budget, the held-out validation and the ``--set`` knobs
+    (``run_once`` adds STEPS and OUT)."""
+    return {"RL_TEST_FREQ": str(args.steps), "RL_VAL_SIZE": str(args.val_size), "RFT_STEPS": str(args.rft_steps),
+            "SFT_STEPS": str(args.sft_steps), "TEMPLATES": args.templates,
+            **dict(kv.split("=", 1) for kv in args.set)}
 
 
 def plan(args, seed: int) -> list[tuple[str, Path, dict[str, str]]]:
     """The runs of one seed, in order: ``(arm, OUT, environment)``. The full pipeline runs every
-    stage; the other runs start from its checkpoints (so the arms of a seed share one SFT run)."""
+    stage from the seed's fresh model; the other runs start from its checkpoints (so the arms of a
+    seed share one SFT run)."""
     full = args.out / f"seed{seed}" / "full"
     base = {**settings(args), "SEED": str(seed)}
+    start = START_MODEL[args.backend]
     sft_model = full / "sft" / f"global_step_{args.sft_steps}" / "huggingface"
     rft_model = full / "rft" / f"global_step_{args.rft_steps}" / "actor" / "huggingface"
-    from_sft = {"SKIP_SFT": "1", "SKIP_RFT": "1", "INIT_MODEL": str(sft_model)}
-    from_rft = {"SKIP_SFT": "1", "SKIP_RFT": "1", "INIT_MODEL": str(rft_model)}
+    from_sft = {"SKIP_SFT": "1", "SKIP_RFT": "1", start: str(sft_model)}
+    from_rft = {"SKIP_SFT": "1", "SKIP_RFT": "1", start: str(rft_model)}
     return [
-        (FULL, full, base),
+        (FULL, full, {**base, start: str(fresh_model(args, seed))}),
         (NO_RFT, args.out / f"seed{seed}" / "no_rft", {**base, **from_sft}),
         (PER_DECISION, args.out / f"seed{seed}" / "per_decision", {**base, **from_rft, "TOOL_TERM": "decision"}),
     ]
+
+
+def fresh_model(args, seed: int) -> Path:
+    return args.out / f"seed{seed}" / "model"
+
+
+def make_fresh_model(args, seed: int) -> None:
+    """The random tiny model the seed's full pipeline starts from (what run_cpu.sh would make)."""
+    path = fresh_model(args, seed)
+    if not (path / "config.json").exists():
+        subprocess.run([sys.executable, "-m", "verl_ext.cli", "make-tiny-model", str(path), "--seed", str(seed),
+                        "--hidden-size", str(args.width), "--layers", str(args.layers)], check=True)
+
+
+def stage_done(full: Path, stage: str) -> bool:
+    """Whether the full pipeline's run in ``full`` has finished ``stage`` (its ``stage_times.txt``)."""
+    times = full / "stage_times.txt"
+    return times.exists() and re.search(rf"\b{stage} took \d+ s", times.read_text()) is not None
 
 
 def arm_values(results: dict[str, Runs], seeds: list[int]) -> dict[str, dict[str, np.ndarray]]:
@@ -147,13 +187,19 @@ def sft_lines(args) -> list[str]:
 def report(results: dict[str, Runs], rft: Runs, args, command: str, runs_info: list[dict]) -> str:
     values = arm_values(results, args.seeds)
     arms = [arm for arm in (FULL, NO_RFT, NO_RL, PER_DECISION) if arm in values]
-    walls = [info["wall_s"] for info in runs_info]
+    walls = [info["wall_s"] for info in runs_info if "wall_s" in info]
+    cards = sorted({info["card"] for info in runs_info if info.get("card")})
+    versions = next((info for info in runs_info if info.get("card")), {})
+    where = (f"Card: **{'; '.join(cards)}** (torch {versions.get('torch')}, vLLM {versions.get('vllm')}, verl "
+             f"{versions.get('verl')}; the runs of all seeds shared it)." if cards else machine_line({"all": runs_info}))
+    knobs = ", ".join(f"`{kv}`" for kv in args.set)
     lines = [
         HEADING, "",
-        f"{machine_line({'all': runs_info})} `{command}`: "
-        f"`recipes/toolcua_sft_rl/run_cpu.sh` with SFT {args.sft_steps} steps, RFT {args.rft_steps} steps "
-        f"(critical switching steps, per-decision reward), online RL {args.steps} steps, templates "
-        f"{args.templates}; held-out: {args.val_size} task instances, greedy. Seeds: "
+        f"{where} `{command}`: "
+        f"`recipes/{SCRIPTS[args.backend]}` from a random {args.layers}-layer, {args.width}-wide tiny model, with SFT "
+        f"{args.sft_steps} steps, RFT {args.rft_steps} steps (critical switching steps, per-decision reward), online "
+        f"RL {args.steps} steps, templates {args.templates}" + (f"; recipe knobs {knobs}" if knobs else "")
+        + f"; held-out: {args.val_size} task instances, greedy. Seeds: "
         + "; ".join(f"{arm}: {', '.join(map(str, sorted(runs))) or 'none'}" for arm, runs in results.items())
         + ". " + (f"Wall time per run {np.mean(walls):.0f} s ({len(walls)} runs timed here)." if walls else
                   "Wall times not recorded (runs reused or none yet)."),
@@ -178,6 +224,51 @@ def report(results: dict[str, Runs], rft: Runs, args, command: str, runs_info: l
     return "\n".join(lines)
 
 
+def run_arm(args, arm: str, out: Path, env: dict[str, str], seed: int, info: dict) -> None:
+    """One arm of one seed, unless it cannot start: a later arm needs the full pipeline's checkpoint."""
+    start = env.get(START_MODEL[args.backend])
+    if arm != FULL and not Path(start).is_dir():
+        print(f"{arm} seed {seed}: not run: no full-pipeline checkpoint {start} (run --arms full first)", flush=True)
+        return
+    if arm == FULL:
+        make_fresh_model(args, seed)
+    if info:  # the card, kept from the start: a run cut short (a lease that ends) still names it
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "card.json").write_text(json.dumps(info))
+    try:
+        wall = run_once(SCRIPTS[args.backend], env, args.steps, out, args.attempts, f"{arm} seed {seed}",
+                        script_args=args.override, info=info)
+    except RuntimeError as err:  # one broken run must not cost the others
+        print(err, flush=True)
+        return
+    print(f"{arm} seed {seed}: " + ("reused" if wall is None else f"{wall:.0f} s"), flush=True)
+
+
+def run_parallel(args, selected: set[str], info: dict) -> None:
+    """Every seed at once, ``--stagger-s`` apart; in a seed, ``no RFT`` starts when the full pipeline's
+    SFT stage has finished and ``per-decision tool term`` when its RFT stage has (or gives up when
+    the full pipeline's run ends without it)."""
+    caps = thread_caps(len(args.seeds) * len(selected), os.cpu_count() or 1)
+
+    def seed_runs(index: int, seed: int) -> None:
+        time.sleep(index * args.stagger_s)
+        runs = plan(args, seed)
+        with ThreadPoolExecutor(len(runs)) as pool:
+            arm, out, env = runs[0]
+            full = pool.submit(run_arm, args, arm, out, {**env, **caps}, seed, info) if FULL in selected else None
+            for (arm, out, env), needs in zip(runs[1:], ("sft", "rft")):
+                if arm not in selected:
+                    continue
+                while full is not None and not full.done() and not stage_done(runs[0][1], needs):
+                    time.sleep(POLL_S)
+                time.sleep(args.stagger_s)  # not at the moment the full pipeline's next stage starts vLLM
+                pool.submit(run_arm, args, arm, out, {**env, **caps}, seed, info)
+
+    with ThreadPoolExecutor(len(args.seeds)) as pool:
+        for future in [pool.submit(seed_runs, i, seed) for i, seed in enumerate(args.seeds)]:
+            future.result()
+
+
 def main(argv: list[str]) -> int:
     parser = study_parser(__doc__.split("\n\n")[0], REPO / "runs/toolcua_pipeline_study", steps=20, seeds=[0, 1, 2])
     parser.add_argument("--sft-steps", type=int, default=150)
@@ -187,34 +278,42 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--arms", nargs="+", choices=list(RUN_ARMS), default=list(RUN_ARMS),
                         help="the arms to run (no_rft and per_decision start from the full pipeline's checkpoints, "
                         "which must exist); the report reads every arm found")
+    parser.add_argument("--backend", choices=list(SCRIPTS), default="cpu", help="which recipe script runs the stages")
+    parser.add_argument("--width", type=int, default=128, help="hidden size of the tiny model each seed starts from")
+    parser.add_argument("--layers", type=int, default=2, help="layers of the tiny model each seed starts from")
+    parser.add_argument("--set", type=knob, action="append", default=[], metavar="KEY=VALUE",
+                        help="a recipe knob of every run (the script's environment), e.g. RFT_WARMUP_STEPS=300")
+    parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                        help="a main_ppo override of stages 2 and 3 (the script's arguments)")
+    parser.add_argument("--parallel", action="store_true",
+                        help="start every seed at once, and each later arm when its checkpoint exists")
+    parser.add_argument("--stagger-s", type=float, default=30.0, help="seconds between starts with --parallel")
     parser.add_argument("--dry-run", action="store_true",
                         help="run nothing: print the runs (arm, OUT, environment) and the report of what exists")
     args = parser.parse_args(argv)
-    command = (f"python scripts/bench/toolcua_pipeline_study.py --steps {args.steps} --seeds "
-               f"{' '.join(map(str, args.seeds))} --sft-steps {args.sft_steps} --rft-steps {args.rft_steps}")
+    command = study_command("toolcua_pipeline_study.py", parser, args,
+                            always=("steps", "seeds", "sft_steps", "rft_steps"))
+    selected = {RUN_ARMS[name] for name in args.arms}
+    if not (args.report_only or args.dry_run):
+        info = gpu_environment() if args.backend == "gpu" else {}
+        if args.parallel:
+            run_parallel(args, selected, info)
+        else:
+            for seed in args.seeds:  # seed-major: the later arms start from the full pipeline's checkpoints
+                for arm, out, env in plan(args, seed):
+                    if arm in selected:
+                        run_arm(args, arm, out, env, seed, info)
     results: dict[str, Runs] = {FULL: {}, NO_RFT: {}, PER_DECISION: {}}
     rft: Runs = {}
     runs_info: list[dict] = []
-    selected = {RUN_ARMS[name] for name in args.arms}
-    for seed in args.seeds:  # seed-major: the later arms start from the full pipeline's checkpoints
+    for seed in args.seeds:
         for arm, out, env in plan(args, seed):
-            if arm not in selected or args.report_only:
-                pass  # the report still reads what the arm has
-            elif args.dry_run:
+            if args.dry_run and arm in selected:
                 print(f"{arm} seed {seed}: OUT={out} STEPS={args.steps} "
                       + " ".join(f"{k}={v}" for k, v in sorted(env.items())))
-            elif "INIT_MODEL" in env and not Path(env["INIT_MODEL"]).is_dir():
-                print(f"{arm} seed {seed}: not run: no full-pipeline checkpoint {env['INIT_MODEL']} "
-                      "(run --arms full first)", flush=True)
-            else:
-                try:
-                    wall = run_once(SCRIPT, env, args.steps, out, args.attempts, f"{arm} seed {seed}")
-                except RuntimeError as err:  # one broken run must not cost the others
-                    print(err, flush=True)
-                    continue
-                print(f"{arm} seed {seed}: " + ("reused" if wall is None else f"{wall:.0f} s"), flush=True)
-            if (out / "run.json").exists():
-                runs_info.append(json.loads((out / "run.json").read_text()))
+            for record in ("run.json", "card.json"):  # wall time and card of a finished run; the card of any
+                if (out / record).exists():
+                    runs_info.append(json.loads((out / record).read_text()))
             steps = load_steps(out / "metrics.jsonl")
             if args.steps in steps:
                 results[arm][seed] = steps
@@ -227,6 +326,15 @@ def main(argv: list[str]) -> int:
     write_section(args.doc, HEADING, text)
     print(f"wrote {args.doc} ({HEADING!r})")
     return 0
+
+
+def knob(text: str) -> str:
+    """``KEY=VALUE`` of ``--set``: KEY a recipe variable (upper case), VALUE anything."""
+    key, sep, _ = text.partition("=")
+    if not sep or not re.fullmatch(r"[A-Z][A-Z0-9_]*", key):
+        raise argparse.ArgumentTypeError(
+            f"--set takes KEY=VALUE with KEY a recipe variable in upper case (e.g. RFT_WARMUP_STEPS=300), got {text!r}")
+    return text
 
 
 if __name__ == "__main__":
