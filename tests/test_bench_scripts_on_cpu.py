@@ -291,6 +291,8 @@ echo '{"step": '"$STEPS"', "data": {}}' > "$OUT/metrics.jsonl"
     assert "Card: **stand-in card**" in text and "--set RFT_WARMUP_STEPS=300 --override trainer.x=1 --parallel" in text
     with pytest.raises(SystemExit):
         study.main(["--set", "rft_steps=3"])  # a knob is a recipe variable in upper case
+    with pytest.raises(SystemExit):
+        study.main(["--set", "RFT_STEPS=3"])  # the study's own: --rft-steps (checkpoint paths depend on it)
 
 
 def test_old_logit_study_batches_seeds_exactly_and_measures_against_exact_old_logits():

@@ -291,6 +291,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--dry-run", action="store_true",
                         help="run nothing: print the runs (arm, OUT, environment) and the report of what exists")
     args = parser.parse_args(argv)
+    owned = {"SFT_STEPS": "--sft-steps", "RFT_STEPS": "--rft-steps", "STEPS": "--steps", "RL_TEST_FREQ": "--steps",
+             "RL_VAL_SIZE": "--val-size", "TEMPLATES": "--templates", "SEED": "--seeds", "OUT": "--out",
+             "MODEL": "--width/--layers", "INIT_MODEL": "--width/--layers", "SKIP_SFT": "--arms", "SKIP_RFT": "--arms",
+             "SKIP_RL": "--arms", "TOOL_TERM": "--arms"}
+    for kv in args.set:  # the arms' checkpoint paths and pairing depend on these: the study sets them itself
+        key = kv.split("=", 1)[0]
+        if key in owned:
+            parser.error(f"--set {key}=...: the study sets {key} itself; use {owned[key]}")
     command = study_command("toolcua_pipeline_study.py", parser, args,
                             always=("steps", "seeds", "sft_steps", "rft_steps"))
     selected = {RUN_ARMS[name] for name in args.arms}
