@@ -98,6 +98,7 @@ def dry_run(tmp_path_factory):
         assert args_file.exists(), f"{script} never ran `python -m verl.trainer.main_ppo`"
         args = args_file.read_text().split("\0")[:-1]
         args_file.unlink()
+        run.last_args = args
         # a fragment and a plain setting of the same selector on one command line (verl_ext.validation)
         assert validation.fragment_conflicts(args) == [], f"{script}: {validation.fragment_conflicts(args)}"
         return main_ppo_job(args)  # what `python -m verl.trainer.main_ppo` runs
@@ -177,6 +178,9 @@ def test_gpu_script_config_passes_verls_checks(script: Path, dry_run):
     config = OmegaConf.create(out)
     make_model_folders(config, dry_run.root)  # toolcua_sft_rl: stage 3 starts from stage 2's checkpoint
     check_config(config)
+    # Hydra keeps the composed config under the run's OUT, not in ./outputs/<date>/ of the launch directory
+    run_dirs = [a.split("=", 1)[1] for a in dry_run.last_args if a.startswith("hydra.run.dir=")]
+    assert run_dirs and Path(run_dirs[-1]).is_relative_to(dry_run.root / "out"), run_dirs
     if script.parent.name == "async_agentic":  # run_<provider>.sh trains with that provider
         assert config.algorithm.old_logits.provider == script.stem.removeprefix("run_")
         assert config.trainer.v1.trainer_mode == "verl_ext_colocate_async"

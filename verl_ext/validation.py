@@ -36,7 +36,10 @@ STEP_METADATA_LOOPS = frozenset({
     "verl_ext.agent_loops.text_env.TextEnvAgentLoop",
 })
 ROLE_ESTIMATORS = ("himac", "hiper")  # need role=planner/executor on every step
-BROWSER_BACKENDS = frozenset({"minidesk", "miniwob"})  # env backends that drive Chromium (verl_ext.envs.pool)
+# env backends that drive Chromium (verl_ext.envs.pool): hybrid_gui_tool's backends that need selenium (the
+# plugin table is where they are listed)
+BROWSER_BACKENDS = frozenset(backend for spec in plugin.PLUGINS for backend, modules in spec.backend_requires.items()
+                             if "selenium" in modules)
 # Keys whose value *is* a plugin fragment's choice: a command-line value for one of them next to
 # the fragment on the same command line drops the fragment's choice but keeps its settings.
 SELECTOR_KEYS = tuple(key for _, key in doctor.CONFIG_KEYS) + ("reward.reward_manager.name",)

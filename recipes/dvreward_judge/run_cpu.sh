@@ -60,6 +60,7 @@ python -m verl.trainer.main_ppo --config-dir "$HERE" +recipe=dvreward_judge +plu
     trainer.logger='[console,file]' \
     trainer.experiment_name=grpo_dv_describe_cpu \
     trainer.default_local_dir="$OUT/checkpoints" \
+    hydra.run.dir="$OUT/hydra" \
     trainer.total_training_steps="$STEPS" \
     trainer.save_freq=-1 \
     trainer.test_freq="$STEPS" \

@@ -62,6 +62,7 @@ exec python -m verl.trainer.main_ppo --config-dir "$HERE" +recipe=dvreward_judge
     trainer.n_gpus_per_node="$N_GPUS" \
     trainer.nnodes=1 \
     trainer.default_local_dir="$OUT/checkpoints" \
+    hydra.run.dir="$OUT/hydra" \
     trainer.total_training_steps=200 \
     trainer.save_freq=50 \
     trainer.test_freq=25 \

@@ -33,6 +33,7 @@ python -m verl.trainer.main_ppo +plugins/backend=cpu trainer.v1.trainer_mode=ver
     trainer.project_name=verl_ext_quickstart \
     trainer.experiment_name=grpo_arithmetic_cpu \
     trainer.default_local_dir="$OUT/checkpoints" \
+    hydra.run.dir="$OUT/hydra" \
     trainer.total_training_steps="$STEPS" \
     trainer.save_freq="$STEPS" \
     trainer.test_freq=6 \

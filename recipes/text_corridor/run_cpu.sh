@@ -53,6 +53,7 @@ python -m verl.trainer.main_ppo +plugins/backend=cpu trainer.v1.trainer_mode=ver
     trainer.project_name=verl_ext_text_corridor \
     trainer.experiment_name="${ADV}_seed${SEED}_cpu" \
     trainer.default_local_dir="$OUT/checkpoints" \
+    hydra.run.dir="$OUT/hydra" \
     trainer.total_training_steps="$STEPS" \
     trainer.save_freq=-1 \
     trainer.test_freq=5 \

@@ -135,6 +135,7 @@ python -m verl.trainer.main_ppo "${config[@]}" "${plugins[@]}" "${engine[@]}" \
     trainer.n_gpus_per_node="$N_GPUS" \
     trainer.nnodes=1 \
     trainer.default_local_dir="$OUT/checkpoints" \
+    hydra.run.dir="$OUT/hydra" \
     trainer.total_training_steps="$STEPS" \
     trainer.save_freq="$STEPS" \
     trainer.test_freq=-1 \

@@ -75,6 +75,7 @@ python -m verl.trainer.main_ppo --config-dir "$RECIPES/toolcua_hybrid" +plugins/
     trainer.project_name=verl_ext_text_hybrid \
     trainer.experiment_name="${MODE}_${ADV}_${LOSS}_${PROVIDER}_seed${SEED}_cpu" \
     trainer.default_local_dir="$OUT/checkpoints" \
+    hydra.run.dir="$OUT/hydra" \
     trainer.total_training_steps="$STEPS" \
     trainer.save_freq=-1 \
     trainer.test_freq=5 \

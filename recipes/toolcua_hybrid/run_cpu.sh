@@ -62,6 +62,7 @@ python -m verl.trainer.main_ppo --config-dir "$HERE" +recipe=toolcua_hybrid +plu
     trainer.logger='[console,file]' \
     trainer.experiment_name="${ADV}_${LOSS}_seed${SEED}_cpu" \
     trainer.default_local_dir="$OUT/checkpoints" \
+    hydra.run.dir="$OUT/hydra" \
     trainer.total_training_steps="$STEPS" \
     trainer.save_freq="$STEPS" \
     trainer.test_freq=5 \

@@ -52,6 +52,7 @@ exec python -m verl.trainer.main_ppo --config-dir "$HERE" +recipe=toolcua_hybrid
     trainer.n_gpus_per_node="$N_GPUS" \
     trainer.nnodes="$NNODES" \
     trainer.default_local_dir="$OUT/checkpoints" \
+    hydra.run.dir="$OUT/hydra" \
     trainer.total_training_steps=300 \
     trainer.save_freq=25 \
     trainer.test_freq=25 \

@@ -32,7 +32,8 @@ from itertools import combinations
 from pathlib import Path
 
 import numpy as np
-from learning_runs import REPO, Runs, machine_line, load_steps, run_once, series, study_parser, write_section
+from learning_runs import (REPO, Runs, machine_line, load_steps, run_once, series, study_command, study_parser,
+                           write_section)
 
 HEADING = "## text_hybrid study: which plugin earns its place"
 SCRIPT = "text_hybrid/run_cpu.sh"
@@ -390,8 +391,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--parts", nargs="+", default=list(PARTS), choices=list(PARTS))
     args = parser.parse_args(argv)
     # the command that makes these runs (``--report-only`` and output paths only re-report them)
-    command = (f"python scripts/bench/text_hybrid_study.py --steps {args.steps} --seeds {' '.join(map(str, args.seeds))}"
-               + (f" --parts {' '.join(args.parts)}" if args.parts != list(PARTS) else ""))
+    command = study_command("text_hybrid_study.py", parser, args, always=("steps", "seeds"))
     results: dict[str, dict[str, Runs]] = {p: {arm: {} for arm in PARTS[p]} for p in args.parts}
     runs_info: list[dict] = []
     for seed in args.seeds:  # seed-major: a sweep cut short still compares every arm

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from learning_runs import REPO, publish, study_parser
+from learning_runs import REPO, publish, study_command, study_parser
 from text_hybrid_study import fmt, mean_se
 
 HEADING = "## ToolCUA pipeline: can the decision be learnt when it is taught? (warm-up on the shorter way only)"
@@ -129,8 +129,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--templates", default="settings_panel")
     parser.add_argument("--section", default=HEADING, help="docs heading the report replaces (a new one is appended)")
     args = parser.parse_args(argv)
-    command = (f"python scripts/bench/warmup_learnability.py --seeds {' '.join(map(str, args.seeds))} "
-               f"--warmup-steps {args.warmup_steps} --warmup-lr {args.warmup_lr}")
+    command = study_command("warmup_learnability.py", parser, args, always=("seeds", "warmup_steps", "warmup_lr"))
     by_seed = {}
     for seed in args.seeds:
         out = args.out / f"seed{seed}"
