@@ -145,7 +145,7 @@ def test_a_failed_run_is_queued_again_and_its_wall_does_not_count(tmp_path, monk
                     'echo "$OMP_NUM_THREADS" > "$OUT/threads"\n'
                     'for s in $(seq 1 "$STEPS"); do echo "{\\"step\\": $s, \\"data\\": {}}"; done > "$OUT/metrics.jsonl"\n')
     monkeypatch.setattr(study, "SCRIPT", fake)
-    monkeypatch.setattr(study, "environment", lambda: {"card": "none"})  # no nvidia-smi here
+    monkeypatch.setattr(study, "gpu_environment", lambda: {"card": "none"})  # no nvidia-smi here
     monkeypatch.setattr(study.time, "sleep", lambda s: None)
     args = SimpleNamespace(steps=2, seeds=[0], arms=["current"], out=tmp_path / "out", kv_cache_bytes=1 << 30,
                            engine_awake=False, setting="base",
