@@ -256,13 +256,16 @@ def run_parallel(args, selected: set[str], info: dict) -> None:
         with ThreadPoolExecutor(len(runs)) as pool:
             arm, out, env = runs[0]
             full = pool.submit(run_arm, args, arm, out, {**env, **caps}, seed, info) if FULL in selected else None
+            started = [full] if full else []
             for (arm, out, env), needs in zip(runs[1:], ("sft", "rft")):
                 if arm not in selected:
                     continue
                 while full is not None and not full.done() and not stage_done(runs[0][1], needs):
                     time.sleep(POLL_S)
                 time.sleep(args.stagger_s)  # not at the moment the full pipeline's next stage starts vLLM
-                pool.submit(run_arm, args, arm, out, {**env, **caps}, seed, info)
+                started.append(pool.submit(run_arm, args, arm, out, {**env, **caps}, seed, info))
+        for future in started:  # an error outside run_once's (e.g. making the tiny model) is raised, not dropped
+            future.result()
 
     with ThreadPoolExecutor(len(args.seeds)) as pool:
         for future in [pool.submit(seed_runs, i, seed) for i, seed in enumerate(args.seeds)]:
