@@ -554,3 +554,49 @@ def test_decision_fit_trains_on_the_choice_token_and_reports_from_its_logs(tmp_p
     row = next(r for r in text.splitlines() if r.startswith("| 2 |"))
     assert f"{last['val']['separation']:+.3f}, +0.400 |" in row and f"{sep:.3f}" in row
     assert "| 1 |" not in text  # seed 1 has no step 1
+
+
+def test_logprob_patch_tables_are_computed_from_verls_step_metrics(tmp_path, capsys):
+    """scripts/bench/logprob_patch_gpu.py: per-phase seconds of the first and the later GRPO steps, and the SFT
+    runs' median MFU (steps 2 on) against the first run listed, from verl's file-logger lines; a run that logged
+    no step reads "not reached"."""
+    import json
+
+    bench = _script("logprob_patch_gpu")
+
+    def write(run: str, name: str, rows: list[dict]) -> Path:
+        out = tmp_path / run
+        out.mkdir()
+        (out / name).write_text("".join(json.dumps({"step": i + 1, "data": r}) + "\n" for i, r in enumerate(rows)))
+        return out
+
+    phases = lambda gen, old, upd: {"timing_s/gen": gen, "timing_s/old_log_prob": old,  # noqa: E731
+                                    "timing_s/update_actor": upd, "timing_s/step": gen + old + upd}
+    slow = write("slow", "rft_metrics.jsonl", [phases(10, 60, 180), phases(4, 50, 190), phases(6, 52, 196)])
+    fast = write("fast", "rft_metrics.jsonl", [{"val-core/x": 1.0}, phases(16, 3, 7.5), phases(6, 2.5, 7)])
+    (tmp_path / "none").mkdir()
+    loop = write("loop", "sft_metrics.jsonl", [{"train/mfu": 1e-5}, {"train/mfu": 2e-4}, {"train/mfu": 3e-4}, {}])
+    blocks = write("blocks", "sft_metrics.jsonl", [{"train/mfu": 1e-4}, {"train/mfu": 5e-3}, {"train/mfu": 7e-3}])
+    assert bench.main(["--rft", f"loop={slow}", "--rft", f"blocks={fast}", "--rft", f"none={tmp_path / 'none'}",
+                       "--sft", f"loop={loop}", "--sft", f"blocks={blocks}"]) == 0
+    out = capsys.readouterr().out
+    assert "| loop | 3 | 10.0 / 5.0 | 60.0 / 51.0 | 180.0 / 193.0 | 250.0 / 249.0 |" in out
+    assert "| blocks | 2 | 16.0 / 6.0 | 3.0 / 2.5 | 7.5 / 7.0 | 26.5 / 15.5 |" in out
+    assert "| none | 0 | not reached |" in out
+    assert "| loop | 3 | 2.50e-04 | 1.0 |" in out and "| blocks | 3 | 6.00e-03 | 24.0 |" in out
+
+
+def test_tiny_model_step_times_every_attention_checkpointing_and_padding_case(tmp_path, capsys):
+    """scripts/bench/tiny_model_step.py on CPU at a toy size: one row per (attention, checkpointing, padded or
+    not), the padded rows as wide as asked, and the fastest row at 1.0x."""
+    import json
+
+    bench = _script("tiny_model_step")
+    out = tmp_path / "step.json"
+    assert bench.main(["--device", "cpu", "--width", "32", "--layers", "1", "--rows", "1", "--tokens", "40",
+                       "--padded-to", "64", "--repeats", "1", "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert len(rows) == 8 and {r["width"] for r in rows} == {40, 64}
+    assert {(r["attention"], r["gradient_checkpointing"]) for r in rows} == {(a, g) for a in ("sdpa", "eager")
+                                                                         for g in (False, True)}
+    assert "| 1.0 |" in capsys.readouterr().out

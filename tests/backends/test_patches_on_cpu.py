@@ -6,6 +6,7 @@ failing behavioural test means verl no longer calls the replaced name or the pat
 from __future__ import annotations
 
 import importlib
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,12 +18,12 @@ from verl_ext import patches
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("patch", patches.PATCHES, ids=lambda p: p.name)
+@pytest.mark.parametrize("patch", (*patches.PATCHES, *patches.ENGINE_PATCHES), ids=lambda p: p.name)
 def test_patch_target_still_exists_in_verl(patch):
     assert patch.still_needed(), f"{patch.module}.{patch.target} no longer contains {patch.snippet!r}"
 
 
-@pytest.mark.parametrize("patch", patches.PATCHES, ids=lambda p: p.name)
+@pytest.mark.parametrize("patch", (*patches.PATCHES, *patches.ENGINE_PATCHES), ids=lambda p: p.name)
 def test_patch_is_documented_in_patches_folder(patch):
     doc = REPO / "patches" / f"{patch.name}.md"
     assert doc.exists(), f"missing {doc}"
@@ -119,7 +120,7 @@ def test_cpu_patches_take_effect_in_verls_own_engine_build(tiny_model_dir):
     proc = subprocess.run([sys.executable, "-c", ENGINES_ON_CPU, tiny_model_dir], capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
-    assert "applied: gloo_backend_dedupe,offload_no_pin_memory,valuehead_sdpa" in proc.stdout
+    assert "applied: gloo_backend_dedupe,logprob_row_blocks,offload_no_pin_memory,valuehead_sdpa" in proc.stdout
 
 
 def test_old_logit_state_wraps_the_optimizer_step_verls_train_batch_calls():
@@ -275,6 +276,57 @@ def test_rollout_side_providers_get_verls_vllm_replica_with_counting_servers_whi
     for rollout, provider in (("vllm", "snapshot"), ("hf", "interrupt")):  # nothing to count / hf counts natively
         with counting_rollout_replicas(rollout, provider):
             assert RolloutReplicaRegistry._registry["vllm"] is verls
+
+
+# --- verl's log-prob fallback in blocks of rows (every backend) -----------------------------------
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("shape", [(3000, 64), (3, 50, 64), (4, 40000)],
+                         ids=["packed tokens x vocab", "batch x seq x vocab", "rows longer than a block takes"])
+def test_logprob_row_blocks_equals_verls_loop_bit_for_bit_with_gradients(shape, dtype):
+    import torch
+
+    verls = patches.REPLACED["logprob_row_blocks"]  # applied in this process by verl-ext's plugin at `import verl`
+    torch.manual_seed(0)
+    logits = (3 * torch.randn(*shape)).to(getattr(torch, dtype))
+    labels = torch.randint(0, shape[-1], shape[:-1])
+    outputs, grads = [], []
+    for fn in (verls, patches.logprobs_in_row_blocks):
+        x = logits.clone().requires_grad_()
+        out = fn(x, labels)
+        out.backward(torch.linspace(-1, 1, out.numel()).reshape(out.shape).to(out.dtype))
+        outputs.append(out.detach())
+        grads.append(x.grad)
+    assert outputs[0].shape == shape[:-1]
+    assert torch.equal(outputs[0], outputs[1]) and torch.equal(grads[0], grads[1])
+
+
+def test_logprob_row_blocks_is_what_verls_engine_calls_one_block_not_one_row_per_token(monkeypatch):
+    """verl's FSDP engine calls ``logprobs_from_logits`` (imported by name) on the packed
+    ``(tokens, vocab)`` logits; without flash-attn that calls ``logprobs_from_logits_v2`` from
+    torch_functional's globals, once per token in verl's loop, once per block after the patch."""
+    import torch
+    from verl.utils import torch_functional
+    from verl.workers.engine.fsdp import transformer_impl
+
+    assert "logprob_row_blocks" in patches.APPLIED
+    assert not torch_functional.FLAH_ATTN_CROSS_ENTROPY_LOSS_AVAILABLE  # the fallback is verl's path here
+    calls = []
+    real = torch.logsumexp
+    monkeypatch.setattr(torch, "logsumexp", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    logits, labels = torch.randn(2000, 32), torch.randint(0, 32, (2000,))
+    out = transformer_impl.logprobs_from_logits(logits=logits, labels=labels)
+    assert len(calls) == 1 and out.shape == (2000,)
+    calls.clear()
+    patches.REPLACED["logprob_row_blocks"](logits, labels)
+    assert len(calls) == 2000  # verl's own loop: one row (here: one token) at a time
+
+
+def test_logprob_row_blocks_can_be_switched_off():
+    code = "import verl.utils.torch_functional as f; from verl_ext import patches; print(sorted(patches.APPLIED), f.logprobs_from_logits_v2.__name__)"
+    env = {**os.environ, patches.ROW_BLOCKS_SWITCH: "0"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "logprob_row_blocks" not in proc.stdout and "logprobs_from_logits_v2" in proc.stdout
 
 
 # --- verl's weight-transfer socket, per Ray cluster (applies wherever verl's vLLM rollout runs) ----

@@ -1,6 +1,8 @@
 """Runtime patches applied to verl where it has no extension point.
 
-``PATCHES`` apply on the cpu backend only; ``VLLM_PATCHES`` wherever verl imports its vLLM rollout
+``PATCHES`` apply on the cpu backend only; ``ENGINE_PATCHES`` on every backend (verl's log-prob
+fallback, which runs wherever flash-attn's cross-entropy is missing: every CPU, and GPUs without
+flash-attn such as the offline bundle's); ``VLLM_PATCHES`` wherever verl imports its vLLM rollout
 (GPUs): verl's colocated weight-transfer socket named per Ray cluster.
 
 Each patch is version-guarded (verl 0.9.1 exactly), idempotent, applied by a post-import hook on
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import importlib.metadata
 import importlib.util
 import inspect
 import logging
@@ -42,6 +45,8 @@ class Patch:
         obj = importlib.import_module(self.module)
         for part in self.target.split("."):
             obj = getattr(obj, part)
+        if getattr(obj, "_verl_ext_patched", False) and self.name in REPLACED:  # rebound here: read verl's
+            obj = REPLACED[self.name]
         return inspect.getsource(obj)
 
     def still_needed(self) -> bool:
@@ -58,6 +63,7 @@ class Patch:
 
 APPLIED: list[str] = []
 SKIPPED: dict[str, str] = {}
+REPLACED: dict[str, Callable] = {}  # patch name -> the verl function it replaced (where one was), in this process
 
 
 def _dedupe_backend(backend: str | None) -> str | None:
@@ -164,6 +170,61 @@ PATCHES: tuple[Patch, ...] = (
 )
 
 
+# --- verl's log-prob fallback, a block of rows at a time (every backend) ---------------------------
+# Without flash-attn's cross-entropy, ``verl.utils.torch_functional.logprobs_from_logits`` calls
+# ``logprobs_from_logits_v2``, which loops over the first dimension one row at a time to bound peak
+# memory. verl's FSDP engine passes it the packed logits, ``(total_tokens, vocab)``, so the loop runs
+# once per *token*: 240k ``log_softmax`` calls (and as many backward nodes) in 12 SFT steps of 4
+# transcripts, 4.2 s a step on an H200 for a 2.5M-parameter model whose forward + backward of the same
+# tokens takes 0.03 s (docs/benchmarks.md, "GPU: where a step of the tiny model goes").
+ROW_BLOCKS_SWITCH = "VERL_EXT_LOGPROB_ROW_BLOCKS"  # "0": keep verl's row-at-a-time loop
+LOGPROB_BLOCK_ELEMENTS = 1 << 20  # logits per block: a few MiB, cache-sized (2^26 was slower on CPU for a 151k vocabulary)
+ROW_ALONE_ELEMENTS = 1 << 15  # longer rows go one at a time, as in verl: their reduction may be split across
+# threads, so summing them as part of a block could round differently (CPU: 2^15 is torch's reduction grain)
+
+
+def logprobs_in_row_blocks(logits, labels):
+    """verl's ``logprobs_from_logits_v2`` with the same per-row math, over blocks of rows holding at
+    most ``LOGPROB_BLOCK_ELEMENTS`` logits instead of one row at a time (rows longer than
+    ``ROW_ALONE_ELEMENTS`` still one at a time).
+
+    logits: ``(rows, ..., vocab)``; labels: ``(rows, ...)``; returns ``(rows, ...)``. float32/64:
+    ``logit[label] - logsumexp(logits)``; other dtypes (bf16): ``log_softmax`` then gather, as verl.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    per_row = logits[0].numel() if logits.shape[0] else 1
+    rows = 1 if per_row > ROW_ALONE_ELEMENTS else max(1, LOGPROB_BLOCK_ELEMENTS // max(per_row, 1))
+    blocks = []
+    for block, block_labels in zip(logits.split(rows), labels.split(rows), strict=True):
+        index = block_labels.unsqueeze(-1)
+        if logits.dtype in (torch.float32, torch.float64):
+            blocks.append(torch.gather(block, -1, index).squeeze(-1) - torch.logsumexp(block, dim=-1))
+        else:  # verl: logsumexp is unstable in bf16
+            blocks.append(F.log_softmax(block, dim=-1).gather(-1, index).squeeze(-1))
+    return torch.cat(blocks) if blocks else labels.new_empty(labels.shape, dtype=logits.dtype)
+
+
+def _patch_logprob_row_blocks(module: object) -> None:
+    if getattr(module.logprobs_from_logits_v2, "_verl_ext_patched", False):
+        return
+    REPLACED["logprob_row_blocks"] = module.logprobs_from_logits_v2
+    logprobs_in_row_blocks._verl_ext_patched = True  # type: ignore[attr-defined]
+    module.logprobs_from_logits_v2 = logprobs_in_row_blocks  # looked up at call time by logprobs_from_logits
+
+
+ENGINE_PATCHES: tuple[Patch, ...] = (
+    Patch(
+        name="logprob_row_blocks",
+        module="verl.utils.torch_functional",
+        target="logprobs_from_logits_v2",
+        snippet="for row_logits, row_labels in zip(logits, labels, strict=True):",
+        apply=_patch_logprob_row_blocks,
+    ),
+)
+
+
 # --- verl's colocated weight-transfer socket, per Ray cluster (every backend with vLLM) -----------
 # verl names the ZMQ socket through which the trainer sends each weight version to its colocated vLLM
 # workers ``/tmp/rl-colocate-zmq-<ray job id>-replica-<r>-rank-<k>.sock``: the trainer side in
@@ -248,11 +309,12 @@ def cpu_backend_active() -> bool:
 
 
 def _apply(patch: Patch) -> None:
-    import verl
-
-    if verl.__version__ != VERL_VERSION:
-        SKIPPED[patch.name] = f"verl {verl.__version__} != {VERL_VERSION}"
-        logger.warning("verl-ext: patch %s skipped: written for verl %s, found %s", patch.name, VERL_VERSION, verl.__version__)
+    # the installed distribution's version: a hook may fire while ``verl/__init__`` is still running
+    # (it imports torch_functional before it sets ``verl.__version__``)
+    found = importlib.metadata.version("verl")
+    if found != VERL_VERSION:
+        SKIPPED[patch.name] = f"verl {found} != {VERL_VERSION}"
+        logger.warning("verl-ext: patch %s skipped: written for verl %s, found %s", patch.name, VERL_VERSION, found)
         return
     patch.apply(importlib.import_module(patch.module))
     if patch.name not in APPLIED:
@@ -261,9 +323,12 @@ def _apply(patch: Patch) -> None:
 
 def install() -> None:
     """Apply each patch when its verl module is imported: ``PATCHES`` on the cpu backend only,
-    ``VLLM_PATCHES`` everywhere unless ``VERL_EXT_SCOPE_WEIGHT_SOCKET=0`` (set it for the whole
-    run: the trainer's and the servers' processes must agree)."""
+    ``ENGINE_PATCHES`` everywhere unless ``VERL_EXT_LOGPROB_ROW_BLOCKS=0``, ``VLLM_PATCHES``
+    everywhere unless ``VERL_EXT_SCOPE_WEIGHT_SOCKET=0`` (set it for the whole run: the trainer's
+    and the servers' processes must agree)."""
     selected = list(PATCHES) if cpu_backend_active() else []
+    if os.environ.get(ROW_BLOCKS_SWITCH, "1").strip() != "0":
+        selected += ENGINE_PATCHES
     if os.environ.get(SCOPE_SWITCH, "1").strip() != "0":
         selected += VLLM_PATCHES
     for patch in selected:

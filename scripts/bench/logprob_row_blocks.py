@@ -1,0 +1,67 @@
+"""verl's log-prob fallback one row at a time against verl-ext's ``logprob_row_blocks`` patch (a block
+of rows at a time, same per-row math), on the packed ``(tokens, vocab)`` logits that verl's FSDP
+engine passes it: forward + backward time and whether outputs and gradients are bitwise equal.
+
+    python scripts/bench/logprob_row_blocks.py --device cuda --tokens 20000 --vocab 512 151936
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+
+def timed(fn, logits, labels, device: str, repeats: int):
+    """Median seconds of forward + backward, the output and the gradient of the last pass."""
+    import torch
+
+    times = []
+    for _ in range(repeats + 1):
+        x = logits.detach().clone().requires_grad_()
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        out = fn(x, labels)
+        out.backward(torch.ones_like(out))
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times[1:]), out.detach(), x.grad
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--tokens", type=int, default=20000, help="rows of the packed logits (a micro-batch's tokens)")
+    parser.add_argument("--vocab", type=int, nargs="+", default=[512])
+    parser.add_argument("--dtypes", nargs="+", default=["bfloat16", "float32"])
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args(argv)
+
+    import torch
+
+    import verl.utils.torch_functional as verl_functional  # noqa: F401  (applies verl-ext's patches)
+    from verl_ext import patches
+
+    verl_loop = patches.REPLACED.get("logprob_row_blocks")
+    if verl_loop is None:
+        print(f"logprob_row_blocks is not applied here ({patches.ROW_BLOCKS_SWITCH}=0?)", file=sys.stderr)
+        return 2
+    print("| device | tokens x vocab | dtype | verl, row at a time: s | row blocks: s | speed-up | outputs equal | gradients equal |")
+    print("|---|---|---|---:|---:|---:|---|---|")
+    torch.manual_seed(0)
+    for vocab in args.vocab:
+        for dtype in args.dtypes:
+            logits = (3 * torch.randn(args.tokens, vocab, device=args.device)).to(getattr(torch, dtype))
+            labels = torch.randint(0, vocab, (args.tokens,), device=args.device)
+            slow, out_a, grad_a = timed(verl_loop, logits, labels, args.device, args.repeats)
+            fast, out_b, grad_b = timed(patches.logprobs_in_row_blocks, logits, labels, args.device, args.repeats)
+            print(f"| {args.device} | {args.tokens} x {vocab} | {dtype} | {slow:.3f} | {fast:.4f} | {slow / fast:.0f}x | "
+                  f"{torch.equal(out_a, out_b)} | {torch.equal(grad_a, grad_b)} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
