@@ -321,6 +321,28 @@ def test_logprob_row_blocks_is_what_verls_engine_calls_one_block_not_one_row_per
     assert len(calls) == 2000  # verl's own loop: one row (here: one token) at a time
 
 
+def test_version_guard_reads_the_distribution_and_skips_when_verl_has_no_version_yet(monkeypatch):
+    """A post-import hook can fire while verl/__init__ is still running (no ``verl.__version__`` yet): the
+    guard reads the installed distribution; without one (a source tree on PYTHONPATH) it reads the module's
+    attribute, and where neither exists the patch is skipped with the reason, not applied blind."""
+    import importlib.metadata
+    import types
+
+    assert patches._verl_version() == patches.VERL_VERSION  # the installed distribution
+
+    def no_distribution(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", no_distribution)
+    monkeypatch.setitem(sys.modules, "verl", types.SimpleNamespace(__version__=patches.VERL_VERSION))
+    assert patches._verl_version() == patches.VERL_VERSION
+    monkeypatch.setitem(sys.modules, "verl", types.SimpleNamespace())  # partly initialised: no version yet
+    applied = []
+    patch = patches.Patch(name="probe", module="json", target="dumps", snippet="", apply=applied.append)
+    patches._apply(patch)
+    assert applied == [] and patches.SKIPPED.pop("probe") == f"verl None != {patches.VERL_VERSION}"
+
+
 def test_logprob_row_blocks_can_be_switched_off():
     code = "import verl.utils.torch_functional as f; from verl_ext import patches; print(sorted(patches.APPLIED), f.logprobs_from_logits_v2.__name__)"
     env = {**os.environ, patches.ROW_BLOCKS_SWITCH: "0"}

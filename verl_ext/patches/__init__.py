@@ -23,6 +23,7 @@ import importlib.util
 import inspect
 import logging
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -308,10 +309,18 @@ def cpu_backend_active() -> bool:
     return os.environ.get("VERL_PLATFORM", "").strip().lower() == "cpu"
 
 
+def _verl_version() -> str | None:
+    """The installed distribution's version first: a hook may fire while ``verl/__init__`` is still
+    running (it imports torch_functional before it sets ``verl.__version__``); a source tree on
+    ``PYTHONPATH`` has no distribution, and by then its ``verl.__version__`` may be set."""
+    try:
+        return importlib.metadata.version("verl")
+    except importlib.metadata.PackageNotFoundError:
+        return getattr(sys.modules.get("verl"), "__version__", None)
+
+
 def _apply(patch: Patch) -> None:
-    # the installed distribution's version: a hook may fire while ``verl/__init__`` is still running
-    # (it imports torch_functional before it sets ``verl.__version__``)
-    found = importlib.metadata.version("verl")
+    found = _verl_version()
     if found != VERL_VERSION:
         SKIPPED[patch.name] = f"verl {found} != {VERL_VERSION}"
         logger.warning("verl-ext: patch %s skipped: written for verl %s, found %s", patch.name, VERL_VERSION, found)
