@@ -27,9 +27,13 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from verl_ext import VERL_VERSION
 from verl_ext._post_import import when_imported
+
+if TYPE_CHECKING:  # torch is imported where a patch runs, not when verl-ext loads
+    import torch
 
 logger = logging.getLogger("verl_ext")
 
@@ -184,7 +188,7 @@ ROW_ALONE_ELEMENTS = 1 << 15  # longer rows go one at a time, as in verl: their 
 # threads, so summing them as part of a block could round differently (CPU: 2^15 is torch's reduction grain)
 
 
-def logprobs_in_row_blocks(logits, labels):
+def logprobs_in_row_blocks(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """verl's ``logprobs_from_logits_v2`` with the same per-row math, over blocks of rows holding at
     most ``LOGPROB_BLOCK_ELEMENTS`` logits instead of one row at a time (rows longer than
     ``ROW_ALONE_ELEMENTS`` still one at a time).
