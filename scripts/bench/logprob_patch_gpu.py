@@ -15,13 +15,14 @@ settings_panel decisions with the to-do line (prompts of 2.3k-5.7k tokens).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from learning_runs import load_steps
 
 REPO = Path(__file__).resolve().parents[2]
 SWITCH = "VERL_EXT_LOGPROB_ROW_BLOCKS"
@@ -36,9 +37,9 @@ SFT_ENV = {"SEED": "0", "N_GPUS": "1", "TEMPLATES": "settings_panel", "SHOW_TODO
 PHASES = ("gen", "old_log_prob", "update_actor", "step")
 
 
-def steps(path: Path) -> list[dict]:
-    """The metrics of each logged step (verl's file logger: one JSON object a line)."""
-    return [json.loads(line)["data"] for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+def steps(path: Path) -> list[dict[str, float]]:
+    """The metrics of each logged step, in step order (a step's training and validation lines merged)."""
+    return [metrics for _, metrics in sorted(load_steps(path).items())]
 
 
 def rft_table(runs: dict[str, Path]) -> list[str]:

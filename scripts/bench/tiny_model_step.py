@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[tiny_model_step] {row}", file=sys.stderr, flush=True)
             del model
     fastest = min(r["median_s"] for r in rows)
-    print(f"| attention | gradient checkpointing | rows x width (real tokens) | forward + backward s | x fastest |")
+    print("| attention | gradient checkpointing | rows x width (real tokens) | forward + backward s | x fastest |")
     print("|---|---|---|---:|---:|")
     for r in rows:
         print(f"| {r['attention']} | {'on' if r['gradient_checkpointing'] else 'off'} | {r['rows']} x {r['width']} "
