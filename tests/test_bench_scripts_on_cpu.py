@@ -254,6 +254,25 @@ def test_toolcua_pipeline_study_dry_run_and_paired_report(tmp_path, capsys):
             "**exceeds** 2 SE") in text
     assert "env steps per success" in text and "| 15.0 ± 0.0 |" in text  # S_max 30 * (1 - 0.25 / 0.5)
 
+    # the RFT stage's held-out decisions (2/3 of them tools-shorter): each seed at its first and last
+    # validation, and the paired change over the stage; the run notes kept with the runs follow
+    for seed, after in enumerate((0.5, 0.6, 0.7)):
+        rft = study.RFT_VAL.format
+        lines = [json.dumps({"step": step, "data": {
+            rft("better_tool"): 2 / 3, rft("tool_call_tool_shorter"): 2 / 3 * t, rft("better_gui"): 1 / 3,
+            rft("tool_call_gui_shorter"): 1 / 3 * 0.3, rft("chose_better"): 0.5, rft("format_ok"): 1.0}})
+            for step, t in ((0, 0.4), (5, after))]
+        (tmp_path / f"seed{seed}" / "full" / "rft_metrics.jsonl").write_text("\n".join(lines) + "\n")
+    (tmp_path / "notes.md").write_text("**Run notes** seed 2 restarted by hand.\n")
+    study.main(["--dry-run", "--out", str(tmp_path), "--seeds", "0", "1", "2", "--steps", "3"])
+    text = capsys.readouterr().out
+    assert "| 5 | mean | 0.60 ± 0.06 | 0.30 ± 0.00 | 0.50 ± 0.00 | 1.00 ± 0.00 | T 0.20 short of 0.8, 0.10 over 0.2 |" in text
+    assert "| 0 | 1 | 0.40 | 0.30 | 0.50 | 1.00 | T 0.40 short of 0.8, 0.10 over 0.2 |" in text
+    assert "- T where tools shorter: +0.20 (2 SE = 0.12, 3 seeds): **exceeds** 2 SE" in text
+    assert "- T where GUI shorter: +0.00 (2 SE = 0.00, 3 seeds): within 2 SE" in text
+    assert text.rstrip().endswith("**Run notes** seed 2 restarted by hand.")
+    assert text.startswith(study.HEADINGS["cpu"]) or f"\n{study.HEADINGS['cpu']}\n" in text
+
 
 def test_toolcua_pipeline_study_parallel_starts_each_arm_from_the_full_pipelines_checkpoint(tmp_path, monkeypatch):
     """--parallel: the seeds run at once, and each later arm starts only once the full pipeline's
@@ -265,6 +284,7 @@ def test_toolcua_pipeline_study_parallel_starts_each_arm_from_the_full_pipelines
     recipe.write_text("""set -e
 mkdir -p "$OUT"
 echo "$SEED ${SKIP_SFT:-0} ${MODEL} ${TOOL_TERM:-task} ${RFT_WARMUP_STEPS:-none} $*" > "$OUT/given.txt"
+echo "${REUSE_STAGES:-0}" > "$OUT/reuse.txt"
 if [ "${SKIP_SFT:-0}" != 1 ]; then
   sleep 0.5; mkdir -p "$OUT/sft/global_step_$SFT_STEPS/huggingface"; echo "sft took 0 s" >> "$OUT/stage_times.txt"
   sleep 0.5; mkdir -p "$OUT/rft/global_step_$RFT_STEPS/actor/huggingface"; echo "rft took 0 s" >> "$OUT/stage_times.txt"
@@ -287,12 +307,18 @@ echo '{"step": '"$STEPS"', "data": {}}' > "$OUT/metrics.jsonl"
         assert given["no_rft"][2].endswith("full/sft/global_step_150/huggingface") and given["no_rft"][1] == "1"
         assert given["per_decision"][2].endswith("full/rft/global_step_10/actor/huggingface")
         assert given["per_decision"][3] == "decision"
+        # a second attempt of a run resumes at the stage that failed (vLLM's start-up on a shared card)
+        assert all((tmp_path / "runs" / f"seed{seed}" / arm / "reuse.txt").read_text().strip() == "1"
+                   for arm in given)
     text = doc.read_text()
+    assert text.count(study.HEADINGS["gpu"]) == 1 and study.HEADINGS["cpu"] + "\n" not in text
     assert "Card: **stand-in card**" in text and "--set RFT_WARMUP_STEPS=300 --override trainer.x=1 --parallel" in text
     with pytest.raises(SystemExit):
         study.main(["--set", "rft_steps=3"])  # a knob is a recipe variable in upper case
     with pytest.raises(SystemExit):
         study.main(["--set", "RFT_STEPS=3"])  # the study's own: --rft-steps (checkpoint paths depend on it)
+    with pytest.raises(SystemExit):
+        study.main(["--set", "REUSE_STAGES=0"])  # the study's own: a retry (--attempts) resumes at the failed stage
 
 
 def test_old_logit_study_batches_seeds_exactly_and_measures_against_exact_old_logits():

@@ -334,6 +334,7 @@ SFT_KNOB_ERRORS = {
     "ATTENTION": "ATTENTION must be flash_attention_2 or sdpa, got '{}'",
     "RFT_BALANCE": "RFT_BALANCE must be 0 or 1, got '{}'",
     "RFT_WARMUP_TARGETS": "RFT_WARMUP_TARGETS must be both or shorter, got '{}'",
+    "REUSE_STAGES": "REUSE_STAGES must be 0 or 1, got '{}'",
 }
 
 
@@ -344,6 +345,7 @@ SFT_KNOB_ERRORS = {
     ("ATTENTION", "flash"),
     ("RFT_BALANCE", "yes"),
     ("RFT_WARMUP_TARGETS", "better"),
+    ("REUSE_STAGES", "yes"),
 ])
 def test_staged_pipeline_refuses_a_bad_sft_knob(knob, value, tmp_path):
     """SFT_TOOL_OVERSAMPLE (prepare-data --tool-oversample), SFT_DECISION_WEIGHT
@@ -377,6 +379,50 @@ def test_staged_pipeline_rft_warmup_hands_its_checkpoint_to_the_rl_half(targets,
         assert len(warmup) == 12 and [e["mode"] for e in warmup] == ["gui", "tool"] * 6
     else:
         assert len(warmup) == 6 and all(e["mode"] == e["better"] for e in warmup)
+
+
+def _finished(ckpt: Path, step: int) -> None:
+    """What a verl trainer run leaves once its step-``step`` checkpoint is saved."""
+    ckpt.mkdir(parents=True)
+    (ckpt / "latest_checkpointed_iteration.txt").write_text(str(step))
+
+
+def test_staged_pipeline_reuse_stages_resumes_at_the_stage_that_did_not_finish(dry_run, tmp_path):
+    """REUSE_STAGES=1: a started-again pipeline hands on the SFT run and the RFT warm-up whose
+    checkpoints of their last step are in $OUT (their trainers are not started: SFT_LAUNCHER=false
+    would fail) and trains the RFT run whose checkpoint is of another step; once that RFT checkpoint
+    is there too, the online stage starts from it. A failed run's metrics file is not appended to."""
+    _finished(tmp_path / "sft", 300)
+    _finished(tmp_path / "rft_warmup", 2)
+    _finished(tmp_path / "rft", 7)  # a run of another length (or one whose save never ended)
+    (tmp_path / "rft_metrics.jsonl").write_text('{"step": 1, "data": {"from": "the failed run"}}\n')
+    env = {**SCRIPT_ENV[TOOLCUA_SFT_RL_GPU], "SKIP_SFT": "0", "SKIP_RL": "1", "RFT_WARMUP_STEPS": "2",
+           "REUSE_STAGES": "1", "SFT_LAUNCHER": "false", "OUT": str(tmp_path)}
+    code, out, err = dry_run(TOOLCUA_SFT_RL_GPU, [], **env)
+    assert code == 0, err[-4000:]
+    config = OmegaConf.create(out)
+    assert config.actor_rollout_ref.rollout.agent.default_agent_loop == "decision_turn"  # the RFT run trains
+    assert config.actor_rollout_ref.model.path == f"{tmp_path}/rft_warmup/global_step_2/huggingface"
+    assert not (tmp_path / "sft_data").exists() and not (tmp_path / "rft_warmup_data").exists()
+    assert not (tmp_path / "rft_metrics.jsonl").exists()  # removed before the RFT run (the stand-in logs nothing)
+
+    (tmp_path / "rft" / "latest_checkpointed_iteration.txt").write_text("50")  # RFT_STEPS' checkpoint saved
+    code, out, err = dry_run(TOOLCUA_SFT_RL_GPU, [], **{**env, "SKIP_RL": "0"})
+    assert code == 0, err[-4000:]
+    config = OmegaConf.create(out)
+    assert config.actor_rollout_ref.rollout.agent.default_agent_loop == "hybrid_gui_tool"
+    assert config.actor_rollout_ref.model.path == f"{tmp_path}/rft/global_step_50/actor/huggingface"
+
+
+def test_staged_pipeline_trains_every_stage_again_without_reuse_stages(tmp_path):
+    """REUSE_STAGES unset (0): a finished SFT checkpoint in $OUT is trained again, as before the knob."""
+    _finished(tmp_path / "sft", 300)
+    env = {**os.environ, "OUT": str(tmp_path), "HF_HUB_OFFLINE": "1", "SKIP_RFT": "1", "SKIP_RL": "1",
+           "SFT_ROWS": "2", "SFT_LAUNCHER": "false", "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    proc = subprocess.run(["bash", str(TOOLCUA_SFT_RL_GPU)], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode != 0 and (tmp_path / "sft_data" / "train.parquet").exists()  # the launcher ran
+    assert "reusing" not in proc.stdout
 
 
 def test_staged_pipeline_rft_warmup_decision_weight_selects_the_weighted_dataset(dry_run, tmp_path):

@@ -6,13 +6,20 @@
 #   PPO_BACKEND  main_ppo settings of the backend (+plugins/backend=cpu, or rollout/GPU counts)
 # then calls run_stages "$@": the script's arguments are extra main_ppo overrides of stages 2 and 3.
 # Each stage hands its HF checkpoint to the next through MODEL; SKIP_SFT=1 / SKIP_RFT=1 / SKIP_RL=1
-# skip a stage (it then hands on what it was given).
+# skip a stage (it then hands on what it was given); REUSE_STAGES=1 hands on a checkpoint a trainer run
+# of an earlier start already finished in $OUT instead of training it again.
 # Each trainer run keeps the config it composed (before Ray starts) in $OUT/hydra/<stage>/.hydra/
 # (config.yaml, overrides.yaml) rather than in ./outputs/<date>/ of the directory it was started from.
 
 SKIP_SFT=${SKIP_SFT:-0}
 SKIP_RFT=${SKIP_RFT:-0}
 SKIP_RL=${SKIP_RL:-0}
+REUSE_STAGES=${REUSE_STAGES:-0}      # 1: a trainer run whose checkpoint of its last step is already in $OUT is not
+                                     # run again (a pipeline restarted after a crash resumes at the stage that failed)
+case "$REUSE_STAGES" in
+    0|1) ;;
+    *) echo "verl-ext toolcua_sft_rl: REUSE_STAGES must be 0 or 1, got '$REUSE_STAGES'" >&2; exit 2 ;;
+esac
 RL_TEST_FREQ=${RL_TEST_FREQ:--1}     # validate every N online RL steps as well (-1: only before)
 RL_VAL_ONLY=${RL_VAL_ONLY:-false}    # true: validate the model handed to stage 3 and stop (no online RL)
 TOOL_TERM=${TOOL_TERM:-task}         # R_tool of the path reward: task (ToolCUA's) | decision (per decision)
@@ -71,8 +78,15 @@ fi
 # total_epochs is only a bound: the run stops at SFT_STEPS.
 # DECISION_WEIGHT (default 1) != 1 swaps in DecisionWeightedSFTDataset, a subclass that puts that weight
 # in the loss_mask at each call's decision tokens (verl's sft_loss is a loss_mask-weighted token mean).
+finished() {  # finished CKPT_DIR STEPS: REUSE_STAGES=1 and a trainer run saved its step-STEPS checkpoint there
+    # (verl writes latest_checkpointed_iteration.txt once the checkpoint is saved)
+    [ "$REUSE_STAGES" = 1 ] && [ "$(cat "$1/latest_checkpointed_iteration.txt" 2> /dev/null)" = "$2" ] &&
+        echo "verl-ext toolcua_sft_rl: reusing the finished run in $1 (step $2; REUSE_STAGES=1)"
+}
+
 sft_run() {  # sft_run DATA_DIR STEPS LR WARMUP_STEPS CKPT_DIR NAME METRICS [DECISION_WEIGHT]: verl's SFT trainer from $MODEL
     local data=$1 steps=$2 lr=$3 warmup=$4 ckpt=$5 name=$6 metrics=$7 weight=${8:-1}
+    rm -f "$metrics"  # verl's file logger appends: a run started again must not add to a failed one's lines
     local dataset=(data.custom_cls.name=JsonMultiTurnSFTDataset)
     if [ "$weight" != 1 ]; then
         dataset=(data.custom_cls.name=DecisionWeightedSFTDataset +data.decision_weight="$weight")
@@ -111,10 +125,12 @@ sft_run() {  # sft_run DATA_DIR STEPS LR WARMUP_STEPS CKPT_DIR NAME METRICS [DEC
 }
 
 sft_stage() {
-    verl-ext prepare-data text_hybrid_sft "$OUT/sft_data" --train-size "$SFT_ROWS" --val-size "$SFT_VAL_ROWS" --seed "$SEED" \
-        --templates "$TEMPLATES" --tool-oversample "$SFT_TOOL_OVERSAMPLE" "${TODO_FLAG[@]}"
-    sft_run "$OUT/sft_data" "$SFT_STEPS" "$SFT_LR" "$SFT_WARMUP" "$OUT/sft" sft "$OUT/sft_metrics.jsonl" \
-        "$SFT_DECISION_WEIGHT"
+    if ! finished "$OUT/sft" "$SFT_STEPS"; then
+        verl-ext prepare-data text_hybrid_sft "$OUT/sft_data" --train-size "$SFT_ROWS" --val-size "$SFT_VAL_ROWS" \
+            --seed "$SEED" --templates "$TEMPLATES" --tool-oversample "$SFT_TOOL_OVERSAMPLE" "${TODO_FLAG[@]}"
+        sft_run "$OUT/sft_data" "$SFT_STEPS" "$SFT_LR" "$SFT_WARMUP" "$OUT/sft" sft "$OUT/sft_metrics.jsonl" \
+            "$SFT_DECISION_WEIGHT"
+    fi
     MODEL="$OUT/sft/global_step_$SFT_STEPS/huggingface"   # weights + tokenizer in HF format (hf_model)
     # What SFT taught: greedy replies at every turn of held-out transcripts (the oracle's earlier
     # turns as context), parsed with verl's hermes parser as the agent loop parses them.
@@ -140,13 +156,20 @@ rft_stage() {
     # Warm-up SFT on the same training decisions, both options' first calls as targets (no preference):
     # how to write either call at a switching step, so that the RL half samples both (RFT_WARMUP_STEPS=0: off).
     # RFT_WARMUP_TARGETS=shorter: the shorter way's call only, the RL half's label taught directly.
-    if [ "$RFT_WARMUP_STEPS" -gt 0 ]; then
+    if [ "$RFT_WARMUP_STEPS" -gt 0 ] && ! finished "$OUT/rft_warmup" "$RFT_WARMUP_STEPS"; then
         verl-ext prepare-data text_hybrid_switch_warmup "$OUT/rft_warmup_data" --train-size "$WARMUP_ROWS" \
             --val-size "$SFT_VAL_ROWS" --seed "$SEED" --templates "$TEMPLATES" --warmup-targets "$RFT_WARMUP_TARGETS" "${TODO_FLAG[@]}"
         sft_run "$OUT/rft_warmup_data" "$RFT_WARMUP_STEPS" "$RFT_WARMUP_LR" 0 "$OUT/rft_warmup" rft_warmup \
             "$OUT/rft_warmup_metrics.jsonl" "$RFT_WARMUP_DECISION_WEIGHT"
+    fi
+    if [ "$RFT_WARMUP_STEPS" -gt 0 ]; then
         MODEL="$OUT/rft_warmup/global_step_$RFT_WARMUP_STEPS/huggingface"
     fi
+    if finished "$OUT/rft" "$RFT_STEPS"; then
+        MODEL="$OUT/rft/global_step_$RFT_STEPS/actor/huggingface"
+        return
+    fi
+    rm -f "$OUT/rft_metrics.jsonl"  # verl's file logger appends
     verl-ext prepare-data text_hybrid_decisions "$OUT/rft_data" --train-size "$RFT_ROWS" --val-size "$RFT_VAL_ROWS" \
         --seed "$SEED" --templates "$TEMPLATES" "${TODO_FLAG[@]}" "${BALANCE_FLAG[@]}"
     # shellcheck disable=SC2086  # RFT_ARGS: space-separated overrides
@@ -196,6 +219,7 @@ rl_stage() {
     if [ "$SHOW_TODO" = 1 ]; then  # the loop's env must show the to-do list as the SFT and RFT rows did
         loop_config=(actor_rollout_ref.rollout.agent.agent_loop_config_path="$HERE/agent_loops_show_todo.yaml")
     fi
+    rm -f "$OUT/metrics.jsonl"  # verl's file logger appends
     VERL_FILE_LOGGER_PATH="$OUT/metrics.jsonl" python -m verl.trainer.main_ppo \
         "${PPO_BACKEND[@]}" +plugins/env=minidesk +plugins/reward=tool_path trainer.v1.trainer_mode=verl_ext_sync \
         "${loop_config[@]}" \

@@ -47,7 +47,8 @@ from learning_runs import (REPO, Runs, gpu_environment, machine_line, load_steps
                            study_parser, thread_caps, write_section)
 from text_hybrid_study import derived, final, fmt, goal_gap, mean_se, ratio
 
-HEADING = "## ToolCUA pipeline study: SFT -> RFT -> online RL"
+HEADINGS = {"cpu": "## ToolCUA pipeline study: SFT -> RFT -> online RL",  # each backend's runs keep their own section
+            "gpu": "## GPU: ToolCUA pipeline study: SFT -> RFT -> online RL"}
 SCRIPTS = {"cpu": "toolcua_sft_rl/run_cpu.sh", "gpu": "toolcua_sft_rl/run_gpu.sh"}
 START_MODEL = {"cpu": "INIT_MODEL", "gpu": "MODEL"}  # each script's variable for the model stage 1 starts from
 VAL = "val-aux/verl_ext/text_hybrid/{}/mean@1"
@@ -69,9 +70,10 @@ METRICS = {  # derived() name -> column title
 
 def settings(args) -> dict[str, str]:
     """Environment of every run: the budget, the held-out validation and the ``--set`` knobs
-    (``run_once`` adds STEPS and OUT)."""
-    return {"RL_TEST_FREQ": str(args.steps), "RL_VAL_SIZE": str(args.val_size), "RFT_STEPS": str(args.rft_steps),
-            "SFT_STEPS": str(args.sft_steps), "TEMPLATES": args.templates,
+    (``run_once`` adds STEPS and OUT). REUSE_STAGES=1: a run's second attempt (``--attempts``) resumes
+    at the stage that failed (on a shared card vLLM's start-up can fail when another run frees memory)."""
+    return {"REUSE_STAGES": "1", "RL_TEST_FREQ": str(args.steps), "RL_VAL_SIZE": str(args.val_size),
+            "RFT_STEPS": str(args.rft_steps), "SFT_STEPS": str(args.sft_steps), "TEMPLATES": args.templates,
             **dict(kv.split("=", 1) for kv in args.set)}
 
 
@@ -194,7 +196,7 @@ def report(results: dict[str, Runs], rft: Runs, args, command: str, runs_info: l
              f"{versions.get('verl')}; the runs of all seeds shared it)." if cards else machine_line({"all": runs_info}))
     knobs = ", ".join(f"`{kv}`" for kv in args.set)
     lines = [
-        HEADING, "",
+        HEADINGS[args.backend], "",
         f"{where} `{command}`: "
         f"`recipes/{SCRIPTS[args.backend]}` from a random {args.layers}-layer, {args.width}-wide tiny model, with SFT "
         f"{args.sft_steps} steps, RFT {args.rft_steps} steps (critical switching steps, per-decision reward), online "
@@ -213,15 +215,33 @@ def report(results: dict[str, Runs], rft: Runs, args, command: str, runs_info: l
         lines.append(f"| {arm} | " + " | ".join(fmt(values[arm][n], digits[n]) for n in METRICS) + f" | {gap} |")
     lines += ["", "Paired differences to the full pipeline (per seed, then mean and standard error over seeds):", "",
               *verdict_lines(values), "", *sft_lines(args)]
-    if rft:
-        logged = sorted({s for run in rft.values() for s, m in run.items() if RFT_VAL.format("format_ok") in m})
-        if logged:
-            lines += ["**RFT stage, held-out decisions** (greedy, before and after single-turn RL):", "",
-                      "| step | " + " | ".join(rft_decisions(rft, logged[0])) + " |", "|---" * 5 + "|"]
-            for step in (logged[0], logged[-1]):
-                lines.append(f"| {step} | " + " | ".join(fmt(v) for v in rft_decisions(rft, step).values()) + " |")
-            lines.append("")
-    return "\n".join(lines)
+    notes = args.out / "notes.md"  # what the runs' own files cannot say (a run restarted by hand, a hold that ended)
+    return "\n".join(lines + rft_lines(rft) + ([notes.read_text().strip(), ""] if notes.exists() else []))
+
+
+def rft_lines(rft: Runs) -> list[str]:
+    """The RFT stage's held-out decisions before and after single-turn RL: mean over seeds, each seed,
+    and the paired change (last validation - first) against two standard errors."""
+    logged = sorted({s for run in rft.values() for s, m in run.items() if RFT_VAL.format("format_ok") in m})
+    if not logged:
+        return []
+    first, last = rft_decisions(rft, logged[0]), rft_decisions(rft, logged[-1])
+    lines = ["**RFT stage, held-out decisions** (greedy, before and after single-turn RL; seeds "
+             f"{', '.join(map(str, rft))}):", "",
+             "| step | seed | " + " | ".join(first) + " | goal (decision) |", "|---" * 7 + "|"]
+    for step, rates in ((logged[0], first), (logged[-1], last)):
+        tool, gui = rates["T where tools shorter"], rates["T where GUI shorter"]
+        lines.append(f"| {step} | mean | " + " | ".join(fmt(v) for v in rates.values()) + f" | {goal_gap(tool, gui)} |")
+        for i, seed in enumerate(rft):
+            lines.append(f"| {step} | {seed} | " + " | ".join(fmt(v[i:i + 1]) for v in rates.values())
+                         + f" | {goal_gap(tool[i:i + 1], gui[i:i + 1])} |")
+    lines += ["", f"Paired change over the RFT stage (step {logged[-1]} - step {logged[0]}, per seed):", ""]
+    for name in first:
+        mean, se, n = paired(last[name], first[name])
+        if n >= 2:
+            verdict = "**exceeds** 2 SE" if abs(mean) > 2 * se else "within 2 SE"
+            lines.append(f"- {name}: {mean:+.2f} (2 SE = {2 * se:.2f}, {n} seeds): {verdict}")
+    return lines + [""]
 
 
 def run_arm(args, arm: str, out: Path, env: dict[str, str], seed: int, info: dict) -> None:
@@ -297,7 +317,7 @@ def main(argv: list[str]) -> int:
     owned = {"SFT_STEPS": "--sft-steps", "RFT_STEPS": "--rft-steps", "STEPS": "--steps", "RL_TEST_FREQ": "--steps",
              "RL_VAL_SIZE": "--val-size", "TEMPLATES": "--templates", "SEED": "--seeds", "OUT": "--out",
              "MODEL": "--width/--layers", "INIT_MODEL": "--width/--layers", "SKIP_SFT": "--arms", "SKIP_RFT": "--arms",
-             "SKIP_RL": "--arms", "TOOL_TERM": "--arms"}
+             "SKIP_RL": "--arms", "TOOL_TERM": "--arms", "REUSE_STAGES": "--attempts"}
     for kv in args.set:  # the arms' checkpoint paths and pairing depend on these: the study sets them itself
         key = kv.split("=", 1)[0]
         if key in owned:
@@ -334,8 +354,8 @@ def main(argv: list[str]) -> int:
     if args.dry_run:
         print(text)
         return 0
-    write_section(args.doc, HEADING, text)
-    print(f"wrote {args.doc} ({HEADING!r})")
+    write_section(args.doc, HEADINGS[args.backend], text)
+    print(f"wrote {args.doc} ({HEADINGS[args.backend]!r})")
     return 0
 
 
