@@ -30,6 +30,9 @@ Hooks added on top of verl:
   statistics and the loss, for every estimator (``verl_ext.advantages.validity``); a batch where
   every row is such a row stops the run with the reasons; episode and DVReward judge metrics are
   logged every step;
+- group signal (verl's estimators): ``verl_ext/groups/uniform_reward_share``, the share of the batch's
+  rollout groups whose rows all got the same reward, so that a group-relative estimator gives them
+  advantage 0 (a run that is not learning shows whether GRPO had anything to compare);
 - verl-ext's own cost: every hook above times itself (``verl_ext.timing``); each step logs
   ``verl_ext/time/<hook>``, ``verl_ext/mem/<what>/*_bytes`` (the workers' reports come back with
   the version-publishing call), ``verl_ext/time/total`` and its ``share_of_step`` of verl's
@@ -42,6 +45,7 @@ import contextlib
 import logging
 import os
 
+import numpy as np
 import torch
 import transfer_queue as tq
 from omegaconf import open_dict
@@ -237,6 +241,8 @@ class VerlExtTrainerMixin:
             with timed("reward_postprocess"):
                 metrics.update(postprocess.apply(data, extra_fields, algorithm, validity_key))
                 invalid = _exclude_invalid_rewards(data, extra_fields, validity_key, step_aware, metrics, self.config)
+                if not step_aware:  # verl's estimators group by uid: a group of equal rewards has no signal
+                    metrics.update(_uniform_reward_groups(data))
             with timed("advantages" if step_aware else None):  # verl's own estimators are verl's time
                 advantages = estimate(data, *args, **kwargs)
             with timed("reward_postprocess"):
@@ -329,6 +335,20 @@ def _exclude_invalid_rewards(data, extra_fields: list[dict], key: str | None, na
     if key is not None or invalid.any():
         metrics.update(validity.metrics(uids, invalid))
     return invalid
+
+
+def _uniform_reward_groups(data) -> dict[str, float]:
+    """``verl_ext/groups/uniform_reward_share``: the share of the batch's rollout groups (``uid``, two or
+    more rows) whose rows all got the same reward (after post-processing and fault exclusion), i.e.
+    whose advantages a group-relative estimator sets to 0; ``verl_ext/groups/count``: those groups."""
+    from verl_ext.advantages import grouping
+
+    scores = data.batch["token_level_rewards"].sum(dim=-1).float().cpu().numpy()
+    codes, uniques = grouping.factorize(np.asarray([str(u) for u in data.non_tensor_batch["uid"]], dtype=object))
+    share, groups = grouping.uniform_group_share(scores, codes, len(uniques))
+    if groups == 0:  # one sample per prompt: no group to speak of
+        return {}
+    return {"verl_ext/groups/uniform_reward_share": share, "verl_ext/groups/count": float(groups)}
 
 
 def _step_aware(extra_fields: list[dict]):

@@ -133,3 +133,17 @@ def test_sparse_int_keys_are_coded_correctly():
     assert len(uniques) == len(np.unique(key))
     np.testing.assert_array_equal(uniques[codes], key)
     assert codes[0] == 0 and np.all(np.diff(np.maximum.accumulate(codes)) <= 1)  # first appearance
+
+
+def test_uniform_group_share_counts_groups_a_group_baseline_cannot_learn_from():
+    """Groups of 2+ rows whose values are all equal (within atol) over all groups of 2+ rows; rows
+    alone in their group (one sample, an isolated fault) are not groups here."""
+    uids = np.array(["a", "a", "b", "b", "b", "c", "d", "d"], dtype=object)
+    values = np.array([1.0, 1.0, 0.0, 1.0, 0.0, 5.0, 2.0, 2.0 + 1e-9])
+    codes, uniques = grouping.factorize(uids)
+    share, groups = grouping.uniform_group_share(values, codes, len(uniques))
+    assert groups == 3 and share == pytest.approx(2 / 3)  # a and d are uniform, b is not, c is alone
+    share, groups = grouping.uniform_group_share(values, codes, len(uniques), atol=0.0)
+    assert share == pytest.approx(1 / 3)  # d differs by 1e-9
+    share, groups = grouping.uniform_group_share(np.array([1.0, 2.0]), np.array([0, 1]), 2)
+    assert groups == 0 and np.isnan(share)

@@ -49,6 +49,8 @@ def test_sft_checkpoint_feeds_rl_with_function_call_metrics(tmp_path, monkeypatc
     for step in (0, 1):  # held-out decisions, greedy, before and after the RFT step
         assert_finite(rft[step], [decision_val.format(k) for k in ("format_ok", "path", "chose_better", "better_tool")])
     assert_finite(rft[1], ["actor/pg_loss", "critic/score/mean"])
+    # 2 decisions x 2 samples: the share of GRPO groups whose samples all scored the same (no signal)
+    assert rft[1]["verl_ext/groups/count"] == 2 and rft[1]["verl_ext/groups/uniform_reward_share"] in (0.0, 0.5, 1.0)
     assert started_from(tmp_path, "rl") == str(rft_model)
     assert [line.split(":")[1].split()[0] for line in (tmp_path / "stage_times.txt").read_text().splitlines()] == [
         "sft", "rft", "rl"]

@@ -104,6 +104,34 @@ def group_mean_std(
     return mean, std, count
 
 
+def uniform_group_share(values: np.ndarray, codes: np.ndarray, n_groups: int,
+                        atol: float = 1e-6) -> tuple[float, int]:
+    """Share of the groups of two or more rows whose ``values`` are all equal (max - min <= ``atol``).
+
+    Under a group-relative baseline (GRPO, RLOO, ...) every row of such a group gets advantage 0:
+    the batch teaches nothing there. Rows alone in their group (one sample, a row isolated as a
+    fault) have no baseline to differ from and are not counted.
+
+    Args:
+        values: shape (n,), e.g. each row's summed reward.
+        codes: shape (n,) dense group codes in ``[0, n_groups)`` (``factorize``).
+
+    Returns:
+        ``(share, groups)``: ``groups`` = number of groups with two or more rows; ``share`` is NaN
+        when it is 0.
+    """
+    count = segment_count(codes, n_groups)
+    high = np.full(n_groups, -np.inf)
+    low = np.full(n_groups, np.inf)
+    np.maximum.at(high, codes, values)
+    np.minimum.at(low, codes, values)
+    shared = count >= 2
+    groups = int(shared.sum())
+    if groups == 0:
+        return float("nan"), 0
+    return float(((high - low)[shared] <= atol).mean()), groups
+
+
 def group_median(values: np.ndarray, codes: np.ndarray, n_groups: int) -> np.ndarray:
     """Per-group median, shape (n_groups,); even groups average the two middle values.
 
