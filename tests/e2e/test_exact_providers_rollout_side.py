@@ -71,4 +71,6 @@ def test_interrupt_scores_segments_at_the_sync_for_exact_old_logits(tmp_path):
         m = metrics[step]
         assert m["old_logits/interrupt/filled_by_current_frac"] == 0.0  # every segment scored at a sync
         assert m["old_logits/interrupt/unscorable_segments"] == 0
-        assert m["old_logits/interrupt/segments"] > 0
+    # each sync scores what was served since the one before; whether a given step's interval served any
+    # request depends on timing (a CI run with a second job on the machine saw none at one step)
+    assert sum(metrics[s]["old_logits/interrupt/segments"] for s in STEPS) > 0
