@@ -156,13 +156,14 @@ rft_stage() {
     # Warm-up SFT on the same training decisions, both options' first calls as targets (no preference):
     # how to write either call at a switching step, so that the RL half samples both (RFT_WARMUP_STEPS=0: off).
     # RFT_WARMUP_TARGETS=shorter: the shorter way's call only, the RL half's label taught directly.
-    if [ "$RFT_WARMUP_STEPS" -gt 0 ] && ! finished "$OUT/rft_warmup" "$RFT_WARMUP_STEPS"; then
-        verl-ext prepare-data text_hybrid_switch_warmup "$OUT/rft_warmup_data" --train-size "$WARMUP_ROWS" \
-            --val-size "$SFT_VAL_ROWS" --seed "$SEED" --templates "$TEMPLATES" --warmup-targets "$RFT_WARMUP_TARGETS" "${TODO_FLAG[@]}"
-        sft_run "$OUT/rft_warmup_data" "$RFT_WARMUP_STEPS" "$RFT_WARMUP_LR" 0 "$OUT/rft_warmup" rft_warmup \
-            "$OUT/rft_warmup_metrics.jsonl" "$RFT_WARMUP_DECISION_WEIGHT"
-    fi
     if [ "$RFT_WARMUP_STEPS" -gt 0 ]; then
+        if ! finished "$OUT/rft_warmup" "$RFT_WARMUP_STEPS"; then
+            verl-ext prepare-data text_hybrid_switch_warmup "$OUT/rft_warmup_data" --train-size "$WARMUP_ROWS" \
+                --val-size "$SFT_VAL_ROWS" --seed "$SEED" --templates "$TEMPLATES" \
+                --warmup-targets "$RFT_WARMUP_TARGETS" "${TODO_FLAG[@]}"
+            sft_run "$OUT/rft_warmup_data" "$RFT_WARMUP_STEPS" "$RFT_WARMUP_LR" 0 "$OUT/rft_warmup" rft_warmup \
+                "$OUT/rft_warmup_metrics.jsonl" "$RFT_WARMUP_DECISION_WEIGHT"
+        fi
         MODEL="$OUT/rft_warmup/global_step_$RFT_WARMUP_STEPS/huggingface"
     fi
     if finished "$OUT/rft" "$RFT_STEPS"; then

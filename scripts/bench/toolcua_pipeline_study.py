@@ -149,6 +149,17 @@ def paired(a: np.ndarray, b: np.ndarray) -> tuple[float, float, int]:
     return mean_se(diff)
 
 
+def paired_bullet(title: str, a: np.ndarray, b: np.ndarray) -> tuple[str, int]:
+    """``- title: mean (2 SE = .., n seeds): verdict`` of the per-seed differences ``a - b``, and n."""
+    mean, se, n = paired(a, b)
+    if n < 2:
+        verdict = "SE undefined (fewer than 2 paired seeds)"
+    else:
+        verdict = "**exceeds** 2 SE" if abs(mean) > 2 * se else "within 2 SE"
+    two_se = f"{2 * se:.2f}" if np.isfinite(se) else "n/a"
+    return f"- {title}: {mean:+.2f} (2 SE = {two_se}, {n} seeds): {verdict}", n
+
+
 def verdict_lines(values: dict[str, dict[str, np.ndarray]]) -> list[str]:
     """One bullet per ablation and metric: paired difference to the full pipeline vs 2 SE."""
     lines = []
@@ -156,15 +167,9 @@ def verdict_lines(values: dict[str, dict[str, np.ndarray]]) -> list[str]:
         if arm not in values or FULL not in values:
             continue
         for name, title in METRICS.items():
-            mean, se, n = paired(values[arm][name], values[FULL][name])
-            if n == 0:
-                continue
-            if n < 2:
-                verdict = "SE undefined (fewer than 2 paired seeds)"
-            else:
-                verdict = "**exceeds** 2 SE" if abs(mean) > 2 * se else "within 2 SE"
-            two_se = f"{2 * se:.2f}" if np.isfinite(se) else "n/a"
-            lines.append(f"- {title}, {arm} - {FULL}: {mean:+.2f} (2 SE = {two_se}, {n} seeds): {verdict}")
+            line, n = paired_bullet(f"{title}, {arm} - {FULL}", values[arm][name], values[FULL][name])
+            if n > 0:
+                lines.append(line)
     return lines
 
 
@@ -237,10 +242,9 @@ def rft_lines(rft: Runs) -> list[str]:
                          + f" | {goal_gap(tool[i:i + 1], gui[i:i + 1])} |")
     lines += ["", f"Paired change over the RFT stage (step {logged[-1]} - step {logged[0]}, per seed):", ""]
     for name in first:
-        mean, se, n = paired(last[name], first[name])
+        line, n = paired_bullet(name, last[name], first[name])
         if n >= 2:
-            verdict = "**exceeds** 2 SE" if abs(mean) > 2 * se else "within 2 SE"
-            lines.append(f"- {name}: {mean:+.2f} (2 SE = {2 * se:.2f}, {n} seeds): {verdict}")
+            lines.append(line)
     return lines + [""]
 
 
