@@ -335,6 +335,7 @@ SFT_KNOB_ERRORS = {
     "RFT_BALANCE": "RFT_BALANCE must be 0 or 1, got '{}'",
     "RFT_WARMUP_TARGETS": "RFT_WARMUP_TARGETS must be both or shorter, got '{}'",
     "REUSE_STAGES": "REUSE_STAGES must be 0 or 1, got '{}'",
+    "RFT_WARMUP_BATCH": "RFT_WARMUP_BATCH must be a whole number >= 1, got '{}'",
 }
 
 
@@ -346,6 +347,7 @@ SFT_KNOB_ERRORS = {
     ("RFT_BALANCE", "yes"),
     ("RFT_WARMUP_TARGETS", "better"),
     ("REUSE_STAGES", "yes"),
+    *(("RFT_WARMUP_BATCH", v) for v in ("0", "x", "16.5")),
 ])
 def test_staged_pipeline_refuses_a_bad_sft_knob(knob, value, tmp_path):
     """SFT_TOOL_OVERSAMPLE (prepare-data --tool-oversample), SFT_DECISION_WEIGHT
@@ -427,9 +429,14 @@ def test_staged_pipeline_trains_every_stage_again_without_reuse_stages(tmp_path)
 
 def test_staged_pipeline_rft_warmup_decision_weight_selects_the_weighted_dataset(dry_run, tmp_path):
     """RFT_WARMUP_DECISION_WEIGHT=W: the warm-up's SFT config (composed only: ``--cfg job``) uses
-    DecisionWeightedSFTDataset with data.decision_weight=W, as SFT_DECISION_WEIGHT does for stage 1."""
+    DecisionWeightedSFTDataset with data.decision_weight=W, as SFT_DECISION_WEIGHT does for stage 1.
+    RFT_WARMUP_BATCH=B: the warm-up's batch (not SFT_BATCH's), with at least B held-out rows (verl
+    validates in batches of B and drops an incomplete one)."""
+    import pandas as pd
+
     env = {**os.environ, "OUT": str(tmp_path), "HF_HUB_OFFLINE": "1", "SKIP_SFT": "1", "SKIP_RL": "1",
            "RFT_WARMUP_STEPS": "2", "RFT_ROWS": "4", "RFT_VAL_ROWS": "2", "RFT_WARMUP_DECISION_WEIGHT": "8",
+           "RFT_WARMUP_BATCH": "6",
            "SFT_LAUNCHER": sys.executable, "SFT_ARGS": "--cfg job", "MAIN_PPO_ARGS": str(tmp_path / "main_ppo_args"),
            "PATH": f"{dry_run.root / 'bin'}:{Path(sys.executable).parent}:{os.environ['PATH']}"}
     proc = subprocess.run(["bash", str(TOOLCUA_SFT_RL_GPU)], cwd=REPO, env=env, capture_output=True, text=True,
@@ -440,6 +447,7 @@ def test_staged_pipeline_rft_warmup_decision_weight_selects_the_weighted_dataset
     data = OmegaConf.create(printed[after_data:]).data
     assert data.custom_cls.name == "DecisionWeightedSFTDataset" and data.decision_weight == 8
     assert data.train_files.endswith("/rft_warmup_data/train.parquet")
+    assert data.train_batch_size == 6 and len(pd.read_parquet(tmp_path / "rft_warmup_data" / "val.parquet")) == 6
 
 
 @pytest.mark.parametrize("weight", ["1", "8"])

@@ -28,6 +28,11 @@ SFT_MAX_LENGTH=${SFT_MAX_LENGTH:-8192}   # tokens of one SFT row (a whole transc
 # drops an incomplete one, so fewer rows than SFT_BATCH would leave no batch and val/loss would read NaN
 SFT_VAL_ROWS=$((SFT_BATCH > 4 ? SFT_BATCH : 4))
 RFT_WARMUP_STEPS=${RFT_WARMUP_STEPS:-0}   # warm-up SFT steps on the switching steps before the RL half (0: none)
+RFT_WARMUP_BATCH=${RFT_WARMUP_BATCH:-$SFT_BATCH}   # warm-up rows a step (decisions are shorter than transcripts)
+case "$RFT_WARMUP_BATCH" in
+    ''|*[!0-9]*|0*) echo "verl-ext toolcua_sft_rl: RFT_WARMUP_BATCH must be a whole number >= 1, got '$RFT_WARMUP_BATCH'" >&2; exit 2 ;;
+esac
+WARMUP_VAL_ROWS=$((RFT_WARMUP_BATCH > 4 ? RFT_WARMUP_BATCH : 4))   # as SFT_VAL_ROWS, in batches of RFT_WARMUP_BATCH
 RFT_WARMUP_LR=${RFT_WARMUP_LR:-3e-3}
 RFT_WARMUP_TARGETS=${RFT_WARMUP_TARGETS:-both}   # the warm-up's targets at each training decision: both options'
                                      # first calls (no preference, 2 rows a decision) | shorter (the shorter way's only)
@@ -84,8 +89,8 @@ finished() {  # finished CKPT_DIR STEPS: REUSE_STAGES=1 and a trainer run saved 
         echo "verl-ext toolcua_sft_rl: reusing the finished run in $1 (step $2; REUSE_STAGES=1)"
 }
 
-sft_run() {  # sft_run DATA_DIR STEPS LR WARMUP_STEPS CKPT_DIR NAME METRICS [DECISION_WEIGHT]: verl's SFT trainer from $MODEL
-    local data=$1 steps=$2 lr=$3 warmup=$4 ckpt=$5 name=$6 metrics=$7 weight=${8:-1}
+sft_run() {  # sft_run DATA_DIR STEPS BATCH LR WARMUP_STEPS CKPT_DIR NAME METRICS [DECISION_WEIGHT]: verl's SFT trainer from $MODEL
+    local data=$1 steps=$2 batch=$3 lr=$4 warmup=$5 ckpt=$6 name=$7 metrics=$8 weight=${9:-1}
     rm -f "$metrics"  # verl's file logger appends: a run started again must not add to a failed one's lines
     local dataset=(data.custom_cls.name=JsonMultiTurnSFTDataset)
     if [ "$weight" != 1 ]; then
@@ -98,7 +103,7 @@ sft_run() {  # sft_run DATA_DIR STEPS LR WARMUP_STEPS CKPT_DIR NAME METRICS [DEC
         data.val_files="$data/val.parquet" \
         data.custom_cls.path=pkg://verl_ext.envs.demos \
         "${dataset[@]}" \
-        data.train_batch_size="$SFT_BATCH" \
+        data.train_batch_size="$batch" \
         data.micro_batch_size_per_gpu=1 \
         data.max_length="$SFT_MAX_LENGTH" \
         data.max_token_len_per_gpu=$((2 * SFT_MAX_LENGTH)) \
@@ -128,7 +133,7 @@ sft_stage() {
     if ! finished "$OUT/sft" "$SFT_STEPS"; then
         verl-ext prepare-data text_hybrid_sft "$OUT/sft_data" --train-size "$SFT_ROWS" --val-size "$SFT_VAL_ROWS" \
             --seed "$SEED" --templates "$TEMPLATES" --tool-oversample "$SFT_TOOL_OVERSAMPLE" "${TODO_FLAG[@]}"
-        sft_run "$OUT/sft_data" "$SFT_STEPS" "$SFT_LR" "$SFT_WARMUP" "$OUT/sft" sft "$OUT/sft_metrics.jsonl" \
+        sft_run "$OUT/sft_data" "$SFT_STEPS" "$SFT_BATCH" "$SFT_LR" "$SFT_WARMUP" "$OUT/sft" sft "$OUT/sft_metrics.jsonl" \
             "$SFT_DECISION_WEIGHT"
     fi
     MODEL="$OUT/sft/global_step_$SFT_STEPS/huggingface"   # weights + tokenizer in HF format (hf_model)
@@ -159,9 +164,9 @@ rft_stage() {
     if [ "$RFT_WARMUP_STEPS" -gt 0 ]; then
         if ! finished "$OUT/rft_warmup" "$RFT_WARMUP_STEPS"; then
             verl-ext prepare-data text_hybrid_switch_warmup "$OUT/rft_warmup_data" --train-size "$WARMUP_ROWS" \
-                --val-size "$SFT_VAL_ROWS" --seed "$SEED" --templates "$TEMPLATES" \
+                --val-size "$WARMUP_VAL_ROWS" --seed "$SEED" --templates "$TEMPLATES" \
                 --warmup-targets "$RFT_WARMUP_TARGETS" "${TODO_FLAG[@]}"
-            sft_run "$OUT/rft_warmup_data" "$RFT_WARMUP_STEPS" "$RFT_WARMUP_LR" 0 "$OUT/rft_warmup" rft_warmup \
+            sft_run "$OUT/rft_warmup_data" "$RFT_WARMUP_STEPS" "$RFT_WARMUP_BATCH" "$RFT_WARMUP_LR" 0 "$OUT/rft_warmup" rft_warmup \
                 "$OUT/rft_warmup_metrics.jsonl" "$RFT_WARMUP_DECISION_WEIGHT"
         fi
         MODEL="$OUT/rft_warmup/global_step_$RFT_WARMUP_STEPS/huggingface"
