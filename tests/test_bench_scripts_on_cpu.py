@@ -274,6 +274,34 @@ def test_toolcua_pipeline_study_dry_run_and_paired_report(tmp_path, capsys):
     assert text.startswith(study.HEADINGS["cpu"]) or f"\n{study.HEADINGS['cpu']}\n" in text
 
 
+def test_toolcua_pipeline_study_reports_a_run_cut_during_the_rft_stage_under_its_own_heading(tmp_path, capsys):
+    """Runs whose hold ended during the RFT stage have held-out decisions and no online validation: the
+    report says so instead of an empty arm table; --section writes it under its own heading and leaves
+    the backend's section (another run's report) as it was."""
+    import json
+
+    study = _script("toolcua_pipeline_study")
+    rft = study.RFT_VAL.format
+    for seed in (0, 1):
+        out = tmp_path / f"seed{seed}" / "full"
+        out.mkdir(parents=True)
+        (out / "rft_metrics.jsonl").write_text("\n".join(json.dumps({"step": step, "data": {
+            rft("better_tool"): 0.5, rft("tool_call_tool_shorter"): 0.5 * t, rft("better_gui"): 0.5,
+            rft("tool_call_gui_shorter"): 0.5 * g, rft("chose_better"): 0.8, rft("format_ok"): 1.0}})
+            for step, t, g in ((0, 0.8, 0.3), (20, 0.9, 0.0))) + "\n")
+    doc = tmp_path / "doc.md"
+    doc.write_text(f"# Benchmarks\n\n{study.HEADINGS['gpu']}\n\nanother run's report\n")
+    section = "## GPU: ToolCUA pipeline study, cut during RFT"
+    assert study.main(["--report-only", "--backend", "gpu", "--out", str(tmp_path), "--seeds", "0", "1",
+                       "--steps", "2", "--doc", str(doc), "--section", section]) == 0
+    text = doc.read_text()
+    assert f"{study.HEADINGS['gpu']}\n\nanother run's report\n" in text and text.count(section + "\n") == 1
+    ours = text.split(section + "\n")[1]
+    assert "Online stage: no run reached its validation at step 2" in ours and "| arm |" not in ours
+    assert "| 20 | mean | 0.90 ± 0.00 | 0.00 ± 0.00 |" in ours and "| 20 | 0 |" in ours and "| met |" in ours
+    assert "--section" not in ours  # where the report goes is not part of what ran
+
+
 def test_toolcua_pipeline_study_parallel_starts_each_arm_from_the_full_pipelines_checkpoint(tmp_path, monkeypatch):
     """--parallel: the seeds run at once, and each later arm starts only once the full pipeline's
     stage it needs has finished (checked against a stand-in recipe that records what it was given)."""

@@ -201,7 +201,7 @@ def report(results: dict[str, Runs], rft: Runs, args, command: str, runs_info: l
              f"{versions.get('verl')}; the runs of all seeds shared it)." if cards else machine_line({"all": runs_info}))
     knobs = ", ".join(f"`{kv}`" for kv in args.set)
     lines = [
-        HEADINGS[args.backend], "",
+        args.section, "",
         f"{where} `{command}`: "
         f"`recipes/{SCRIPTS[args.backend]}` from a random {args.layers}-layer, {args.width}-wide tiny model, with SFT "
         f"{args.sft_steps} steps, RFT {args.rft_steps} steps (critical switching steps, per-decision reward), online "
@@ -211,15 +211,18 @@ def report(results: dict[str, Runs], rft: Runs, args, command: str, runs_info: l
         + ". " + (f"Wall time per run {np.mean(walls):.0f} s ({len(walls)} runs timed here)." if walls else
                   "Wall times not recorded (runs reused or none yet)."),
         "",
-        "| arm | " + " | ".join(METRICS.values()) + " | goal (decision) |",
-        "|---" * (len(METRICS) + 2) + "|",
     ]
-    for arm in arms:
-        digits = {name: 1 if name == "steps_per_success" else 2 for name in METRICS}
-        gap = goal_gap(values[arm]["decision_tool_when_shorter"], values[arm]["decision_tool_when_gui_shorter"])
-        lines.append(f"| {arm} | " + " | ".join(fmt(values[arm][n], digits[n]) for n in METRICS) + f" | {gap} |")
-    lines += ["", "Paired differences to the full pipeline (per seed, then mean and standard error over seeds):", "",
-              *verdict_lines(values), "", *sft_lines(args)]
+    if arms:
+        lines += ["| arm | " + " | ".join(METRICS.values()) + " | goal (decision) |", "|---" * (len(METRICS) + 2) + "|"]
+        for arm in arms:
+            digits = {name: 1 if name == "steps_per_success" else 2 for name in METRICS}
+            gap = goal_gap(values[arm]["decision_tool_when_shorter"], values[arm]["decision_tool_when_gui_shorter"])
+            lines.append(f"| {arm} | " + " | ".join(fmt(values[arm][n], digits[n]) for n in METRICS) + f" | {gap} |")
+        lines += ["", "Paired differences to the full pipeline (per seed, then mean and standard error over seeds):", "",
+                  *verdict_lines(values), ""]
+    else:  # e.g. a hold that ended during the RFT stage: its held-out decisions below are all there is
+        lines += [f"Online stage: no run reached its validation at step {args.steps} (nothing to tabulate per arm).", ""]
+    lines += sft_lines(args)
     notes = args.out / "notes.md"  # what the runs' own files cannot say (a run restarted by hand, a hold that ended)
     return "\n".join(lines + rft_lines(rft) + ([notes.read_text().strip(), ""] if notes.exists() else []))
 
@@ -315,9 +318,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--parallel", action="store_true",
                         help="start every seed at once, and each later arm when its checkpoint exists")
     parser.add_argument("--stagger-s", type=float, default=30.0, help="seconds between starts with --parallel")
+    parser.add_argument("--section", help="docs heading the report replaces (a new one is appended; default: the "
+                        "backend's own, " + " or ".join(map(repr, HEADINGS.values())) + ")")
     parser.add_argument("--dry-run", action="store_true",
                         help="run nothing: print the runs (arm, OUT, environment) and the report of what exists")
     args = parser.parse_args(argv)
+    args.section = args.section or HEADINGS[args.backend]
     owned = {"SFT_STEPS": "--sft-steps", "RFT_STEPS": "--rft-steps", "STEPS": "--steps", "RL_TEST_FREQ": "--steps",
              "RL_VAL_SIZE": "--val-size", "TEMPLATES": "--templates", "SEED": "--seeds", "OUT": "--out",
              "MODEL": "--width/--layers", "INIT_MODEL": "--width/--layers", "SKIP_SFT": "--arms", "SKIP_RFT": "--arms",
@@ -358,8 +364,8 @@ def main(argv: list[str]) -> int:
     if args.dry_run:
         print(text)
         return 0
-    write_section(args.doc, HEADINGS[args.backend], text)
-    print(f"wrote {args.doc} ({HEADINGS[args.backend]!r})")
+    write_section(args.doc, args.section, text)
+    print(f"wrote {args.doc} ({args.section!r})")
     return 0
 
 
