@@ -298,6 +298,7 @@ def test_toolcua_pipeline_study_reports_a_run_cut_during_the_rft_stage_under_its
     assert f"{study.HEADINGS['gpu']}\n\nanother run's report\n" in text and text.count(section + "\n") == 1
     ours = text.split(section + "\n")[1]
     assert "Online stage: no run reached its validation at step 2" in ours and "| arm |" not in ours
+    assert "Seeds: RFT stage: 0, 1; online stage: none." in ours
     assert "| 20 | mean | 0.90 ± 0.00 | 0.00 ± 0.00 |" in ours and "| 20 | 0 |" in ours and "| met |" in ours
     assert "--section" not in ours  # where the report goes is not part of what ran
 

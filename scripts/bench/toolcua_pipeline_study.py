@@ -200,15 +200,15 @@ def report(results: dict[str, Runs], rft: Runs, args, command: str, runs_info: l
     where = (f"Card: **{'; '.join(cards)}** (torch {versions.get('torch')}, vLLM {versions.get('vllm')}, verl "
              f"{versions.get('verl')}; the runs of all seeds shared it)." if cards else machine_line({"all": runs_info}))
     knobs = ", ".join(f"`{kv}`" for kv in args.set)
+    seeds = ("; ".join(f"{arm}: {', '.join(map(str, sorted(runs))) or 'none'}" for arm, runs in results.items())
+             if arms else f"RFT stage: {', '.join(map(str, sorted(rft))) or 'none'}; online stage: none")
     lines = [
         args.section, "",
         f"{where} `{command}`: "
         f"`recipes/{SCRIPTS[args.backend]}` from a random {args.layers}-layer, {args.width}-wide tiny model, with SFT "
         f"{args.sft_steps} steps, RFT {args.rft_steps} steps (critical switching steps, per-decision reward), online "
         f"RL {args.steps} steps, templates {args.templates}" + (f"; recipe knobs {knobs}" if knobs else "")
-        + f"; held-out: {args.val_size} task instances, greedy. Seeds: "
-        + "; ".join(f"{arm}: {', '.join(map(str, sorted(runs))) or 'none'}" for arm, runs in results.items())
-        + ". " + (f"Wall time per run {np.mean(walls):.0f} s ({len(walls)} runs timed here)." if walls else
+        + f"; held-out: {args.val_size} task instances, greedy. Seeds: " + seeds + ". " + (f"Wall time per run {np.mean(walls):.0f} s ({len(walls)} runs timed here)." if walls else
                   "Wall times not recorded (runs reused or none yet)."),
         "",
     ]
