@@ -24,15 +24,18 @@ RL_TEST_FREQ=${RL_TEST_FREQ:--1}     # validate every N online RL steps as well 
 RL_VAL_ONLY=${RL_VAL_ONLY:-false}    # true: validate the model handed to stage 3 and stop (no online RL)
 TOOL_TERM=${TOOL_TERM:-task}         # R_tool of the path reward: task (ToolCUA's) | decision (per decision)
 SFT_MAX_LENGTH=${SFT_MAX_LENGTH:-8192}   # tokens of one SFT row (a whole transcript, or a warm-up decision); longer rows are refused
-# held-out rows of the SFT and warm-up runs: verl's SFT trainer validates in batches of SFT_BATCH rows and
-# drops an incomplete one, so fewer rows than SFT_BATCH would leave no batch and val/loss would read NaN
-SFT_VAL_ROWS=$((SFT_BATCH > 4 ? SFT_BATCH : 4))
+whole_number() {  # whole_number KNOB [HINT]: stop (exit 2, naming KNOB) unless its value is a whole number >= 1
+    case "${!1}" in
+        ''|*[!0-9]*|0*) echo "verl-ext toolcua_sft_rl: $1 must be a whole number >= 1${2:+ ($2)}, got '${!1}'" >&2; exit 2 ;;
+    esac
+}
+held_out_rows() {  # held_out_rows BATCH: held-out rows of an SFT run (stage 1 or the warm-up): verl's SFT trainer
+    # validates in batches of BATCH rows and drops an incomplete one, so fewer would leave no batch (val/loss NaN)
+    echo $(($1 > 4 ? $1 : 4))
+}
 RFT_WARMUP_STEPS=${RFT_WARMUP_STEPS:-0}   # warm-up SFT steps on the switching steps before the RL half (0: none)
 RFT_WARMUP_BATCH=${RFT_WARMUP_BATCH:-$SFT_BATCH}   # warm-up rows a step (decisions are shorter than transcripts)
-case "$RFT_WARMUP_BATCH" in
-    ''|*[!0-9]*|0*) echo "verl-ext toolcua_sft_rl: RFT_WARMUP_BATCH must be a whole number >= 1, got '$RFT_WARMUP_BATCH'" >&2; exit 2 ;;
-esac
-WARMUP_VAL_ROWS=$((RFT_WARMUP_BATCH > 4 ? RFT_WARMUP_BATCH : 4))   # as SFT_VAL_ROWS, in batches of RFT_WARMUP_BATCH
+whole_number RFT_WARMUP_BATCH
 RFT_WARMUP_LR=${RFT_WARMUP_LR:-3e-3}
 RFT_WARMUP_TARGETS=${RFT_WARMUP_TARGETS:-both}   # the warm-up's targets at each training decision: both options'
                                      # first calls (no preference, 2 rows a decision) | shorter (the shorter way's only)
@@ -50,9 +53,7 @@ case "$SHOW_TODO" in
 esac
 SFT_TOOL_OVERSAMPLE=${SFT_TOOL_OVERSAMPLE:-1}   # SFT demonstrations with an app-tool call written this many times
                                      # (prepare-data --tool-oversample; 1: each once, the held-out rows always once)
-case "$SFT_TOOL_OVERSAMPLE" in
-    ''|*[!0-9]*|0*) echo "verl-ext toolcua_sft_rl: SFT_TOOL_OVERSAMPLE must be a whole number >= 1 (1: no oversampling), got '$SFT_TOOL_OVERSAMPLE'" >&2; exit 2 ;;
-esac
+whole_number SFT_TOOL_OVERSAMPLE "1: no oversampling"
 SFT_DECISION_WEIGHT=${SFT_DECISION_WEIGHT:-1}   # SFT loss weight of the decision tokens (each call's function name up to
                                      # where it parts from the other way's: GUI vs tool), the other tokens 1;
                                      # verl_ext.envs.demos.DecisionWeightedSFTDataset (1: verl's loss as is)
@@ -131,8 +132,9 @@ sft_run() {  # sft_run DATA_DIR STEPS BATCH LR WARMUP_STEPS CKPT_DIR NAME METRIC
 
 sft_stage() {
     if ! finished "$OUT/sft" "$SFT_STEPS"; then
-        verl-ext prepare-data text_hybrid_sft "$OUT/sft_data" --train-size "$SFT_ROWS" --val-size "$SFT_VAL_ROWS" \
-            --seed "$SEED" --templates "$TEMPLATES" --tool-oversample "$SFT_TOOL_OVERSAMPLE" "${TODO_FLAG[@]}"
+        verl-ext prepare-data text_hybrid_sft "$OUT/sft_data" --train-size "$SFT_ROWS" \
+            --val-size "$(held_out_rows "$SFT_BATCH")" --seed "$SEED" --templates "$TEMPLATES" \
+            --tool-oversample "$SFT_TOOL_OVERSAMPLE" "${TODO_FLAG[@]}"
         sft_run "$OUT/sft_data" "$SFT_STEPS" "$SFT_BATCH" "$SFT_LR" "$SFT_WARMUP" "$OUT/sft" sft "$OUT/sft_metrics.jsonl" \
             "$SFT_DECISION_WEIGHT"
     fi
@@ -164,7 +166,7 @@ rft_stage() {
     if [ "$RFT_WARMUP_STEPS" -gt 0 ]; then
         if ! finished "$OUT/rft_warmup" "$RFT_WARMUP_STEPS"; then
             verl-ext prepare-data text_hybrid_switch_warmup "$OUT/rft_warmup_data" --train-size "$WARMUP_ROWS" \
-                --val-size "$WARMUP_VAL_ROWS" --seed "$SEED" --templates "$TEMPLATES" \
+                --val-size "$(held_out_rows "$RFT_WARMUP_BATCH")" --seed "$SEED" --templates "$TEMPLATES" \
                 --warmup-targets "$RFT_WARMUP_TARGETS" "${TODO_FLAG[@]}"
             sft_run "$OUT/rft_warmup_data" "$RFT_WARMUP_STEPS" "$RFT_WARMUP_BATCH" "$RFT_WARMUP_LR" 0 "$OUT/rft_warmup" rft_warmup \
                 "$OUT/rft_warmup_metrics.jsonl" "$RFT_WARMUP_DECISION_WEIGHT"

@@ -208,14 +208,15 @@ def report(results: dict[str, Runs], rft: Runs, args, command: str, runs_info: l
         f"`recipes/{SCRIPTS[args.backend]}` from a random {args.layers}-layer, {args.width}-wide tiny model, with SFT "
         f"{args.sft_steps} steps, RFT {args.rft_steps} steps (critical switching steps, per-decision reward), online "
         f"RL {args.steps} steps, templates {args.templates}" + (f"; recipe knobs {knobs}" if knobs else "")
-        + f"; held-out: {args.val_size} task instances, greedy. Seeds: " + seeds + ". " + (f"Wall time per run {np.mean(walls):.0f} s ({len(walls)} runs timed here)." if walls else
-                  "Wall times not recorded (runs reused or none yet)."),
+        + f"; held-out: {args.val_size} task instances, greedy. Seeds: {seeds}. "
+        + (f"Wall time per run {np.mean(walls):.0f} s ({len(walls)} runs timed here)." if walls else
+           "Wall times not recorded (runs reused or none yet)."),
         "",
     ]
     if arms:
         lines += ["| arm | " + " | ".join(METRICS.values()) + " | goal (decision) |", "|---" * (len(METRICS) + 2) + "|"]
+        digits = {name: 1 if name == "steps_per_success" else 2 for name in METRICS}
         for arm in arms:
-            digits = {name: 1 if name == "steps_per_success" else 2 for name in METRICS}
             gap = goal_gap(values[arm]["decision_tool_when_shorter"], values[arm]["decision_tool_when_gui_shorter"])
             lines.append(f"| {arm} | " + " | ".join(fmt(values[arm][n], digits[n]) for n in METRICS) + f" | {gap} |")
         lines += ["", "Paired differences to the full pipeline (per seed, then mean and standard error over seeds):", "",
