@@ -276,30 +276,33 @@ def test_toolcua_pipeline_study_dry_run_and_paired_report(tmp_path, capsys):
 
 def test_toolcua_pipeline_study_reports_a_run_cut_during_the_rft_stage_under_its_own_heading(tmp_path, capsys):
     """Runs whose hold ended during the RFT stage have held-out decisions and no online validation: the
-    report says so instead of an empty arm table; --section writes it under its own heading and leaves
-    the backend's section (another run's report) as it was."""
+    report says so instead of an empty arm table (and where a seed was cut before its last RFT validation,
+    that row's mean says over how many seeds); --section writes it under its own heading and leaves the
+    backend's section (another run's report) as it was."""
     import json
 
     study = _script("toolcua_pipeline_study")
     rft = study.RFT_VAL.format
-    for seed in (0, 1):
+    for seed, steps in ((0, (0, 20)), (1, (0, 20)), (2, (0,))):  # seed 2's run was cut before step 20
         out = tmp_path / f"seed{seed}" / "full"
         out.mkdir(parents=True)
         (out / "rft_metrics.jsonl").write_text("\n".join(json.dumps({"step": step, "data": {
             rft("better_tool"): 0.5, rft("tool_call_tool_shorter"): 0.5 * t, rft("better_gui"): 0.5,
             rft("tool_call_gui_shorter"): 0.5 * g, rft("chose_better"): 0.8, rft("format_ok"): 1.0}})
-            for step, t, g in ((0, 0.8, 0.3), (20, 0.9, 0.0))) + "\n")
+            for step, t, g in ((0, 0.8, 0.3), (20, 0.9, 0.0)) if step in steps) + "\n")
     doc = tmp_path / "doc.md"
     doc.write_text(f"# Benchmarks\n\n{study.HEADINGS['gpu']}\n\nanother run's report\n")
     section = "## GPU: ToolCUA pipeline study, cut during RFT"
-    assert study.main(["--report-only", "--backend", "gpu", "--out", str(tmp_path), "--seeds", "0", "1",
+    assert study.main(["--report-only", "--backend", "gpu", "--out", str(tmp_path), "--seeds", "0", "1", "2",
                        "--steps", "2", "--doc", str(doc), "--section", section]) == 0
     text = doc.read_text()
     assert f"{study.HEADINGS['gpu']}\n\nanother run's report\n" in text and text.count(section + "\n") == 1
     ours = text.split(section + "\n")[1]
     assert "Online stage: no run reached its validation at step 2" in ours and "| arm |" not in ours
-    assert "Seeds: RFT stage: 0, 1; online stage: none." in ours
-    assert "| 20 | mean | 0.90 ± 0.00 | 0.00 ± 0.00 |" in ours and "| 20 | 0 |" in ours and "| met |" in ours
+    assert "Seeds: RFT stage: 0, 1, 2; online stage: none." in ours
+    assert "| 0 | mean | 0.80 ± 0.00 |" in ours and "| 20 | 2 | n/a |" in ours
+    assert "| 20 | mean of 2 | 0.90 ± 0.00 | 0.00 ± 0.00 |" in ours and "| 20 | 0 |" in ours and "| met |" in ours
+    assert "T where tools shorter: +0.10 (2 SE = 0.00, 2 seeds)" in ours  # paired over the seeds that have both
     assert "--section" not in ours  # where the report goes is not part of what ran
 
 

@@ -240,7 +240,9 @@ def rft_lines(rft: Runs) -> list[str]:
              "| step | seed | " + " | ".join(first) + " | goal (decision) |", "|---" * 7 + "|"]
     for step, rates in ((logged[0], first), (logged[-1], last)):
         tool, gui = rates["T where tools shorter"], rates["T where GUI shorter"]
-        lines.append(f"| {step} | mean | " + " | ".join(fmt(v) for v in rates.values()) + f" | {goal_gap(tool, gui)} |")
+        measured = int(np.isfinite(tool).sum())  # a seed whose run was cut before this validation has none
+        mean = "mean" if measured == len(rft) else f"mean of {measured}"
+        lines.append(f"| {step} | {mean} | " + " | ".join(fmt(v) for v in rates.values()) + f" | {goal_gap(tool, gui)} |")
         for i, seed in enumerate(rft):
             lines.append(f"| {step} | {seed} | " + " | ".join(fmt(v[i:i + 1]) for v in rates.values())
                          + f" | {goal_gap(tool[i:i + 1], gui[i:i + 1])} |")
