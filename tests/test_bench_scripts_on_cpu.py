@@ -47,9 +47,9 @@ def test_cpu_backend_section_is_computed_from_the_run_metrics():
 
 def test_text_hybrid_study_statistics_and_rates_are_computed_from_the_metrics():
     study = _script("text_hybrid_study")
-    mean, se, n = study.mean_se(np.array([1.0, 2.0, 3.0, np.nan]))
+    mean, se, n = study.mean_and_se(np.array([1.0, 2.0, 3.0, np.nan]))
     assert (mean, n) == (2.0, 3) and se == np.std([1, 2, 3], ddof=1) / np.sqrt(3)
-    assert np.isnan(study.mean_se(np.array([0.5]))[1])
+    assert np.isnan(study.mean_and_se(np.array([0.5]))[1])
     # two arms 0.3 apart with SEs 0.05 each: 2 SE of the difference = 0.141 -> exceeds; a third
     # arm 0.1 from the second does not; a one-seed arm has no SE, so nothing is claimed for it
     spread = np.array([-1.0, 0.0, 1.0]) * 0.05 * np.sqrt(3)  # sample std 0.05 * sqrt(3): SE 0.05

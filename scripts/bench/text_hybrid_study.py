@@ -32,8 +32,8 @@ from itertools import combinations
 from pathlib import Path
 
 import numpy as np
-from learning_runs import (REPO, Runs, machine_line, load_steps, run_once, series, study_command, study_parser,
-                           write_section)
+from learning_runs import (REPO, Runs, machine_line, load_steps, mean_and_se, run_once, series, study_command,
+                           study_parser, write_section)
 
 HEADING = "## text_hybrid study: which plugin earns its place"
 SCRIPT = "text_hybrid/run_cpu.sh"
@@ -103,17 +103,8 @@ def derived(runs: Runs, steps: list[int], max_steps: int = MAX_STEPS, val: str =
 
 
 # --- statistics ------------------------------------------------------------------------------------
-def mean_se(values: np.ndarray) -> tuple[float, float, int]:
-    """Mean, standard error (sample std / sqrt(n); NaN for one value) and n, over the finite values."""
-    v = np.asarray(values, float)
-    v = v[np.isfinite(v)]
-    if len(v) == 0:
-        return float("nan"), float("nan"), 0
-    return float(v.mean()), float(v.std(ddof=1) / np.sqrt(len(v))) if len(v) > 1 else float("nan"), len(v)
-
-
 def fmt(values: np.ndarray, digits: int = 2) -> str:
-    m, se, n = mean_se(values)
+    m, se, n = mean_and_se(values)
     if n == 0:
         return "n/a"
     return f"{m:.{digits}f}" if n == 1 else f"{m:.{digits}f} ± {se:.{digits}f}"
@@ -137,7 +128,7 @@ def arm_se(values: np.ndarray, episodes: int | None = None) -> tuple[float, floa
     the SE is at least the binomial one of the pooled episodes, sqrt(p (1 - p) / (episodes * n)):
     with 2-3 seeds the spread between seeds can be near zero by chance (e.g. 0.97 twice), and
     that would call a difference of one episode significant."""
-    mean, se, n = mean_se(values)
+    mean, se, n = mean_and_se(values)
     if episodes and n > 1:
         se = max(se, float(np.sqrt(mean * (1 - mean) / (episodes * n))))
     return mean, se
@@ -276,7 +267,7 @@ def estimators_section(results: dict[str, Runs], steps: int, refs: dict[str, flo
 
 def goal_met(tool_rate: np.ndarray, gui_rate: np.ndarray) -> str:
     """``yes`` when the mean rates meet the goal (>= 80% where tools are shorter, <= 20% where not)."""
-    t, g = mean_se(tool_rate)[0], mean_se(gui_rate)[0]
+    t, g = mean_and_se(tool_rate)[0], mean_and_se(gui_rate)[0]
     if not (np.isfinite(t) and np.isfinite(g)):
         return "n/a"
     return "yes" if t >= GOAL_TOOL and g <= GOAL_GUI else "no"
@@ -285,7 +276,7 @@ def goal_met(tool_rate: np.ndarray, gui_rate: np.ndarray) -> str:
 def goal_gap(tool_when_shorter: np.ndarray, tool_when_gui_shorter: np.ndarray) -> str:
     """How far the mean per-decision tool rates (one value per seed) are from the goal ("met" when
     both sides are), or "n/a" without finite values."""
-    t, g = mean_se(tool_when_shorter)[0], mean_se(tool_when_gui_shorter)[0]
+    t, g = mean_and_se(tool_when_shorter)[0], mean_and_se(tool_when_gui_shorter)[0]
     if not (np.isfinite(t) and np.isfinite(g)):
         return "n/a"
     short, over = max(0.0, GOAL_TOOL - t), max(0.0, g - GOAL_GUI)
@@ -342,7 +333,7 @@ def plot(results: dict[str, Runs], panels: list[tuple[str, str]], title: str, pa
             if not runs:
                 continue
             values = derived(runs, vs)[name]
-            stats = [mean_se(values[:, j]) for j in range(len(vs))]
+            stats = [mean_and_se(values[:, j]) for j in range(len(vs))]
             mean = np.array([m for m, _, _ in stats])
             se = np.nan_to_num(np.array([s for _, s, _ in stats]))
             ax.plot(vs, mean, "o-", color=f"C{i}", label=arm, markersize=3)

@@ -45,7 +45,7 @@ from pathlib import Path
 import numpy as np
 from learning_runs import (REPO, Runs, gpu_environment, machine_line, load_steps, run_once, series, study_command,
                            study_parser, thread_caps, write_section)
-from text_hybrid_study import derived, final, fmt, goal_gap, mean_se, ratio
+from text_hybrid_study import derived, final, fmt, goal_gap, mean_and_se, ratio
 
 HEADINGS = {"cpu": "## ToolCUA pipeline study: SFT -> RFT -> online RL",  # each backend's runs keep their own section
             "gpu": "## GPU: ToolCUA pipeline study: SFT -> RFT -> online RL"}
@@ -146,7 +146,7 @@ def rft_decisions(rft: Runs, step: int) -> dict[str, np.ndarray]:
 def paired(a: np.ndarray, b: np.ndarray) -> tuple[float, float, int]:
     """Mean and standard error of the per-seed differences ``a - b`` over the seeds where both exist."""
     diff = np.asarray(a, float) - np.asarray(b, float)
-    return mean_se(diff)
+    return mean_and_se(diff)
 
 
 def paired_bullet(title: str, a: np.ndarray, b: np.ndarray) -> tuple[str, int]:

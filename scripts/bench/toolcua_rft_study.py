@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 from learning_runs import REPO, Runs, load_steps, machine_line, series, publish, study_command, study_parser
-from text_hybrid_study import fmt, goal_gap, mean_se, ratio
+from text_hybrid_study import fmt, goal_gap, mean_and_se, ratio
 
 HEADING = "## ToolCUA pipeline: the RFT stage alone (critical switching steps)"
 SCRIPT = REPO / "recipes/toolcua_sft_rl/run_cpu.sh"
@@ -67,7 +67,7 @@ def greedy(runs: Runs, step: int) -> dict[str, np.ndarray]:
 
 def paired_cell(a: np.ndarray, b: np.ndarray) -> str:
     """Mean ± SE of the per-seed differences ``a - b``, and whether it exceeds 2 SE."""
-    mean, se, n = mean_se(np.asarray(a, float) - np.asarray(b, float))
+    mean, se, n = mean_and_se(np.asarray(a, float) - np.asarray(b, float))
     if n == 0:
         return "n/a"
     if n < 2:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 from learning_runs import REPO, publish, study_command, study_parser
-from text_hybrid_study import fmt, mean_se
+from text_hybrid_study import fmt, mean_and_se
 
 HEADING = "## ToolCUA pipeline: can the decision be learnt when it is taught? (warm-up on the shorter way only)"
 SCRIPT = REPO / "recipes/toolcua_sft_rl/run_cpu.sh"
@@ -111,7 +111,7 @@ def report(by_seed: dict[int, dict[str, dict]], args, command: str) -> str:
         lines.append(f"| {label} | {counts} | {fmt(tools, 3)} | {fmt(gui, 3)} | {fmt(seps, 3)} | "
                      + ", ".join(f"{v:+.3f}" for v in seps) + " |")
     if seeds:
-        train_sep = mean_se(separations["train"])
+        train_sep = mean_and_se(separations["train"])
         lines += ["", f"Taught the answer on {args.warmup_steps / TRAIN_DECISIONS:.0f} passes over its training decisions, the model "
                   f"separates them by {train_sep[0]:+.3f} in tool share: a goal of T >= 0.8 where tools are shorter and "
                   "<= 0.2 where the GUI is needs a separation of at least 0.6."]
