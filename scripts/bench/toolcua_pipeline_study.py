@@ -43,9 +43,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
-from learning_runs import (REPO, Runs, gpu_environment, machine_line, load_steps, run_once, series, study_command,
-                           study_parser, thread_caps, write_section)
-from text_hybrid_study import derived, final, fmt, goal_gap, mean_and_se, ratio
+from learning_runs import (REPO, Runs, gpu_environment, machine_line, load_steps, mean_and_se, run_once, series,
+                           study_command, study_parser, thread_caps, write_section)
+from text_hybrid_study import derived, final, fmt, goal_gap, ratio
 
 HEADINGS = {"cpu": "## ToolCUA pipeline study: SFT -> RFT -> online RL",  # each backend's runs keep their own section
             "gpu": "## GPU: ToolCUA pipeline study: SFT -> RFT -> online RL"}

@@ -33,8 +33,9 @@ import time
 from pathlib import Path
 
 import numpy as np
-from learning_runs import REPO, Runs, load_steps, machine_line, series, publish, study_command, study_parser
-from text_hybrid_study import fmt, goal_gap, mean_and_se, ratio
+from learning_runs import (REPO, Runs, load_steps, machine_line, mean_and_se, series, publish, study_command,
+                           study_parser)
+from text_hybrid_study import fmt, goal_gap, ratio
 
 HEADING = "## ToolCUA pipeline: the RFT stage alone (critical switching steps)"
 SCRIPT = REPO / "recipes/toolcua_sft_rl/run_cpu.sh"

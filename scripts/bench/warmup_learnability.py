@@ -25,8 +25,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-from learning_runs import REPO, publish, study_command, study_parser
-from text_hybrid_study import fmt, mean_and_se
+from learning_runs import REPO, mean_and_se, publish, study_command, study_parser
+from text_hybrid_study import fmt
 
 HEADING = "## ToolCUA pipeline: can the decision be learnt when it is taught? (warm-up on the shorter way only)"
 SCRIPT = REPO / "recipes/toolcua_sft_rl/run_cpu.sh"
