@@ -1,9 +1,11 @@
-"""``verl-ext eval``: run a policy on MiniDesk or MiniWoB++ tasks in parallel browsers and print
-accuracy, tool-invocation rate (TIR) and average completion steps (ACS), OSWorld-MCP style.
+"""``verl-ext eval``: run a policy on MiniDesk or MiniWoB++ tasks in parallel browsers, or on the
+browserless TextHybrid tasks, and print accuracy, tool-invocation rate (TIR) and average completion
+steps (ACS), OSWorld-MCP style.
 
     verl-ext eval --env minidesk --policy scripted-tool --seeds 3 --parallel 2
     verl-ext eval --env miniwob --policy http://localhost:8000/v1 --tasks click-button,enter-text
     verl-ext eval --policy checkpoint:runs/toolcua_hybrid/.../global_step_30 --action-format menu --max-steps 8
+    verl-ext eval --env text_hybrid --tasks settings_panel --show-todo --policy checkpoint:runs/.../huggingface
 """
 
 from __future__ import annotations
@@ -92,10 +94,11 @@ class _Progress:
 
 
 def evaluate(env_name: str, policy_spec: str, tasks: list[str], seeds: list[int], parallel: int = 2,
-             max_steps: int = 30, progress: bool = True,
-             action_format: str = "tool_call") -> tuple[list[dict[str, Any]], dict[str, int]]:
-    """Every (task, seed) episode with ``parallel`` browsers: (records in input order, pool stats)."""
-    pool = EnvPool(lambda: make_env(env_name, max_steps=max_steps), max_envs=parallel)
+             max_steps: int = 30, progress: bool = True, action_format: str = "tool_call",
+             env_options: dict[str, Any] | None = None) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """Every (task, seed) episode with ``parallel`` browsers: (records in input order, pool stats).
+    ``env_options``: further constructor options of the env (text_hybrid's ``show_todo``)."""
+    pool = EnvPool(lambda: make_env(env_name, max_steps=max_steps, **(env_options or {})), max_envs=parallel)
     jobs = [(task, seed) for task in tasks for seed in seeds]
     bar = _Progress(len(jobs)) if progress else None
 
@@ -156,15 +159,21 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--seeds", default="2", help="N (seeds 0..N-1) or LO-HI")
     parser.add_argument("--parallel", type=positive_int, default=2, help="browsers at once")
     parser.add_argument("--max-steps", type=positive_int, default=30)
+    parser.add_argument("--show-todo", action="store_true",
+                        help="text_hybrid: end each observation with the task's items still to do, as for a "
+                             "checkpoint trained with the recipes' SHOW_TODO=1 (TextHybridEnv show_todo)")
     parser.add_argument("--json", help="also write every episode record to this file")
     parser.add_argument("--no-per-task", action="store_true", help="print only the overall line")
     args = parser.parse_args(argv)
     if args.env == "miniwob" and args.policy.startswith("scripted"):
         parser.error("scripted policies replay MiniDesk reference plans; use random or a model URL for miniwob")
+    if args.show_todo and args.env != "text_hybrid":
+        parser.error(f"--show-todo applies to --env text_hybrid only (got --env {args.env})")
 
     check_policy_spec(args.policy)  # before any browser starts
     records, stats = evaluate(args.env, args.policy, _tasks(args.env, args.tasks), _seeds(args.seeds), args.parallel,
-                              args.max_steps, action_format=args.action_format)
+                              args.max_steps, action_format=args.action_format,
+                              env_options={"show_todo": True} if args.show_todo else None)
     print(format_report(records, per_task=not args.no_per_task))
     print(f"browsers: created={stats['created']} restarts={stats['restarts']} faulted episodes={stats['faults']}")
     if args.json:
