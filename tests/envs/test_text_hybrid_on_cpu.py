@@ -365,7 +365,7 @@ def tokenizer(tmp_path_factory: pytest.TempPathFactory):
 
 def test_function_call_episodes_record_the_decisions_their_calls_take(tokenizer):
     """``menu.DecisionFollower`` in the function-call loop: the oracle's calls take every decision
-    the oracle's way; a wasted first call takes none (the record stops at the first unplanned call)."""
+    the oracle's way, also after a wasted first call (the next call is placed from the env's state)."""
     from verl_ext.steps import step_metadata
 
     template, seed = "contacts_book", 4
@@ -383,4 +383,41 @@ def test_function_call_episodes_record_the_decisions_their_calls_take(tokenizer)
     model = PlanModel(template, seed, "oracle")
     wasted = lambda prompt: call("no_such_tool", query="x")  # noqa: E731
     out = run_loop(tokenizer, ScriptedServer(tokenizer, [wasted] + [model] * len(model.plan)), template, seed)
-    assert step_metadata(out.extra_fields).extras["decisions"] == []
+    assert step_metadata(out.extra_fields).extras["decisions"] == decisions
+
+
+def _step(env: TextHybridEnv, follower: Any, step: dict[str, Any], obs: Any) -> tuple[Any, dict | None]:
+    """Take one plan step as the agent loop does: the follower sees the call first, then the env runs it."""
+    action = plan_step_action(step, obs)
+    record = follower.observe(action, obs, env.decision_state())
+    return env.step(action)[0], record
+
+
+def test_decision_follower_places_calls_where_the_env_stands_and_not_out_of_order(env):
+    """A subgoal done before its turn leaves the env's state outside ``decision_table``: no call is
+    attributed until the earlier subgoal is done too, then the follower picks up at the next decision."""
+    from verl_ext.envs.menu import decision_follower
+
+    def second_subgoal_has_a_tool(template: str, seed: int) -> bool:
+        table = env.reset(template, seed)[1]["decision_table"]
+        return len(table) >= 3 and table[1].get(env.app.view, {}).get("tool") is not None
+
+    template, seed = next((t, s) for t in TEMPLATES for s in range(50) if second_subgoal_has_a_tool(t, s))
+    obs, info = env.reset(template, seed)
+    table, view = info["decision_table"], env.app.view
+    assert env.decision_state() == (0, view)  # every task starts with nothing done
+    follower = decision_follower(info)
+
+    for step in table[1][view]["tool"]:  # the second subgoal first, by its tool
+        obs, record = _step(env, follower, step, obs)
+        assert record is None
+    assert env.decision_state() is None
+    for step in table[0][view]["gui"]:  # then the first one, through the GUI
+        obs, record = _step(env, follower, step, obs)
+        assert record is None  # not attributed: the env is off the table until both are done
+    state = env.decision_state()
+    assert state == (2, table[0][view]["after"])
+
+    option = table[2][state[1]]
+    obs, record = _step(env, follower, option["gui"][0], obs)
+    assert record == {"choice": "gui", "better": option["better"]}

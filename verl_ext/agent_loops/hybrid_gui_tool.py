@@ -362,7 +362,7 @@ class HybridGuiToolAgentLoop(AgentLoopBase):
         tool = tools.get(call.name) or EnvTool.from_def(ToolDef(call.name, "not offered in this episode"))
         arguments = json.loads(call.arguments)
         if episode.follower is not None:
-            self._follow(episode, call.name, arguments)
+            self._follow(episode, call.name, arguments, env.decision_state())
         with simple_timer("tool_calls", episode.metrics):
             response, reward, info = await tool.execute("", arguments if isinstance(arguments, dict) else {},
                                                         env=env, with_image=self.screenshots)
@@ -379,13 +379,14 @@ class HybridGuiToolAgentLoop(AgentLoopBase):
         return content, call, response
 
     @staticmethod
-    def _follow(episode: _Episode, name: str, arguments: Any) -> None:
-        """Record the decision this call takes, if any (text_hybrid; ``menu.DecisionFollower``)."""
+    def _follow(episode: _Episode, name: str, arguments: Any, state: tuple[int, int] | None) -> None:
+        """Record the decision this call takes, if any, from the env's ``state`` (text_hybrid's
+        ``decision_state()``; ``menu.DecisionFollower``)."""
         try:
             action = action_from_call(name, arguments)
         except ActionError:
             action = None
-        decision = episode.follower.observe(action, episode.obs)
+        decision = episode.follower.observe(action, episode.obs, state)
         if decision is not None:
             episode.decisions.append(decision)
 

@@ -162,6 +162,15 @@ class DecisionMenu:
         self._decision += 1
         return {"choice": done, "better": option["better"]}
 
+    def resync(self, state: tuple[int, int] | None) -> bool:
+        """Drop any committed answer and stand at ``state`` = ``(decision, view)``, where the env says
+        the episode is; False (the menu cannot place it) for None or a state the table lacks."""
+        self._queue = []
+        if state is None or state[0] >= len(self._table) or state[1] not in self._table[state[0]]:
+            return False
+        self._decision, self._view = state
+        return True
+
     def follow_up(self, obs: Observation) -> Action | None:
         """The next action of the committed answer on ``obs``, None when it is complete (or its
         element is not on the page: the answer stops there)."""
@@ -192,30 +201,30 @@ class DecisionFollower:
     records ``{"choice", "better"}`` for each decision the calls take as one of its two options.
 
     A decision is taken by the call that equals the first step of its tool or GUI option from the
-    current view; the rest of that option's steps must follow call by call. The first call that
-    does neither (another order of subgoals, a wrong argument, a wasted call) ends the record:
-    later calls are not attributed to decisions, and the decisions recorded so far stand.
+    state the env reports (``decision_state()``: which decision, from which view); the rest of that
+    option's steps are then expected call by call. Any other call (a wasted call, a wrong argument,
+    a step off the committed option) is not attributed, and the next call is placed anew from the
+    env's state, so one unplanned call does not end the record. Where the env cannot place the
+    episode in the table (a subgoal done out of order or half done) no call is attributed.
     """
 
     def __init__(self, table: list[dict[int, dict[str, Any]]], start_view: int):
         self._menu = DecisionMenu(table, start_view)
-        self.lost = False
 
-    def observe(self, action: Action | None, obs: Observation) -> dict[str, str] | None:
-        """Account for ``action`` (None: a call that is no valid action) taken on ``obs``; returns
-        the decision record when the action starts a decision."""
-        if self.lost or action is None:
-            self.lost = True
+    def observe(self, action: Action | None, obs: Observation,
+                state: tuple[int, int] | None) -> dict[str, str] | None:
+        """Account for ``action`` (None: a call that is no valid action) taken on ``obs`` in the
+        env's ``state`` (``(decision, view)``, None where it has none); returns the decision record
+        when the action starts a decision."""
+        expected = self._menu.follow_up(obs)  # the committed option's next step, None at a decision
+        if expected is not None and expected == action:
             return None
-        expected = self._menu.follow_up(obs)  # the committed option's next step, None once it is done
-        if expected is not None:
-            self.lost = expected != action
+        if not self._menu.resync(state) or action is None:
             return None
         for mode in CHOICES.values():
             steps = self._menu.steps(mode)
             if steps is not None and plan_step_action(steps[0], obs) == action:
                 return self._menu.advance(mode)
-        self.lost = True
         return None
 
 
@@ -227,7 +236,8 @@ def _start_view(table: list[dict[int, dict[str, Any]]]) -> int:
 
 
 def decision_follower(reset_info: dict[str, Any]) -> DecisionFollower | None:
-    """A follower of the episode's decisions where the env hands out a ``decision_table`` (text_hybrid)."""
+    """A follower of the episode's decisions where the env hands out a ``decision_table`` (text_hybrid;
+    such an env also places the episode in it with ``decision_state()``, see :class:`DecisionFollower`)."""
     table = reset_info.get("decision_table")
     return None if table is None else DecisionFollower(table, _start_view(table))
 

@@ -198,6 +198,18 @@ def todo_items(app: App) -> tuple[str, ...]:
                  if not all(q.holds(app) for q in goal.questions))
 
 
+def decision_state(app: App) -> tuple[int, int] | None:
+    """Where the app stands in ``decision_table``: ``(decision, view)`` when the first ``decision``
+    subgoals are done and nothing of the later ones is (none of their questions holds), else None
+    (a subgoal done out of the instruction's order, or half done: no row of the table describes it).
+    Every task starts with no question holding, so the start is ``(0, start view)``."""
+    done = 0
+    while done < len(app.subgoals) and all(q.holds(app) for q in app.subgoals[done].questions):
+        done += 1
+    untouched = not any(q.holds(app) for goal in app.subgoals[done:] for q in goal.questions)
+    return (done, app.view) if untouched else None
+
+
 def check(app: App) -> bool:
     """The verifier: every question about the final state answers yes."""
     return all(holds(app) for _, _, _, holds in questions_of(app))
@@ -341,6 +353,10 @@ class TextHybridEnv(BrowserEnv):
     def _verdict(self, status: dict[str, Any]) -> tuple[bool, float, dict[str, Any]]:
         success = bool(status["ok"])
         return success, float(success), {"success": success}
+
+    def decision_state(self) -> tuple[int, int] | None:
+        """``(decision, view)`` of the current state in ``decision_table``, or None (``decision_state``)."""
+        return decision_state(self.app)
 
     def state_dump(self) -> dict[str, Any]:
         return {"template": self.app.name, "seed": self.task.seed, **self.app.dump()}
