@@ -306,15 +306,14 @@ def test_toolcua_pipeline_study_reports_a_run_cut_during_the_rft_stage_under_its
     assert "--section" not in ours  # where the report goes is not part of what ran
 
 
-def test_toolcua_pipeline_study_parallel_starts_each_arm_from_the_full_pipelines_checkpoint(tmp_path, monkeypatch):
-    """--parallel: the seeds run at once, and each later arm starts only once the full pipeline's
-    stage it needs has finished (checked against a stand-in recipe that records what it was given)."""
-    import pytest
-
+def _stand_in_pipeline(tmp_path, monkeypatch):
+    """The pipeline study with a stand-in recipe that records what it was given and writes each
+    stage's checkpoint folder (``runs.log`` beside the seeds: one line as each run starts and as it ends)."""
     study = _script("toolcua_pipeline_study")
     recipe = tmp_path / "recipe.sh"
     recipe.write_text("""set -e
 mkdir -p "$OUT"
+echo "start" >> "$(dirname "$(dirname "$OUT")")/runs.log"
 echo "$SEED ${SKIP_SFT:-0} ${MODEL} ${TOOL_TERM:-task} ${RFT_WARMUP_STEPS:-none} $*" > "$OUT/given.txt"
 echo "${REUSE_STAGES:-0}" > "$OUT/reuse.txt"
 if [ "${SKIP_SFT:-0}" != 1 ]; then
@@ -322,12 +321,38 @@ if [ "${SKIP_SFT:-0}" != 1 ]; then
   sleep 0.5; mkdir -p "$OUT/rft/global_step_$RFT_STEPS/actor/huggingface"; echo "rft took 0 s" >> "$OUT/stage_times.txt"
 fi
 [ -d "$MODEL" ] || { echo "no start model $MODEL"; exit 1; }
+sleep 0.3
 echo '{"step": '"$STEPS"', "data": {}}' > "$OUT/metrics.jsonl"
+echo "end" >> "$(dirname "$(dirname "$OUT")")/runs.log"
 """)
     monkeypatch.setattr(study, "SCRIPTS", {"gpu": str(recipe)})
     monkeypatch.setattr(study, "make_fresh_model", lambda args, seed: study.fresh_model(args, seed).mkdir(parents=True))
     monkeypatch.setattr(study, "gpu_environment", lambda: {"card": "stand-in card"})
     monkeypatch.setattr(study, "POLL_S", 0.1)
+    return study
+
+
+def test_toolcua_pipeline_study_max_runs_caps_the_runs_at_once(tmp_path, monkeypatch):
+    """--max-runs 2: six runs (two seeds, three arms), never more than two at a time, all finished."""
+    import pytest
+
+    study = _stand_in_pipeline(tmp_path, monkeypatch)
+    assert study.main(["--backend", "gpu", "--parallel", "--max-runs", "2", "--stagger-s", "0", "--seeds", "0", "1",
+                       "--steps", "2", "--out", str(tmp_path / "runs"), "--doc", str(tmp_path / "doc.md")]) == 0
+    events = (tmp_path / "runs" / "runs.log").read_text().split()
+    running = [events[: i + 1].count("start") - events[: i + 1].count("end") for i in range(len(events))]
+    assert events.count("start") == events.count("end") == 6 and max(running) == 2
+    for bad in (["--max-runs", "0", "--parallel"], ["--max-runs", "2"]):  # below 1, or without --parallel
+        with pytest.raises(SystemExit):
+            study.main(["--backend", "gpu", *bad, "--out", str(tmp_path / "runs"), "--dry-run"])
+
+
+def test_toolcua_pipeline_study_parallel_starts_each_arm_from_the_full_pipelines_checkpoint(tmp_path, monkeypatch):
+    """--parallel: the seeds run at once, and each later arm starts only once the full pipeline's
+    stage it needs has finished (checked against a stand-in recipe that records what it was given)."""
+    import pytest
+
+    study = _stand_in_pipeline(tmp_path, monkeypatch)
     doc = tmp_path / "doc.md"
     assert study.main(["--backend", "gpu", "--parallel", "--stagger-s", "0", "--seeds", "0", "1", "--steps", "2",
                        "--out", str(tmp_path / "runs"), "--doc", str(doc), "--set", "RFT_WARMUP_STEPS=300",

@@ -38,6 +38,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -277,15 +278,21 @@ def run_arm(args, arm: str, out: Path, env: dict[str, str], seed: int, info: dic
 def run_parallel(args, selected: set[str], info: dict) -> None:
     """Every seed at once, ``--stagger-s`` apart; in a seed, ``no RFT`` starts when the full pipeline's
     SFT stage has finished and ``per-decision tool term`` when its RFT stage has (or gives up when
-    the full pipeline's run ends without it)."""
-    caps = thread_caps(len(args.seeds) * len(selected), os.cpu_count() or 1)
+    the full pipeline's run ends without it). ``--max-runs``: at most that many runs at a time."""
+    at_once = min(len(args.seeds) * len(selected), args.max_runs or len(args.seeds) * len(selected))
+    caps = thread_caps(at_once, os.cpu_count() or 1)
+    slots = threading.Semaphore(at_once)
+
+    def limited_run(arm: str, out: Path, env: dict[str, str], seed: int) -> None:
+        with slots:  # a run waits for a slot here, never while it holds one (no run waits on another's slot)
+            run_arm(args, arm, out, {**env, **caps}, seed, info)
 
     def seed_runs(index: int, seed: int) -> None:
         time.sleep(index * args.stagger_s)
         runs = plan(args, seed)
         with ThreadPoolExecutor(len(runs)) as pool:
             arm, out, env = runs[0]
-            full = pool.submit(run_arm, args, arm, out, {**env, **caps}, seed, info) if FULL in selected else None
+            full = pool.submit(limited_run, arm, out, env, seed) if FULL in selected else None
             started = [full] if full else []
             for (arm, out, env), needs in zip(runs[1:], ("sft", "rft")):
                 if arm not in selected:
@@ -293,7 +300,7 @@ def run_parallel(args, selected: set[str], info: dict) -> None:
                 while full is not None and not full.done() and not stage_done(runs[0][1], needs):
                     time.sleep(POLL_S)
                 time.sleep(args.stagger_s)  # not at the moment the full pipeline's next stage starts vLLM
-                started.append(pool.submit(run_arm, args, arm, out, {**env, **caps}, seed, info))
+                started.append(pool.submit(limited_run, arm, out, env, seed))
         for future in started:  # an error outside run_once's (e.g. making the tiny model) is raised, not dropped
             future.result()
 
@@ -321,12 +328,19 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--parallel", action="store_true",
                         help="start every seed at once, and each later arm when its checkpoint exists")
     parser.add_argument("--stagger-s", type=float, default=30.0, help="seconds between starts with --parallel")
+    parser.add_argument("--max-runs", type=int, default=None,
+                        help="with --parallel: at most this many runs at once, the others wait for a free slot "
+                        "(each run is a Ray cluster with its own vLLM engine: eight at once exhausted a 128 GB "
+                        "host's memory, 2026-11-30)")
     parser.add_argument("--section", help="docs heading the report replaces (a new one is appended; default: the "
                         "backend's own, " + " or ".join(map(repr, HEADINGS.values())) + ")")
     parser.add_argument("--dry-run", action="store_true",
                         help="run nothing: print the runs (arm, OUT, environment) and the report of what exists")
     args = parser.parse_args(argv)
     args.section = args.section or HEADINGS[args.backend]
+    if args.max_runs is not None and (args.max_runs < 1 or not args.parallel):
+        parser.error(f"--max-runs {args.max_runs}: give a number >= 1, together with --parallel "
+                     "(without it the runs go one at a time)")
     owned = {"SFT_STEPS": "--sft-steps", "RFT_STEPS": "--rft-steps", "STEPS": "--steps", "RL_TEST_FREQ": "--steps",
              "RL_VAL_SIZE": "--val-size", "TEMPLATES": "--templates", "SEED": "--seeds", "OUT": "--out",
              "MODEL": "--width/--layers", "INIT_MODEL": "--width/--layers", "SKIP_SFT": "--arms", "SKIP_RFT": "--arms",
