@@ -218,10 +218,16 @@ def mean_and_se(values) -> tuple[float, float, int]:
     return float(v.mean()), float(v.std(ddof=1) / np.sqrt(len(v))) if len(v) > 1 else float("nan"), len(v)
 
 
+def paired_mean_and_se(a, b) -> tuple[float, float, int]:
+    """``mean_and_se`` of the per-seed differences ``a - b`` (same index = same seed), over the seeds
+    where both are finite."""
+    return mean_and_se(np.asarray(a, float) - np.asarray(b, float))
+
+
 def paired_verdict(a, b, digits: int = 3) -> str:
     """``a - b`` over paired seeds (same index = same seed): mean ± SE of the per-seed differences
     and whether |mean| exceeds two standard errors."""
-    mean, se, n = mean_and_se(np.asarray(a, float) - np.asarray(b, float))
+    mean, se, n = paired_mean_and_se(a, b)
     if n < 2:
         return "n/a"
     verdict = "**exceeds 2 SE**" if abs(mean) > 2 * se else "within 2 SE"

@@ -44,8 +44,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
-from learning_runs import (REPO, Runs, gpu_environment, machine_line, load_steps, mean_and_se, run_once, series,
-                           study_command, study_parser, thread_caps, write_section)
+from learning_runs import (REPO, Runs, gpu_environment, machine_line, load_steps, paired_mean_and_se, run_once,
+                           series, study_command, study_parser, thread_caps, write_section)
 from text_hybrid_study import derived, final, fmt, goal_gap, ratio
 
 HEADINGS = {"cpu": "## ToolCUA pipeline study: SFT -> RFT -> online RL",  # each backend's runs keep their own section
@@ -144,15 +144,9 @@ def rft_decisions(rft: Runs, step: int) -> dict[str, np.ndarray]:
             "shorter way taken": get["chose_better"], "one parseable call": get["format_ok"]}
 
 
-def paired(a: np.ndarray, b: np.ndarray) -> tuple[float, float, int]:
-    """Mean and standard error of the per-seed differences ``a - b`` over the seeds where both exist."""
-    diff = np.asarray(a, float) - np.asarray(b, float)
-    return mean_and_se(diff)
-
-
 def paired_bullet(title: str, a: np.ndarray, b: np.ndarray) -> tuple[str, int]:
     """``- title: mean (2 SE = .., n seeds): verdict`` of the per-seed differences ``a - b``, and n."""
-    mean, se, n = paired(a, b)
+    mean, se, n = paired_mean_and_se(a, b)
     if n < 2:
         verdict = "SE undefined (fewer than 2 paired seeds)"
     else:
@@ -279,7 +273,8 @@ def run_parallel(args, selected: set[str], info: dict) -> None:
     """Every seed at once, ``--stagger-s`` apart; in a seed, ``no RFT`` starts when the full pipeline's
     SFT stage has finished and ``per-decision tool term`` when its RFT stage has (or gives up when
     the full pipeline's run ends without it). ``--max-runs``: at most that many runs at a time."""
-    at_once = min(len(args.seeds) * len(selected), args.max_runs or len(args.seeds) * len(selected))
+    runs_in_all = len(args.seeds) * len(selected)
+    at_once = min(runs_in_all, args.max_runs or runs_in_all)
     caps = thread_caps(at_once, os.cpu_count() or 1)
     slots = threading.Semaphore(at_once)
 

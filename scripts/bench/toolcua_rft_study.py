@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from learning_runs import (REPO, Runs, load_steps, machine_line, mean_and_se, series, publish, study_command,
+from learning_runs import (REPO, Runs, load_steps, machine_line, paired_mean_and_se, series, publish, study_command,
                            study_parser)
 from text_hybrid_study import fmt, goal_gap, ratio
 
@@ -68,7 +68,7 @@ def greedy(runs: Runs, step: int) -> dict[str, np.ndarray]:
 
 def paired_cell(a: np.ndarray, b: np.ndarray) -> str:
     """Mean ± SE of the per-seed differences ``a - b``, and whether it exceeds 2 SE."""
-    mean, se, n = mean_and_se(np.asarray(a, float) - np.asarray(b, float))
+    mean, se, n = paired_mean_and_se(a, b)
     if n == 0:
         return "n/a"
     if n < 2:

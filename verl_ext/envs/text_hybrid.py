@@ -192,10 +192,14 @@ def dv_questions(template: str, app: App) -> dict[str, Any] | None:
     return None if record is None else {**record, "version": DV_QUESTIONS_VERSION}
 
 
+def subgoal_done(goal: Subgoal, app: App) -> bool:
+    """Every question of ``goal`` holds on the app's state."""
+    return all(q.holds(app) for q in goal.questions)
+
+
 def todo_items(app: App) -> tuple[str, ...]:
     """The instruction's items (numbered as in it) whose questions do not all hold on the app's state."""
-    return tuple(f"({i}) {goal.text}" for i, goal in enumerate(app.subgoals, 1)
-                 if not all(q.holds(app) for q in goal.questions))
+    return tuple(f"({i}) {goal.text}" for i, goal in enumerate(app.subgoals, 1) if not subgoal_done(goal, app))
 
 
 def decision_state(app: App) -> tuple[int, int] | None:
@@ -204,7 +208,7 @@ def decision_state(app: App) -> tuple[int, int] | None:
     (a subgoal done out of the instruction's order, or half done: no row of the table describes it).
     Every task starts with no question holding, so the start is ``(0, start view)``."""
     done = 0
-    while done < len(app.subgoals) and all(q.holds(app) for q in app.subgoals[done].questions):
+    while done < len(app.subgoals) and subgoal_done(app.subgoals[done], app):
         done += 1
     untouched = not any(q.holds(app) for goal in app.subgoals[done:] for q in goal.questions)
     return (done, app.view) if untouched else None
