@@ -142,24 +142,29 @@ def batch_problems(config: Any) -> list[str]:
     """The rule verl's engines enforce with fixed micro-batches (``use_dynamic_bsz=false``): the rows
     each data-parallel rank gets must be a multiple of that stage's ``*_micro_batch_size_per_gpu``.
 
-    Rows per rank: ``data.train_batch_size * rollout.n / dp`` for log-prob forwards (old, ref) and
-    ``actor.ppo_mini_batch_size * rollout.n / dp`` for each update mini-batch, where ``dp`` is
-    :func:`data_parallel_size`. Dynamic batch sizes (``use_dynamic_bsz=true``) have no such rule.
+    Rows per rank: ``data.train_batch_size / parameter_sync_step * rollout.n / dp`` for log-prob
+    forwards (old, ref; verl's async trainers sample the batch in ``trainer.v1.<mode>.parameter_sync_step``
+    local updates, 1 unless set) and ``actor.ppo_mini_batch_size * rollout.n / dp`` for each update
+    mini-batch, where ``dp`` is :func:`data_parallel_size`. Dynamic batch sizes
+    (``use_dynamic_bsz=true``) have no such rule.
     """
     n = int(select(config, "actor_rollout_ref.rollout.n", 1))
     dp = data_parallel_size(config)
-    train_rows = int(select(config, "data.train_batch_size", 0)) * n
+    mode = str(select(config, "trainer.v1.trainer_mode", "sync")).removeprefix("verl_ext_")  # the verl mode it extends
+    sync_step = max(1, int(select(config, f"trainer.v1.{mode}.parameter_sync_step", 1)))
+    train_rows = int(select(config, "data.train_batch_size", 0)) // sync_step * n
     mini_rows = int(select(config, "actor_rollout_ref.actor.ppo_mini_batch_size", 0)) * n
     dynamic = bool(select(config, "actor_rollout_ref.actor.use_dynamic_bsz", False))
     stages = [
         ("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz",
-         train_rows, "data.train_batch_size * rollout.n"),
+         train_rows, "data.train_batch_size / parameter_sync_step * rollout.n"),
         ("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", "actor_rollout_ref.actor.use_dynamic_bsz",
          mini_rows, "actor.ppo_mini_batch_size * rollout.n"),
     ]
     if select(config, "actor_rollout_ref.actor.use_kl_loss", False) or select(config, "algorithm.use_kl_in_reward", False):
         stages.append(("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
-                       "actor_rollout_ref.ref.log_prob_use_dynamic_bsz", train_rows, "data.train_batch_size * rollout.n"))
+                       "actor_rollout_ref.ref.log_prob_use_dynamic_bsz", train_rows,
+                       "data.train_batch_size / parameter_sync_step * rollout.n"))
     problems = []
     for micro_key, dynamic_key, rows, rows_formula in stages:
         micro = select(config, micro_key)

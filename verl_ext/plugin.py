@@ -56,6 +56,7 @@ KIND_TRIGGERS: dict[str, str] = {
     "reward_manager": "verl.experimental.reward_loop.reward_manager",
     "trainer": "verl.trainer.ppo.v1",
     "old_logits": "verl.trainer.ppo.v1",
+    "checkpoint_engine": "verl.checkpoint_engine.base",
 }
 
 PLUGINS: tuple[PluginSpec, ...] = (
@@ -67,8 +68,10 @@ PLUGINS: tuple[PluginSpec, ...] = (
     PluginSpec("cpu", "platform", "verl_ext.backends.cpu.platform"),
     PluginSpec("fsdp2@cpu", "engine", "verl_ext.backends.cpu.engines"),
     PluginSpec("hf", "rollout", "verl_ext.backends.cpu.registration"),
+    PluginSpec("host_memory", "checkpoint_engine", "verl_ext.backends.host_memory"),
     PluginSpec("verl_ext_sync", "trainer", "verl_ext.trainer"),
     PluginSpec("verl_ext_colocate_async", "trainer", "verl_ext.trainer"),
+    PluginSpec("verl_ext_separate_async", "trainer", "verl_ext.trainer"),
     PluginSpec("dvreward", "reward_manager", "verl_ext.rewards.dvreward.registration", extra="judge"),
     PluginSpec("ppo_ewma", "policy_loss", "verl_ext.losses.registration"),
     # its browser backends (verl_ext.envs): selenium + psutil drive Chromium, miniwob holds MiniWoB++'s

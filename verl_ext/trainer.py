@@ -1,10 +1,12 @@
-"""verl-ext's v1 trainers: verl's ``sync`` and ``colocate_async`` trainers plus verl-ext hooks.
+"""verl-ext's v1 trainers: verl's three trainer modes (``sync``, ``colocate_async``,
+``separate_async``) plus the same verl-ext hooks, written once in ``VerlExtTrainerMixin``.
 
-Select with ``trainer.v1.trainer_mode=verl_ext_sync`` (or ``verl_ext_colocate_async``); the
-``plugins/`` fragments do this for you. verl compares ``trainer_mode`` with the string "sync" in
-several places to choose sync or async behaviour, so each class rewrites ``trainer_mode`` to the
-mode it extends before verl's constructor reads it; its own settings live under
-``trainer.v1.verl_ext``.
+Select with ``trainer.v1.trainer_mode=verl_ext_sync`` (or ``verl_ext_colocate_async``,
+``verl_ext_separate_async``); fragments never pick the mode. verl compares ``trainer_mode`` with
+the string "sync" in several places to choose sync or async behaviour, so each class rewrites
+``trainer_mode`` to the mode it extends before verl's constructor reads it; its own settings live
+under ``trainer.v1.verl_ext``. What differs between the modes is only where the rollout servers,
+their LLM client and their weight syncs are (the three small classes at the end).
 
 Hooks added on top of verl:
 - start-up checks (``verl_ext.validation``, the same ``verl-ext doctor`` and the driver run), this
@@ -15,9 +17,10 @@ Hooks added on top of verl:
 - per-token weight versions: the LLM client records which weight version produced each
   response token (``extra_fields["token_global_steps"]``, see ``verl_ext.old_logits.rollout_client``);
 - old-logit providers (``algorithm.old_logits.provider``): ``_compute_old_log_prob`` delegates to
-  the provider (``verl_ext.old_logits``) through ``verl_ext.old_logits.host``; the default
-  ``current`` is verl's own path, untouched; ``dedicated`` / ``interrupt`` start their rollout side
-  in ``on_init_end`` (before the first weight sync) and pass the LLM client what it needs;
+  the provider (``verl_ext.old_logits``) through its host (``verl_ext.old_logits.trainer_side``);
+  the default ``current`` runs verl's own step, untouched; what a provider requires (worker state,
+  a rollout side started in ``on_init_end`` before the first weight sync, verl's bypass loss) is
+  read from its declaration, never from its name;
 - step-aware advantages: for the estimators in ``verl_ext.advantages`` the advantage step
   fetches each row's step metadata (``extra_fields``) from TransferQueue and computes token
   advantages with ``verl_ext.advantages.verl_glue``; verl's own estimators run unchanged;
@@ -52,6 +55,7 @@ from omegaconf import open_dict
 from verl.trainer.ppo.v1 import trainer_base
 from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
+from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
 from verl_ext import validation
@@ -81,10 +85,12 @@ class VerlExtTrainerMixin:
             self.base_mode,
         )
         self.old_logit_provider = build_provider(self.old_logits_config)
+        self._old_logit_needs = self.old_logit_provider.requirements()
         self._old_logit_host = None  # built on first use, once the worker groups exist
         self._worker_hook_reports: dict[str, float] = {}  # the workers' verl_ext/* of this step
-        if self.old_logit_provider.name == "rollout":
-            _switch_to_bypass_loss(config)
+        self._restored_rollout_side = None  # the rollout side's state from the checkpoint resumed from
+        if self.old_logit_provider.bypass_loss:
+            _switch_to_bypass_loss(config, self.old_logit_provider.name)
         _count_agent_loop_failures(config)
         super().__init__(config, *args, **kwargs)
 
@@ -104,68 +110,77 @@ class VerlExtTrainerMixin:
             iterator._shutdown_workers()
 
     # ------------------------------------------------------------------ old-logit providers
-    def _old_logits_needs_worker_state(self) -> bool:
-        return bool(self.old_logit_provider.requirements().worker_hooks)
-
     def _host(self):
-        from verl_ext.old_logits.host import VerlOldLogitHost
+        from verl_ext.old_logits.trainer_side import VerlOldLogitHost
 
         if self._old_logit_host is None:
-            self._old_logit_host = VerlOldLogitHost(self)
-            if self._old_logits_needs_worker_state():
+            self._old_logit_host = VerlOldLogitHost(
+                self, self.old_logits_config, self.old_logit_provider,
+                verl_anchor=super()._compute_old_log_prob,
+            )
+            if self._old_logit_needs.worker_state:
+                # first called before fit (a resume's _load_checkpoint, else on_init_end), where the
+                # workers' weights hold version global_steps: the checkpoint's, or 0
                 with timed("worker_state_setup"):
-                    self._old_logit_host.start_worker_state(self.old_logits_config)
+                    self._old_logit_host.start_worker_state(self.global_steps)
         return self._old_logit_host
 
-    def _setup(self):
-        from verl_ext.old_logits.host import counting_rollout_replicas
+    def rollout_server_handles(self) -> list:
+        """Every rollout server this trainer generates with (the exact providers' rollout side
+        waits on their served-segment counts)."""
+        return list(self.llm_server_manager.server_handles)
 
-        # dedicated / interrupt on vLLM: verl's vLLM servers that count the segments they serve
-        with counting_rollout_replicas(str(self.config.actor_rollout_ref.rollout.name), self.old_logit_provider.name):
+    def _weight_sync_managers(self) -> list:
+        """verl's checkpoint managers that sync weights to rollout replicas."""
+        return [self.checkpoint_manager]
+
+    def _setup(self):
+        from verl_ext.old_logits.rollout_side import counting_rollout_replicas
+
+        # a rollout side on vLLM: verl's vLLM servers that count the segments they serve
+        with counting_rollout_replicas(str(self.config.actor_rollout_ref.rollout.name),
+                                       self.old_logit_provider.rollout_side is not None):
             super()._setup()
 
     def on_init_end(self):
-        from verl_ext.old_logits.config import ROLLOUT_SIDE_PROVIDERS
-
-        if self.old_logit_provider.name in ROLLOUT_SIDE_PROVIDERS:  # before the first weight sync
-            host = self._host()
-            host.start_rollout_side(self.old_logits_config, getattr(self, "_restored_rollout_side", None))
-            _after_each_weight_sync(self.checkpoint_manager, host.rollout_side.after_weight_sync)
+        host = self._host()  # before fit: the workers' weights hold version global_steps
+        if self.old_logit_provider.rollout_side is not None:  # before the first weight sync
+            host.start_rollout_side(self._restored_rollout_side)
+            for manager in self._weight_sync_managers():
+                _after_each_weight_sync(manager, host.rollout_side.after_weight_sync)
         super().on_init_end()
 
     def _llm_client_kwargs(self) -> dict:
         return self._old_logit_host.llm_client_kwargs() if self._old_logit_host is not None else {}
 
     def _compute_old_log_prob(self, batch, metrics):
-        if self.old_logit_provider.name == "current":
-            batch = super()._compute_old_log_prob(batch, metrics)
-        else:
-            host = self._host()
-            with timed("old_logits"):
-                host.start_step()
-                host.expect_base_forward()
-                batch = self.old_logit_provider.compute(host, batch, metrics)
-                # rows through old-log-prob forwards over the batch's rows: 1.0 is verl's one pass
-                metrics["old_logits/forward_passes"] = host.forwarded_rows / max(1, len(batch))
-                metrics.update(host.rollout_vs_old_metrics(batch))
+        host = self._host()
+        with timed("old_logits"):
+            host.start_step()
+            host.expect_base_forward()
+            batch = self.old_logit_provider.compute(host, batch, metrics)
+            # rows through old-log-prob forwards over the batch's rows: 1.0 is verl's one pass
+            metrics["old_logits/forward_passes"] = host.forwarded_rows / max(1, len(batch))
+            metrics.update(host.rollout_vs_old_metrics(batch))
         if self.old_logits_config.stale_tokens:  # verl's sync trainer: every token is fresh
             # per-token staleness and what the rollout correction removes from fresh vs stale tokens
             with timed("version_bookkeeping"):
-                metrics.update(self._host().correction_metrics(batch))
+                metrics.update(host.correction_metrics(batch))
         return batch
 
     def _update_actor(self, batch, metrics):
-        if not self._old_logits_needs_worker_state():
+        if not self._old_logit_needs.worker_state:
             return super()._update_actor(batch, metrics)
-        from verl_ext.old_logits.host import publish_worker_version, set_worker_version
+        from verl_ext.old_logits.worker_side import publish_worker_version, set_worker_version
 
         host = self._host()
         with timed("version_bookkeeping"):
             host.on_workers(set_worker_version, self.global_steps - 1)
         batch = super()._update_actor(batch, metrics)
-        with timed("version_bookkeeping"):
-            reports = host.on_workers(publish_worker_version, self.global_steps)
-        accumulate(self._worker_hook_reports, reports)
+        if self.local_trigger_step == self.parameter_sync_step - 1:  # the window's last local update
+            with timed("version_bookkeeping"):
+                reports = host.on_workers(publish_worker_version, self.global_steps)
+            accumulate(self._worker_hook_reports, reports)
         return batch
 
     def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
@@ -176,48 +191,52 @@ class VerlExtTrainerMixin:
         metrics.update(step_metrics(hooks, timing_raw.get("step")))
 
     def _old_logits_checkpoint_folder(self) -> str:
-        from verl_ext.old_logits.host import CHECKPOINT_DIR
+        from verl_ext.old_logits.trainer_side import CHECKPOINT_DIR
 
         return os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}", CHECKPOINT_DIR)
 
     def _save_checkpoint(self):
+        from verl_ext.old_logits.trainer_side import ROLLOUT_SIDE_FILE
+        from verl_ext.old_logits.worker_side import save_worker_state
+
+        rollout_side = self._old_logit_host.rollout_side if self._old_logit_host is not None else None
+        if rollout_side is not None:
+            rollout_side.before_checkpoint()
         super()._save_checkpoint()
-        if self._old_logits_needs_worker_state():
-            from verl_ext.old_logits.host import save_worker_state
-
+        folder = self._old_logits_checkpoint_folder()
+        if self._old_logit_needs.worker_state:
             with timed("worker_state_checkpoint"):
-                self._host().on_workers(save_worker_state, self._old_logits_checkpoint_folder())
-        if self.old_logit_provider.name == "interrupt":  # its segment store: restored rows name its segments
-            from verl_ext.old_logits.host import ROLLOUT_SIDE_FILE
-
+                self._host().on_workers(save_worker_state, folder)
+        state = rollout_side.state_dict() if rollout_side is not None else None
+        if state is not None:  # e.g. interrupt's segment store: restored rows name its segments
             with timed("worker_state_checkpoint"):
-                os.makedirs(self._old_logits_checkpoint_folder(), exist_ok=True)
-                torch.save(self._old_logit_host.rollout_side.state_dict(),
-                           os.path.join(self._old_logits_checkpoint_folder(), ROLLOUT_SIDE_FILE))
+                os.makedirs(folder, exist_ok=True)
+                torch.save(state, os.path.join(folder, ROLLOUT_SIDE_FILE))
 
     def _load_checkpoint(self):
-        super()._load_checkpoint()
-        if self.global_steps > 0 and self._old_logits_needs_worker_state():
-            from verl_ext.old_logits.host import load_worker_state
+        from verl_ext.old_logits.trainer_side import ROLLOUT_SIDE_FILE
+        from verl_ext.old_logits.worker_side import load_worker_state
 
-            folder = self._old_logits_checkpoint_folder()
+        super()._load_checkpoint()
+        if self.global_steps == 0:
+            return
+        folder = self._old_logits_checkpoint_folder()
+        if self._old_logit_needs.worker_state:
             with timed("worker_state_checkpoint"):
-                found = self._host().on_workers(load_worker_state, folder)
+                found = self._host().on_workers(load_worker_state, folder, self.global_steps)
             if not all(found):
                 logger.warning("verl-ext: resumed without old-logit state in %s (policy: %s)", folder,
                                self.old_logits_config.ewma.on_missing_state)
         # dedicated's scores travel with the rows; interrupt's segment store comes back here
-        if self.global_steps > 0 and self.old_logit_provider.name == "interrupt":
-            from verl_ext.old_logits.host import ROLLOUT_SIDE_FILE
-
-            path = os.path.join(self._old_logits_checkpoint_folder(), ROLLOUT_SIDE_FILE)
-            if os.path.exists(path):  # handed to the rollout side when on_init_end starts it
-                self._restored_rollout_side = torch.load(path, weights_only=False)
-            else:
-                logger.warning(
-                    "verl-ext: resumed without %s: rows generated before the checkpoint name segments this run "
-                    "never scored; their stale tokens meet algorithm.old_logits.interrupt.on_missing", path,
-                )
+        path = os.path.join(folder, ROLLOUT_SIDE_FILE)
+        if os.path.exists(path):  # handed to the rollout side when on_init_end starts it
+            self._restored_rollout_side = torch.load(path, weights_only=False)
+        elif self.old_logit_provider.rollout_side is not None:
+            logger.warning(
+                "verl-ext: resumed without %s: rows generated before the checkpoint may name segments this run "
+                "never scored; their stale tokens meet algorithm.old_logits.%s.on_missing", path,
+                self.old_logit_provider.name,
+            )
 
     def _compute_advantage(self, batch, metrics):
         from verl_ext.advantages import ESTIMATORS, validity
@@ -294,16 +313,17 @@ def _after_each_weight_sync(checkpoint_manager, hook) -> None:
     checkpoint_manager.update_weights = update_weights_then_hook
 
 
-def _switch_to_bypass_loss(config) -> None:
-    """``provider=rollout`` means π_old = μ. verl v1's bypass mode only copies the log-probs and
-    leaves the loss unchanged; switch the loss to verl's ``bypass_mode`` too (before the workers
-    build their actor config from this config)."""
+def _switch_to_bypass_loss(config, provider: str) -> None:
+    """A provider whose π_old is μ (``OldLogitProvider.bypass_loss``). verl v1's bypass mode only
+    copies the log-probs and leaves the loss unchanged; switch the loss to verl's ``bypass_mode`` too
+    (before the workers build their actor config from this config)."""
     with open_dict(config):
         correction = config.algorithm.rollout_correction
         correction.bypass_mode = True
         policy_loss = config.actor_rollout_ref.actor.policy_loss
         if policy_loss.loss_mode != "bypass_mode":
-            logger.warning("verl-ext: old_logits.provider=rollout: policy_loss.loss_mode %s -> bypass_mode", policy_loss.loss_mode)
+            logger.warning("verl-ext: old_logits.provider=%s: policy_loss.loss_mode %s -> bypass_mode", provider,
+                           policy_loss.loss_mode)
             policy_loss.loss_mode = "bypass_mode"
         policy_loss.rollout_correction = correction
 
@@ -404,3 +424,25 @@ class VerlExtTrainerColocateAsync(VerlExtTrainerMixin, PPOTrainerColocateAsync):
         return self.llm_server_manager.get_client(
             client_cls=VersionedFullyAsyncLLMServerClient, **self._llm_client_kwargs()
         )
+
+
+@register_trainer("verl_ext_separate_async")
+class VerlExtTrainerSeparateAsync(VerlExtTrainerMixin, PPOTrainerSeparateAsync):
+    """verl's asynchronous trainer with separate pools (rollout on its own GPUs never pauses,
+    partial rollouts resume across weight versions, idle trainer GPUs lent to rollout through
+    ``trainer.v1.separate_async.hybrid_rollout``) with verl-ext hooks. Its weights reach the
+    standalone pool through a checkpoint engine (``actor_rollout_ref.rollout.checkpoint_engine``;
+    ``host_memory`` on the cpu backend or where both pools share one device)."""
+
+    base_mode = "separate_async"
+
+    def get_llm_client(self):
+        return self.standalone_server_manager.get_client(
+            client_cls=VersionedFullyAsyncLLMServerClient, **self._llm_client_kwargs()
+        )
+
+    def rollout_server_handles(self) -> list:
+        return super().rollout_server_handles() + list(self.standalone_server_manager.server_handles)
+
+    def _weight_sync_managers(self) -> list:
+        return [self.standalone_checkpoint_manager, *super()._weight_sync_managers()]

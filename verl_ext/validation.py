@@ -28,7 +28,8 @@ logger = logging.getLogger("verl_ext")
 TRAINER_MODE_KEY = "trainer.v1.trainer_mode"
 VERL_EXT_TRAINERS = tuple(spec.name for spec in plugin.PLUGINS if spec.kind == "trainer")
 # verl's trainer mode -> the verl-ext trainer that extends it
-VERL_EXT_TWIN = {"sync": "verl_ext_sync", "colocate_async": "verl_ext_colocate_async"}
+VERL_EXT_TWIN = {"sync": "verl_ext_sync", "colocate_async": "verl_ext_colocate_async",
+                 "separate_async": "verl_ext_separate_async"}
 VERL_EXT_TWIN_BASE = {twin: base for base, twin in VERL_EXT_TWIN.items()}
 # Agent loops (by class) that write verl_ext.steps.StepMetadata; none of them records roles.
 STEP_METADATA_LOOPS = frozenset({
@@ -136,81 +137,68 @@ def verl_ext_trainer_selected(config: Any) -> list[str]:
             for key, value, effect in _hook_features(config)]
 
 
+def base_trainer_mode(config: Any) -> str:
+    """verl's trainer mode the configured one is or extends (``verl_ext_separate_async`` ->
+    ``separate_async``)."""
+    mode = str(select(config, TRAINER_MODE_KEY, "sync"))
+    return VERL_EXT_TWIN_BASE.get(mode, mode)
+
+
 @check
 def old_logits_settings(config: Any) -> list[str]:
     """``algorithm.old_logits.*`` parses (unknown keys, ``beta`` with ``com``, bad choices) and the
-    provider suits the rollout engine and the trainer mode."""
-    from verl_ext.old_logits.config import ROLLOUT_SIDE_PROVIDERS, OldLogitsConfig
+    configured provider's own checks pass (``OldLogitProvider.config_problems``: the rollout engine,
+    the trainer mode, settings that default to the staleness bound, ...)."""
+    from verl_ext.old_logits.config import TRAINER_MODES, OldLogitsConfig
+    from verl_ext.old_logits.providers import build_provider
 
     section = select(config, "algorithm.old_logits")
-    if section is None:
-        return []
-    mode = str(select(config, TRAINER_MODE_KEY, "sync"))
+    if section is None or base_trainer_mode(config) not in TRAINER_MODES:
+        return []  # an unknown trainer mode is verl's to refuse
     try:
         parsed = OldLogitsConfig.from_config(section, select(config, "trainer.v1.sampler.max_off_policy_threshold"),
-                                             VERL_EXT_TWIN_BASE.get(mode, mode))
+                                             base_trainer_mode(config))
+        provider = build_provider(parsed)
     except (TypeError, ValueError) as exc:
         return [str(exc)]
-    found = rollout_side_problems(parsed.provider, str(select(config, "actor_rollout_ref.rollout.name", "")))
-    if parsed.provider in ROLLOUT_SIDE_PROVIDERS and select(config, "actor_rollout_ref.rollout.disaggregation.enabled"):
-        found.append(f"algorithm.old_logits.provider={parsed.provider} with actor_rollout_ref.rollout.disaggregation.enabled"
-                     "=true: verl's prefill/decode replicas have no segment-counting server; turn disaggregation off "
-                     "or use algorithm.old_logits.provider=snapshot")
-    # settings that default to the staleness bound, read by the provider once workers run (the
-    # sync trainer keeps no snapshots)
-    defaults_from_bound = {"ewma": parsed.ewma_max_com if parsed.ewma.calibrated else parsed.ewma_beta,
-                           "snapshot": parsed.snapshot_max_versions,
-                           "interrupt": parsed.interrupt_max_versions}
-    if parsed.provider in defaults_from_bound and (parsed.stale_tokens or parsed.provider != "snapshot"):
-        try:
-            defaults_from_bound[parsed.provider]()
-        except ValueError as exc:
-            found.append(str(exc))
-    if parsed.provider == "snapshot" and parsed.snapshot.dtype == "bf16":
-        found += snapshot_dtype_problems(config)
-    if parsed.provider == "interrupt" and not parsed.stale_tokens:
-        found.append(
-            f"algorithm.old_logits.provider=interrupt with {TRAINER_MODE_KEY}={mode}: a synchronous trainer samples "
-            "every token with the current weights, so there is nothing stale to score, while interrupt re-scores "
-            "each turn's whole prefix at every weight sync (several times the tokens the batch holds) for the same "
-            "old log-probs as `current`: use algorithm.old_logits.provider=current, or "
-            f"{TRAINER_MODE_KEY}=verl_ext_colocate_async for stale tokens"
-        )
+    return provider.config_problems(config)
+
+
+SEPARATE_ASYNC_KEY = "trainer.v1.separate_async"
+CHECKPOINT_ENGINE_KEY = "actor_rollout_ref.rollout.checkpoint_engine.backend"
+
+
+@check
+def separate_async_settings(config: Any) -> list[str]:
+    """What verl's ``separate_async`` trainer asserts in its constructor, named with the fix before
+    any worker starts: a checkpoint engine between the pools, a standalone rollout pool, a batch of
+    ``parameter_sync_step`` mini-batches; on the cpu backend, enough (fake) GPUs in Ray for both pools."""
+    if base_trainer_mode(config) != "separate_async":
+        return []
+    found = []
+    if str(select(config, CHECKPOINT_ENGINE_KEY, "naive")) == "naive":
+        found.append(f"{CHECKPOINT_ENGINE_KEY}=naive cannot move weights between separate pools: set it to nccl "
+                     "(GPUs on their own devices) or host_memory (the cpu backend, or both pools on one device)")
+    rollout_gpus = int(select(config, "actor_rollout_ref.rollout.nnodes", 0)) * int(
+        select(config, "actor_rollout_ref.rollout.n_gpus_per_node", 0))
+    if rollout_gpus <= 0:
+        found.append("separate_async needs a standalone rollout pool: set actor_rollout_ref.rollout.nnodes and "
+                     "actor_rollout_ref.rollout.n_gpus_per_node (each > 0)")
+    sync_step = int(select(config, f"{SEPARATE_ASYNC_KEY}.parameter_sync_step", 1))
+    batch = int(select(config, "data.train_batch_size", 0))
+    mini = int(select(config, "actor_rollout_ref.actor.ppo_mini_batch_size", 0))
+    if batch != sync_step * mini:
+        found.append(f"data.train_batch_size={batch} must equal {SEPARATE_ASYNC_KEY}.parameter_sync_step={sync_step} "
+                     f"x actor_rollout_ref.actor.ppo_mini_batch_size={mini} (one mini-batch per local update): set "
+                     f"ppo_mini_batch_size={batch // max(1, sync_step)} or parameter_sync_step={batch // max(1, mini)}")
+    if str(select(config, "trainer.device", "cuda")) == "cpu" and rollout_gpus > 0:
+        trainer_gpus = int(select(config, "trainer.nnodes", 1)) * int(select(config, "trainer.n_gpus_per_node", 1))
+        ray_gpus = select(config, "ray_kwargs.ray_init.num_gpus")
+        if ray_gpus is not None and int(ray_gpus) < trainer_gpus + rollout_gpus:
+            found.append(f"ray_kwargs.ray_init.num_gpus={ray_gpus}: the cpu backend's fake GPUs must cover the trainer "
+                         f"pool ({trainer_gpus}) and the standalone rollout pool ({rollout_gpus}), or Ray waits for "
+                         f"them forever: set ray_kwargs.ray_init.num_gpus={trainer_gpus + rollout_gpus}")
     return found
-
-
-def snapshot_dtype_problems(config: Any) -> list[str]:
-    """``snapshot.dtype=bf16`` is exact only if the actor's forward casts its parameters to bfloat16:
-    FSDP mixed precision with ``param_dtype`` bf16 (verl's default when unset); Megatron's
-    parameters are the model's own (bf16 models stay as they are: only float32 is narrowed)."""
-    strategy = str(select(config, "actor_rollout_ref.actor.strategy", "fsdp"))
-    if strategy not in ("fsdp", "fsdp2"):
-        return []
-    key = "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype"
-    param_dtype = str(select(config, key, None) or "bf16")
-    if param_dtype in ("bf16", "bfloat16"):
-        return []
-    return [f"algorithm.old_logits.snapshot.dtype=bf16 stores the snapshots in bfloat16, exact only when the actor's "
-            f"forward computes with bfloat16 parameters, but {key}={param_dtype}: set {key}=bf16, or "
-            "algorithm.old_logits.snapshot.dtype=param (snapshots in the parameters' own dtype)"]
-
-
-# Rollouts the rollout side of `dedicated` / `interrupt` is built for: their servers count the segments
-# they serve (verl_ext.old_logits.segment_log; vLLM's first GPU run is pending, docs/status.md).
-ROLLOUT_SIDE_ROLLOUTS = ("hf", "vllm")
-
-
-def rollout_side_problems(provider: str, rollout_name: str) -> list[str]:
-    """``dedicated`` and ``interrupt`` need verl-ext's rollout side, run with the ``hf`` and vLLM
-    rollouts only (``verl_ext.old_logits.host`` raises the same sentence if it is ever reached)."""
-    from verl_ext.old_logits.config import ROLLOUT_SIDE_PROVIDERS
-
-    if provider not in ROLLOUT_SIDE_PROVIDERS or rollout_name in ROLLOUT_SIDE_ROLLOUTS:
-        return []
-    supported = " or ".join(f"actor_rollout_ref.rollout.name={name}" for name in ROLLOUT_SIDE_ROLLOUTS)
-    return [f"algorithm.old_logits.provider={provider} is supported with {supported}, not "
-            f"actor_rollout_ref.rollout.name={rollout_name!r} (verl-ext has no segment-counting server for that engine). "
-            "Use algorithm.old_logits.provider=snapshot (exact, any rollout) or ewma"]
 
 
 @check

@@ -122,7 +122,7 @@ ARM_OVERRIDES = {"ewma_device": ("algorithm.old_logits.swap_backup=device",),
                  "snapshot_bf16": ("algorithm.old_logits.snapshot.dtype=bf16",)}
 DEFAULT_ARMS = ["current", "snapshot", "ewma", "loglinear", PLAIN]
 TARGET_SHARE = {"current": 0.03, "ewma": 0.03, "loglinear": 0.03}  # by provider: of the step, all hooks together
-# Timed by the workers on the GPU stream (verl_ext.old_logits.host.WORKER_SWAP_HOOK): the driver's
+# Timed by the workers on the GPU stream (verl_ext.old_logits.worker_side.WORKER_SWAP_HOOK): the driver's
 # call returns before the copies end, and the next span on the driver (an extra forward) may wait for
 # them, so adding both counts that wait twice: the total is an upper bound by up to this hook's time.
 DEVICE_ONLY = ("weight_swap_gpu",)

@@ -112,6 +112,15 @@ policy = ref.module._get_fsdp_state()._fsdp_param_group.offload_policy
 assert getattr(type(policy), "_verl_ext_patched", False) and policy.pin_memory is False, policy
 critic = engine("value_model", False)  # valuehead_sdpa: verl asks for flash-attention 2 here
 assert critic.module.config._attn_implementation == "sdpa"
+# model_copy_to_host: separate_async's window anchor, as DetachActorWorker saves and restores it
+from verl.utils import fsdp_utils
+saved, spec = fsdp_utils.fsdp2_sharded_save_to_cpu(critic.module)
+kept = [p.to_local().clone() for p in critic.module.parameters()]
+with torch.no_grad():
+    for p in critic.module.parameters():
+        p.add_(1.0)  # an optimizer step after the save
+fsdp_utils.fsdp2_sharded_load_from_cpu(critic.module, saved, spec)
+assert all(torch.equal(p.to_local(), k) for p, k in zip(critic.module.parameters(), kept)), "the save followed the step"
 print("applied:", ",".join(sorted(patches.APPLIED)))
 """
 
@@ -120,7 +129,8 @@ def test_cpu_patches_take_effect_in_verls_own_engine_build(tiny_model_dir):
     proc = subprocess.run([sys.executable, "-c", ENGINES_ON_CPU, tiny_model_dir], capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
-    assert "applied: gloo_backend_dedupe,logprob_row_blocks,offload_no_pin_memory,valuehead_sdpa" in proc.stdout
+    assert ("applied: gloo_backend_dedupe,logprob_row_blocks,model_copy_to_host,offload_no_pin_memory,valuehead_sdpa"
+            in proc.stdout)
 
 
 def test_old_logit_state_wraps_the_optimizer_step_verls_train_batch_calls():
@@ -134,7 +144,7 @@ def test_old_logit_state_wraps_the_optimizer_step_verls_train_batch_calls():
     from verl.workers.engine.fsdp.transformer_impl import FSDPEngine
 
     from verl_ext.old_logits import OldLogitsConfig
-    from verl_ext.old_logits.host import STATE_ATTR, install_worker_state
+    from verl_ext.old_logits.worker_side import STATE_ATTR, install_worker_state
 
     assert "train_batch" not in vars(FSDPEngine), "the FSDP engine now has its own train_batch: re-check the wrapper"
 
@@ -264,17 +274,17 @@ def test_rollout_side_providers_get_verls_vllm_replica_with_counting_servers_whi
     from verl.workers.rollout import llm_server
     from verl.workers.rollout.replica import RolloutReplicaRegistry, get_rollout_replica_class
 
-    from verl_ext.old_logits.host import counting_rollout_replicas
+    from verl_ext.old_logits.rollout_side import counting_rollout_replicas
 
     assert "get_rollout_replica_class(" in inspect.getsource(llm_server.LLMServerManager.__init__)
     assert "RolloutReplicaRegistry.get(rollout)" in inspect.getsource(get_rollout_replica_class)
     verls = RolloutReplicaRegistry._registry["vllm"]
-    with counting_rollout_replicas("vllm", "interrupt"):
+    with counting_rollout_replicas("vllm", needed=True):
         loader = RolloutReplicaRegistry._registry["vllm"]
         assert loader is not verls and "SegmentCountingVLLMReplica" in inspect.getsource(loader)
     assert RolloutReplicaRegistry._registry["vllm"] is verls
-    for rollout, provider in (("vllm", "snapshot"), ("hf", "interrupt")):  # nothing to count / hf counts natively
-        with counting_rollout_replicas(rollout, provider):
+    for rollout, needed in (("vllm", False), ("hf", True)):  # nothing to count / hf counts natively
+        with counting_rollout_replicas(rollout, needed):
             assert RolloutReplicaRegistry._registry["vllm"] is verls
 
 

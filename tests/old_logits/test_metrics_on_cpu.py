@@ -74,7 +74,7 @@ def test_correction_by_staleness_splits_fresh_and_stale_tokens():
 def test_rollout_correction_thresholds_read_verl_config():
     from omegaconf import OmegaConf
 
-    from verl_ext.old_logits.host import rollout_correction_thresholds
+    from verl_ext.old_logits.trainer_side import rollout_correction_thresholds
 
     cfg = OmegaConf.create({"rollout_is": "token", "rollout_is_threshold": 2.0, "rollout_rs": "token_k1",
                             "rollout_rs_threshold": "0.5_2.0", "bypass_mode": False})

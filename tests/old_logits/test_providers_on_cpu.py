@@ -227,8 +227,19 @@ def test_declared_needs_follow_the_config(policy):
     assert needs({"provider": "ewma"}).fields == ("token_versions",)  # the calibration measures token age
     assert needs({"provider": "ewma", "ewma": {"fresh_exact": False}}).weights == ("ewma",)
     assert needs({"provider": "ewma"}).weights == ("ewma", "current")  # fresh_exact by default
-    assert needs({"provider": "snapshot"}).worker_hooks == ("before_optimizer_step",)
+    assert needs({"provider": "snapshot"}).snapshots == 4  # the staleness bound
     assert needs({"provider": "rollout"}).weights == ()
+    assert not needs({"provider": "rollout"}).worker_state
+
+    def separate(raw):  # separate pools: a copy of version n wherever the provider forwards under it
+        config = OldLogitsConfig.from_config(raw, max_off_policy_threshold=4, trainer_mode="separate_async")
+        return build_provider(config).requirements()
+
+    assert separate({"provider": "snapshot"}).snapshots == 5
+    for name in ("ewma", "loglinear", "dedicated", "interrupt"):
+        assert separate({"provider": name}).snapshots == 1 and separate({"provider": name}).worker_state, name
+    assert not separate({"provider": "current"}).worker_state  # verl's own anchor keeps its own copy
+    assert not separate({"provider": "rollout"}).worker_state
     state = OldLogitWorkerState(OldLogitsConfig.from_config({"provider": "snapshot"}, 4), list(policy.parameters()))
     with pytest.raises(RuntimeError, match="provider=snapshot"):
         state.weights("ewma")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from verl_ext.old_logits.host import token_versions
+from verl_ext.old_logits.trainer_side import token_versions
 
 
 def test_versions_are_aligned_with_response_tokens_and_masked():
@@ -24,7 +24,7 @@ def test_missing_versions_name_the_rows_and_the_fix():
 def test_local_parameters_cover_fsdp_modules_and_megatron_chunk_lists():
     import torch
 
-    from verl_ext.old_logits.host import local_parameters
+    from verl_ext.old_logits.swap import local_parameters
 
     one = torch.nn.Linear(3, 2)
     chunks = [torch.nn.Linear(3, 2), torch.nn.Linear(2, 1)]  # Megatron: one module per virtual stage

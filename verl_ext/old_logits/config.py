@@ -24,8 +24,8 @@ KEY = "algorithm.old_logits"
 SNAPSHOT_DTYPES = ("param", "bf16")  # what a snapshot stores fp32 parameters as (SnapshotConfig.dtype)
 SWAP_BACKUPS = ("host", "device")  # where live weights wait during a swap (OldLogitsConfig.swap_backup)
 STALENESS_KEY = "trainer.v1.sampler.max_off_policy_threshold"
-# the exact providers whose old log-probs are scored on the rollout side (segments of server calls)
-ROLLOUT_SIDE_PROVIDERS = ("dedicated", "interrupt")
+# verl 0.9.1's trainer modes (trainer.v1.trainer_mode), as the verl-ext trainers extend them
+TRAINER_MODES = ("sync", "colocate_async", "separate_async")
 
 
 @dataclass(frozen=True)
@@ -187,6 +187,11 @@ class OldLogitsConfig:
         stale_tokens: whether the trainer can hand tokens of older versions to the provider; False
             under verl's ``sync`` trainer (every token is sampled by the live weights), where
             ``snapshot`` then keeps no copies: they would never be read.
+        separate_pools: whether rollout runs on its own pool and never pauses for training (verl's
+            ``separate_async``): the trainer's weights then move on (``parameter_sync_step`` local
+            updates, the next version) while tokens of the version they started from are still
+            being generated or scored, so providers that forward under that version keep a copy
+            of it (``OldLogitProvider.requirements``).
         swap_backup: where the live weights wait while ``ewma`` or ``snapshot`` swaps other weights
             in for a forward: ``host`` (pinned host memory; costs a device-to-host and a
             host-to-device copy of the actor's shards per swap) or ``device`` (beside them on the
@@ -198,6 +203,7 @@ class OldLogitsConfig:
     provider: str = "current"
     staleness_bound: int | None = None
     stale_tokens: bool = True
+    separate_pools: bool = False
     swap_backup: str = "host"
     ewma: EWMAConfig = field(default_factory=EWMAConfig)
     snapshot: SnapshotConfig = field(default_factory=SnapshotConfig)
@@ -218,9 +224,13 @@ class OldLogitsConfig:
     def from_config(cls, old_logits: Mapping[str, Any] | None, max_off_policy_threshold: int | None,
                     trainer_mode: str = "colocate_async") -> OldLogitsConfig:
         """Builds the config from ``algorithm.old_logits`` (a DictConfig or dict, or None for the
-        defaults), the trainer's staleness bound and verl's trainer mode (``sync``: no stale tokens)."""
+        defaults), the trainer's staleness bound and verl's trainer mode (``TRAINER_MODES``:
+        ``sync`` has no stale tokens, ``separate_async`` separate pools)."""
+        if trainer_mode not in TRAINER_MODES:
+            raise ValueError(f"trainer mode {trainer_mode!r}; expected one of {TRAINER_MODES}")
         raw = dict(old_logits or {})
-        _reject_unknown(KEY, raw, {f.name for f in dataclasses.fields(cls)} - {"staleness_bound", "stale_tokens"})
+        _reject_unknown(KEY, raw, {f.name for f in dataclasses.fields(cls)}
+                        - {"staleness_bound", "stale_tokens", "separate_pools"})
         sub = {}
         sections = (
             ("ewma", EWMAConfig),
@@ -234,7 +244,8 @@ class OldLogitsConfig:
             _reject_unknown(f"{KEY}.{name}", values, {f.name for f in dataclasses.fields(sub_cls)})
             sub[name] = sub_cls(**values)
         bound = None if max_off_policy_threshold is None else int(max_off_policy_threshold)
-        return cls(staleness_bound=bound, stale_tokens=trainer_mode != "sync", **raw, **sub)
+        return cls(staleness_bound=bound, stale_tokens=trainer_mode != "sync",
+                   separate_pools=trainer_mode == "separate_async", **raw, **sub)
 
     def ewma_updates(self, versions: float, steps_per_version: int) -> float:
         """``versions`` weight versions in EWMA updates (× the optimizer steps per version with

@@ -1,5 +1,6 @@
 """An in-process ``OldLogitHost`` over a local torch module: the reference implementation of the
-host protocol, used by the unit tests and ``scripts/bench/old_logits_experiment.py``.
+host protocol, used by the unit tests and ``scripts/bench/old_logits_experiment.py``. It holds one version's
+weights at a time (no window whose live weights move on).
 
 The batch is a dict of padded ``(bs, L)`` tensors (``response_mask``, ``rollout_log_probs``,
 ``token_versions``, ``precomputed_old_log_probs``, plus whatever the model needs);
@@ -15,7 +16,9 @@ from typing import Any
 
 import torch
 
-from verl_ext.old_logits.worker import CURRENT, OldLogitWorkerState
+from verl_ext.old_logits.providers import RECORDED_TOKEN_VERSIONS, TOKEN_VERSIONS
+from verl_ext.old_logits.weight_specs import CURRENT
+from verl_ext.old_logits.worker import OldLogitWorkerState
 
 LogProbFn = Callable[[dict[str, torch.Tensor], torch.Tensor], torch.Tensor]
 
@@ -38,10 +41,17 @@ class LocalPolicyHost:
         return self.version
 
     def old_logits_fetch(self, batch: dict[str, torch.Tensor], fields: Sequence[str]) -> dict[str, torch.Tensor]:
-        missing = [f for f in fields if f not in batch]
+        wanted = [f for f in fields if f != RECORDED_TOKEN_VERSIONS]
+        if RECORDED_TOKEN_VERSIONS in fields and TOKEN_VERSIONS in batch:
+            wanted.append(TOKEN_VERSIONS)
+        missing = [f for f in wanted if f not in batch]
         if missing:
             raise KeyError(f"batch lacks {missing} (needed by the selected algorithm.old_logits.provider)")
-        return {f: batch[f] for f in fields}
+        return {f: batch[f] for f in wanted}
+
+    def old_logits_verl_anchor(self, batch: dict[str, torch.Tensor], metrics: dict[str, float]) -> Any:
+        """verl's anchor here: the weights the model holds now."""
+        return self.old_logits_store(batch, self.old_logits_forward(batch, CURRENT))
 
     @torch.no_grad()
     def old_logits_forward(
@@ -60,7 +70,7 @@ class LocalPolicyHost:
         return self.state
 
     def old_logits_ewma_calibrate(self, token_age_versions: float | None) -> dict[str, float]:
-        return self._state().ewma_calibrate(token_age_versions)
+        return self._state().ewma_calibrate(token_age_versions, self.version)
 
     def old_logits_rollout_sync(self, metrics: dict[str, float]) -> None:
         """Nothing to do: here ``precomputed_old_log_probs`` comes with the batch dict."""

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import itertools
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 SEGMENT_LOG_ACTOR_NAME = "verl_ext_old_logit_segment_log"
@@ -73,12 +74,23 @@ class SegmentLog:
         return self._recorded.get(version, 0)
 
     def take(self, version: int) -> tuple[list[dict[str, Any]], int]:
-        """The segments recorded since the last call (``segment_id``, ``version``, ``prompt_ids``,
-        ``token_ids``) and how many late segments were refused meanwhile; closes every version up
-        to ``version``."""
-        taken, self._segments = self._segments, []
+        """The recorded segments of versions up to ``version`` not taken yet (``segment_id``,
+        ``version``, ``prompt_ids``, ``token_ids``; segments of later versions stay) and how many
+        late segments were refused meanwhile; closes every version up to ``version``."""
+        taken, self._segments = self._split(lambda v: v is None or v <= version)
         late, self._late = self._late, 0
         self._closed_through = version if self._closed_through is None else max(self._closed_through, version)
         for old in [v for v in self._recorded if v is not None and v <= version]:
             del self._recorded[old]  # closed: nobody waits for these counts any more
         return taken, late
+
+    def take_recorded(self, version: int) -> list[dict[str, Any]]:
+        """The segments of ``version`` recorded so far and not taken yet; the version stays open
+        (its later segments are taken by ``take``). For a checkpoint in the middle of a version."""
+        taken, self._segments = self._split(lambda v: v == version)
+        return taken
+
+    def _split(self, selected: Callable[[Any], bool]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """(segments whose version is ``selected``, the others), each in recording order."""
+        chosen = [seg for seg in self._segments if selected(seg["version"])]
+        return chosen, [seg for seg in self._segments if not selected(seg["version"])]

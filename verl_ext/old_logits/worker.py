@@ -1,7 +1,9 @@
 """Worker-side state of the old-logit providers: what an actor worker holds and when it acts.
 
-Pure torch: the lead's worker subclass owns one ``OldLogitWorkerState`` built from the trainer's
-parameters (local shards) and calls the four hooks below; nothing here knows about Ray or verl.
+Pure torch: each actor worker holds one ``OldLogitWorkerState`` over the trainer's parameters (its
+local shards), built with what the configured provider requires (an EWMA shadow, weight
+snapshots); verl's trainer drives it through ``verl_ext.old_logits.worker_side`` (Ray's
+``__ray_call__``, no worker subclass). Nothing here knows about Ray or verl.
 
     set_version(version)            # the actor update of a step starts: the snapshot of
                                     # θ_version starts copying (overlapped with the update)
@@ -11,7 +13,7 @@ parameters (local shards) and calls the four hooks below; nothing here knows abo
     on_version_published(version)   # EWMA update (update_every=version)
     with state.weights(spec): ...   # forward under "current" | "ewma" | "snapshot:<v>"
     report()                        # this step's verl_ext/time/* and verl_ext/mem/* (verl_ext.timing)
-    ewma_calibrate(token_age)       # report the EWMA's age; aim it at the batch's token age
+    ewma_calibrate(token_age, n)    # report the EWMA's age; aim it at the batch's token age
 """
 
 from __future__ import annotations
@@ -26,33 +28,18 @@ import torch
 
 from verl_ext.old_logits.config import OldLogitsConfig
 from verl_ext.old_logits.ewma import EWMAShadow, beta_from_com
+from verl_ext.old_logits.providers import build_provider
 from verl_ext.old_logits.snapshot import SnapshotMissingError, SnapshotStore
+from verl_ext.old_logits.weight_specs import CURRENT, EWMA, parse_spec
 from verl_ext.old_logits.swap import fsdp_resharder, local_tensors
 from verl_ext.timing import held_bytes, hook_timer, timed
 
 logger = logging.getLogger("verl_ext.old_logits")
 
-CURRENT = "current"
-EWMA = "ewma"
-_SNAPSHOT = "snapshot:"
 SAVED_FROM_HOST = "old_logits/snapshot/saved_from_host_bytes"
 # host seconds spent starting the saves: `verl_ext/time/snapshot_save` is the compute stream's view,
 # which equals it only while the stream is idle; the two apart tell a blocked host from queued work
 SAVE_HOST_S = "old_logits/snapshot/save_host_s"
-
-
-def snapshot_spec(version: int) -> str:
-    """The weight spec that selects the snapshot of ``version`` (travels as a string in ``batch.extra_info``)."""
-    return f"{_SNAPSHOT}{int(version)}"
-
-
-def parse_spec(spec: str) -> tuple[str, int | None]:
-    """``"snapshot:7" -> ("snapshot", 7)``, ``"ewma" -> ("ewma", None)``."""
-    if spec in (CURRENT, EWMA):
-        return spec, None
-    if spec.startswith(_SNAPSHOT):
-        return "snapshot", int(spec[len(_SNAPSHOT) :])
-    raise ValueError(f"unknown old-logit weight spec {spec!r}; expected 'current', 'ewma' or 'snapshot:<version>'")
 
 
 class OldLogitWorkerState:
@@ -84,15 +71,16 @@ class OldLogitWorkerState:
         self.params = list(params)
         self.backup_device = backup_device
         self.reshard = fsdp_resharder(modules)
+        needs = build_provider(config).requirements()
         self.ewma = (
             EWMAShadow(self.params, config.ewma_beta(updates_per_version), config.ewma.bias_correction)
-            if config.provider == "ewma"
+            if EWMA in needs.weights
             else None
         )
         self.snapshots = (
-            SnapshotStore(config.snapshot_max_versions(), config.snapshot.pin_memory,
+            SnapshotStore(needs.snapshots, config.snapshot.pin_memory,
                           float32_as=torch.bfloat16 if config.snapshot.dtype == "bf16" else None)
-            if config.provider == "snapshot" and config.stale_tokens
+            if needs.snapshots
             else None
         )
         if self.snapshots is not None:  # pin the copies' host memory now, not inside the first steps
@@ -172,26 +160,30 @@ class OldLogitWorkerState:
         if self.ewma is not None and self.config.ewma.com is not None:
             self.ewma.set_beta(self.config.ewma_beta(steps_per_version))
 
-    def ewma_calibrate(self, token_age_versions: float | None) -> dict[str, float]:
+    def ewma_calibrate(self, token_age_versions: float | None, version: int | None = None) -> dict[str, float]:
         """Reports the EWMA as the forward just done used it, then (calibrated decay only) aims
-        the following updates' age at ``token_age_versions``, the mean age of the batch's tokens
-        in versions, capped at ``ewma.max_com`` versions (brief §6.1 item 4).
+        the following updates' age at the tokens' age: ``token_age_versions``, the mean age of the
+        batch's tokens in versions behind ``version`` (the version the trainer's window started
+        from), plus the optimizer steps the live weights have taken since (``separate_async``'s
+        local updates), capped at ``ewma.max_com`` versions.
 
         Returns:
             ``beta`` (of the last update), ``age_steps`` (θ̄'s centre-of-mass age in optimizer
-            steps behind the live weights) and ``steps_per_version`` (counted in the last
-            completed version, else the trainer's estimate).
+            steps behind the live weights), ``steps_per_version`` (counted in the last completed
+            version, else the trainer's estimate) and ``steps_into_version`` (optimizer steps since
+            ``version`` was published: 0 except within a ``separate_async`` window).
         """
         if self.ewma is None:
             raise RuntimeError(f"ewma_calibrate called but algorithm.old_logits.provider={self.config.provider}")
         steps = self.steps_per_version or self._steps_estimate
+        into = self._steps_in_version if version is not None and self._step_version == version else 0
         updates_per_step = self.config.ewma_updates(1.0, steps) / steps  # 1, or 1/steps per version
-        report = {"beta": self.ewma.beta, "age_steps": self.ewma.age / updates_per_step, "steps_per_version": steps}
+        report = {"beta": self.ewma.beta, "age_steps": self.ewma.age / updates_per_step, "steps_per_version": steps,
+                  "steps_into_version": into}
         if self.config.ewma.calibrated and token_age_versions is not None:
             bound = self.config.ewma_updates(self.config.ewma_max_com(), steps)
-            self.ewma.set_target_age(
-                min(self.config.ewma_updates(token_age_versions, steps), bound), beta_from_com(bound)
-            )
+            target = self.config.ewma_updates(token_age_versions, steps) + into * updates_per_step
+            self.ewma.set_target_age(min(target, bound), beta_from_com(bound))
         return report
 
     def weights(self, spec: str) -> AbstractContextManager[Any]:
@@ -250,9 +242,11 @@ class OldLogitWorkerState:
             "steps_per_version": self.steps_per_version,
         }
 
-    def load_state_dict(self, state: dict[str, Any] | None) -> None:
+    def load_state_dict(self, state: dict[str, Any] | None, version: int | None = None) -> None:
+        """Restores ``state_dict``'s state; ``version``: the version the restored live weights hold
+        (verl v1: the checkpoint's ``global_steps``), None if unknown. Versions before it are gone."""
         state = state or {}
-        self._step_version = None  # the versions before the checkpoint are gone
+        self._step_version = None if version is None else version - 1
         if state.get("steps_per_version"):
             self.calibrate(state["steps_per_version"])  # the decay the saved EWMA was built with
         if self.ewma is not None:

@@ -11,7 +11,7 @@ the upstream change that would remove it. ``APPLIED`` lists what this process pa
 ``tests/backends/test_patches_on_cpu.py`` fails when a targeted verl line no longer exists or a
 patch stops taking effect in verl's own code path. The replacements that apply on every backend
 (the advantage hook and the replay-buffer ``sample`` wrapper in ``verl_ext/trainer.py``, the
-optimizer-step wrapper in ``verl_ext/old_logits/host.py``) are listed in ``patches/README.md`` too.
+optimizer-step wrapper in ``verl_ext/old_logits/worker_side.py``) are listed in ``patches/README.md`` too.
 """
 
 from __future__ import annotations
@@ -150,6 +150,22 @@ def _patch_offload_pin_memory(module: object) -> None:
     module.CPUOffloadPolicy = CPUOffloadPolicyNoPin
 
 
+def _patch_model_copy_to_host(module: object) -> None:
+    original = module.fsdp2_sharded_save_to_cpu
+    if getattr(original, "_verl_ext_patched", False):
+        return
+    REPLACED["model_copy_to_host"] = original
+
+    def fsdp2_sharded_save_to_cpu(model):
+        # on the cpu backend `.cpu()` returns the parameter shard itself: without a copy the "saved"
+        # weights follow every optimizer step (verl's separate_async anchor would be the live weights)
+        state, spec = original(model)
+        return {name: (tensor.clone(), tensor_spec) for name, (tensor, tensor_spec) in state.items()}, spec
+
+    fsdp2_sharded_save_to_cpu._verl_ext_patched = True  # type: ignore[attr-defined]
+    module.fsdp2_sharded_save_to_cpu = fsdp2_sharded_save_to_cpu  # read at call time by DetachActorWorker
+
+
 PATCHES: tuple[Patch, ...] = (
     Patch(
         name="gloo_backend_dedupe",
@@ -171,6 +187,13 @@ PATCHES: tuple[Patch, ...] = (
         target="FSDPEngine._build_fsdp_module",
         snippet="CPUOffloadPolicy(pin_memory=True)",
         apply=_patch_offload_pin_memory,
+    ),
+    Patch(
+        name="model_copy_to_host",
+        module="verl.utils.fsdp_utils",
+        target="fsdp2_sharded_save_to_cpu",
+        snippet="local_cpu_tensor = local_gpu_tensor.detach().cpu()",
+        apply=_patch_model_copy_to_host,
     ),
 )
 

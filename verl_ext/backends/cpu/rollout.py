@@ -35,9 +35,10 @@ from verl.utils.config import omega_conf_to_dataclass
 from verl.workers.config import HFModelConfig, RolloutConfig
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, TokenOutput
+from verl.workers.rollout.utils import ensure_async_iterator
 
 from verl_ext.backends.cpu.hf_engine import GenerationRequest, HFGenerationEngine
-from verl_ext.backends.cpu.wire import WireTensor, named_from_wire, named_to_wire
+from verl_ext.backends.cpu.wire import WireTensor, named_from_wire, to_wire
 from verl_ext.old_logits.segment_log import ServedSegments
 from verl_ext.timing import held_bytes
 
@@ -288,7 +289,7 @@ class HFOldLogitScorer(HFRolloutServer):
     actor's forward is this forward: the same transformers model code and sdpa attention, the
     fp32 master weights cast to bf16. The trainer sends it every weight version right after verl's
     sync of the rollout servers, from the actor's own gathered weights
-    (``verl_ext.old_logits.host.DedicatedScorer``).
+    (``verl_ext.old_logits.rollout_side.DedicatedScorer``).
 
     Ordering: a weight update that changes the version first waits until this scorer has scored
     as many segments of the outgoing version as the rollout servers returned
@@ -455,7 +456,9 @@ class HFServerAdapter(BaseRollout):
             raise NotImplementedError(f"hf rollout supports wire_format='named_tensors' only, got {wire_format!r}")
         if kwargs.get("peft_config") is not None:
             raise NotImplementedError("hf rollout: LoRA adapters must be merged (actor_rollout_ref.model.lora.merge=True)")
-        # Every rank iterates: for FSDP the generator all-gathers each tensor collectively.
-        state = named_to_wire((name, tensor.detach().to("cpu", copy=True)) for name, tensor in weights)
+        # Every rank iterates: for FSDP the generator all-gathers each tensor collectively. A checkpoint
+        # engine of separate pools (verl_ext.backends.host_memory) hands an asynchronous iterator.
+        state = {name: to_wire(tensor.detach().to("cpu", copy=True))
+                 async for name, tensor in ensure_async_iterator(weights)}
         if self.is_leader:
             await self._server_handle().update_weights.remote(state, global_steps)
