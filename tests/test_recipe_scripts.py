@@ -181,9 +181,16 @@ def test_gpu_script_config_passes_verls_checks(script: Path, dry_run):
     # Hydra keeps the composed config under the run's OUT, not in ./outputs/<date>/ of the launch directory
     run_dirs = [a.split("=", 1)[1] for a in dry_run.last_args if a.startswith("hydra.run.dir=")]
     assert run_dirs and Path(run_dirs[-1]).is_relative_to(dry_run.root / "out"), run_dirs
-    if script.parent.name == "async_agentic":  # run_<provider>.sh trains with that provider
-        assert config.algorithm.old_logits.provider == script.stem.removeprefix("run_")
-        assert config.trainer.v1.trainer_mode == "verl_ext_colocate_async"
+    if script.parent.name == "async_agentic":  # run_[separate_]<provider>.sh trains with that provider
+        name = script.stem.removeprefix("run_")
+        separate = name.startswith("separate_")
+        assert config.algorithm.old_logits.provider == name.removeprefix("separate_")
+        assert config.trainer.v1.trainer_mode == ("verl_ext_separate_async" if separate else "verl_ext_colocate_async")
+        if separate:  # half of the node's 8 GPUs roll out, the rest train; weights over NCCL between them
+            assert (config.trainer.n_gpus_per_node, config.actor_rollout_ref.rollout.n_gpus_per_node) == (4, 4)
+            assert config.actor_rollout_ref.rollout.checkpoint_engine.backend == "nccl"
+            assert config.data.train_batch_size == (config.trainer.v1.separate_async.parameter_sync_step
+                                                    * config.actor_rollout_ref.actor.ppo_mini_batch_size)
 
 
 # every setting tests/gpu runs run_gpu.sh with (1, 2 and 4 GPUs)
@@ -254,6 +261,20 @@ def test_async_cpu_twin_composes_the_async_recipe(dry_run):
     assert config.algorithm.old_logits.provider == "loglinear"
     assert config.algorithm.rollout_correction.rollout_rs == "token_k1"
     assert config.actor_rollout_ref.rollout.name == "hf"  # still the cpu backend
+
+
+def test_async_cpu_twin_composes_separate_pools(dry_run):
+    """MODE=separate_async: verl's separate_async trainer with a standalone hf replica, weights through
+    host memory, the start-up checks passing (two local updates of the base script's batch)."""
+    from verl_ext import validation
+
+    code, out, err = dry_run(REPO / "recipes/async_agentic/run_cpu.sh", [], PROVIDER="snapshot", MODE="separate_async")
+    assert code == 0, err[-4000:]
+    config = OmegaConf.create(out)
+    check_config(config)
+    assert config.trainer.v1.trainer_mode == "verl_ext_separate_async"
+    assert config.actor_rollout_ref.rollout.checkpoint_engine.backend == "host_memory"
+    assert validation.separate_async_settings(config) == [] and validation.micro_batches_divide(config) == []
 
 
 @pytest.mark.parametrize("case, script, overrides, expected", BROKEN, ids=[c[0] for c in BROKEN])

@@ -104,8 +104,10 @@ def _hook_features(config: Any) -> Iterator[tuple[str, Any, str]]:
     from verl_ext.advantages import ESTIMATORS
     from verl_ext.rewards import postprocess
 
+    from verl_ext.old_logits.config import DEFAULT_PROVIDER
+
     provider = select(config, "algorithm.old_logits.provider")
-    if provider not in (None, "current"):
+    if provider not in (None, DEFAULT_PROVIDER):
         yield ("algorithm.old_logits.provider", provider,
                "ignores it (old log-probs are recomputed with the current weights, no old_logits/* metric)")
     estimator = select(config, "algorithm.adv_estimator")

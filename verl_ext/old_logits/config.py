@@ -24,6 +24,8 @@ KEY = "algorithm.old_logits"
 SNAPSHOT_DTYPES = ("param", "bf16")  # what a snapshot stores fp32 parameters as (SnapshotConfig.dtype)
 SWAP_BACKUPS = ("host", "device")  # where live weights wait during a swap (OldLogitsConfig.swap_backup)
 STALENESS_KEY = "trainer.v1.sampler.max_off_policy_threshold"
+# the provider that is verl's own behaviour: any other needs a verl-ext trainer
+DEFAULT_PROVIDER = "current"
 # verl 0.9.1's trainer modes (trainer.v1.trainer_mode), as the verl-ext trainers extend them
 TRAINER_MODES = ("sync", "colocate_async", "separate_async")
 
@@ -200,7 +202,7 @@ class OldLogitsConfig:
         ewma, snapshot, dedicated, interrupt, loglinear: per-provider settings.
     """
 
-    provider: str = "current"
+    provider: str = DEFAULT_PROVIDER
     staleness_bound: int | None = None
     stale_tokens: bool = True
     separate_pools: bool = False

@@ -131,7 +131,9 @@ def correction_by_staleness(
     Returns:
         ``correction/{masked,truncated}_{fresh,stale}`` (fractions of the fresh / stale tokens),
         ``correction/{masked,truncated}_staleness_excess`` (stale minus fresh; with tokens of both
-        kinds) and ``correction/stale_token_frac``.
+        kinds), ``correction/stale_token_frac`` and ``correction/abs_log_ratio_max_{fresh,stale}``
+        (the largest |log ρ̂| in each group: numerics alone on exact old logits, so on a backend whose
+        rollout shares the trainer's numerics, 0 up to rounding exactly where the provider is exact).
     """
     m = mask.bool() & (token_versions >= 0)
     d = current_version - token_versions
@@ -143,6 +145,9 @@ def correction_by_staleness(
     if is_threshold is not None:
         removed["truncated"] = log_rho > torch.log(torch.tensor(float(is_threshold)))
     out = {f"{PREFIX}correction/stale_token_frac": _masked_mean(groups["stale"], m)}
+    for name, group in groups.items():
+        if group.any():
+            out[f"{PREFIX}correction/abs_log_ratio_max_{name}"] = float(log_rho[group].abs().max())
     for kind, hit in removed.items():
         for name, group in groups.items():
             if group.any():
