@@ -10,14 +10,18 @@
 #   LOSS      vanilla | ppo_ewma [ppo_ewma]
 #   PROVIDER  old-logit provider: none | current | rollout | snapshot | ewma | loglinear |
 #             dedicated | interrupt [ewma]; none = verl's own old log-probs (no verl-ext hook)
-#   MODE      sync | colocate_async [sync]
+#   MODE      sync | colocate_async | separate_async [sync]
+#   ROLLOUT_GPUS  separate_async: GPUs of the standalone rollout pool, besides the N_GPUS that train [1]
+#   SHARE_CARD    separate_async on one card: 1 puts the trainer and the rollout pool on the same GPU
+#             (Ray is shown it twice, CUDA_VISIBLE_DEVICES=0,0; weights through host memory, since
+#             NCCL refuses two ranks on one device; no colocated replica) [0]
 #   ROLLOUT   vllm | hf [vllm]
 #   GPU_MEM   vLLM's gpu_memory_utilization [0.3]
 #   KV_CACHE_BYTES  a fixed vLLM KV cache in bytes [unset: vLLM sizes it by profiling free memory];
 #             set it when several runs share a card (profiling fails when another run frees memory)
 #   ROLLOUT_DTYPE  the rollout's precision: bfloat16 | float32 [bfloat16 for vllm, float32 for hf]
-#   LR [1e-5], WARMUP [2] and BOUND [4] (colocate_async: batches queued ahead, staleness bound)
-#   SAMPLER   colocate_async: verl's max_off_policy_strategy, drop | wait [verl's default, drop];
+#   LR [1e-5], WARMUP [2] and BOUND [4] (async modes: batches queued ahead, staleness bound)
+#   SAMPLER   async modes: verl's max_off_policy_strategy, drop | wait [verl's default, drop];
 #             wait trains the rows a weight sync cut mid-decode before any newer prompt
 #   MAX_NUM_SEQS  sequences each rollout server decodes at once [verl's default]
 #   STRATEGY  fsdp2 | megatron [fsdp2]: megatron is verl's Megatron engine (Megatron-Bridge builds
@@ -68,10 +72,23 @@ fi
 if [ -n "${MAX_NUM_SEQS:-}" ]; then
     plugins+=(actor_rollout_ref.rollout.max_num_seqs="$MAX_NUM_SEQS")
 fi
-if [ "$MODE" = colocate_async ]; then
+if [ "$MODE" != sync ]; then
     # WARMUP batches queued ahead of the trainer (2: tokens 1-2 versions old reach every provider)
-    plugins+=(trainer.v1.colocate_async.num_warmup_batches="$WARMUP" trainer.v1.sampler.max_off_policy_threshold="$BOUND")
+    plugins+=(trainer.v1."$MODE".num_warmup_batches="$WARMUP" trainer.v1.sampler.max_off_policy_threshold="$BOUND")
     [ -z "${SAMPLER:-}" ] || plugins+=(trainer.v1.sampler.max_off_policy_strategy="$SAMPLER")
+fi
+if [ "$MODE" = separate_async ]; then
+    # a step is two local updates (the mini-batch is half the batch); the weights reach the rollout pool after both
+    plugins+=(trainer.v1.separate_async.parameter_sync_step=2 actor_rollout_ref.rollout.nnodes=1
+              actor_rollout_ref.rollout.n_gpus_per_node="${ROLLOUT_GPUS:-1}")
+    if [ "${SHARE_CARD:-0}" = 1 ]; then
+        export CUDA_VISIBLE_DEVICES=0,0   # Ray hands each pool "a GPU": the same one
+        plugins+=(actor_rollout_ref.rollout.checkpoint_engine.backend=host_memory actor_rollout_ref.hybrid_engine=false
+                  +ray_kwargs.ray_init.num_gpus=2)
+        [ -n "${KV_CACHE_BYTES:-}" ] || plugins+=("+actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes=$((4 << 30))")
+    else
+        plugins+=(actor_rollout_ref.rollout.checkpoint_engine.backend=nccl)
+    fi
 fi
 
 # Batch: BATCH_PER_GPU prompts x 4 rollouts per data-parallel rank, so every rank gets the same
