@@ -1,6 +1,6 @@
-"""The README as a short front door, and ``docs/status.md`` as the record behind its claims.
+"""The README as a short front door, and ``docs/reference/compatibility.md`` as the record behind its claims.
 
-- ``docs/status.md`` names the tests behind each claim: every test file and test function it names
+- ``docs/reference/compatibility.md`` names the tests behind each claim: every test file and test function it names
   must exist (a renamed or deleted test cannot leave a claim standing), every path of its claims
   table too, and every registered estimator and provider has a status row.
 - The README's test command is what CI runs (``.ci/run``), its quickstart is on the first screen,
@@ -35,10 +35,10 @@ def test_every_test_the_status_page_names_exists():
     assert len(references) > 30, "the status page should name the tests behind its cells"
     for path, function in references:
         file = _repo_path(path)
-        assert file.exists(), f"docs/status.md names {path}, which does not exist"
+        assert file.exists(), f"docs/reference/compatibility.md names {path}, which does not exist"
         if function and not function.startswith("..."):  # `...[snapshot]`: the row above's test
             assert re.search(rf"def {re.escape(function)}\(", file.read_text()), \
-                f"docs/status.md names {path}::{function}, which does not exist"
+                f"docs/reference/compatibility.md names {path}::{function}, which does not exist"
 
 
 def test_every_path_of_the_claims_table_exists():
@@ -47,7 +47,7 @@ def test_every_path_of_the_claims_table_exists():
     paths = [p for p in re.findall(r"`([^`\s<]+/[^`\s<]*)`", table) if not p.startswith("+")]
     assert len(paths) > 10
     for path in paths:
-        assert (REPO / path).exists(), f"docs/status.md's claims table names {path}, which does not exist"
+        assert (REPO / path).exists(), f"docs/reference/compatibility.md's claims table names {path}, which does not exist"
 
 
 def test_every_registered_estimator_and_provider_has_a_row():
@@ -56,7 +56,7 @@ def test_every_registered_estimator_and_provider_has_a_row():
 
     table = STATUS.read_text()[STATUS.read_text().index("| plugin | unit |"):]
     for name in [*ESTIMATORS, *registered_providers()]:
-        assert f"| `{name}` |" in table, f"no status row for {name} in docs/status.md"
+        assert f"| `{name}` |" in table, f"no status row for {name} in docs/reference/compatibility.md"
 
 
 def _bash_blocks(text: str) -> list[str]:

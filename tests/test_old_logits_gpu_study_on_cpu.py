@@ -103,7 +103,7 @@ def test_report_pairs_seeds_and_counts_steps_to_target():
 
 
 def test_pilot_report_is_computed_from_the_stored_runs(tmp_path):
-    """docs/benchmarks.md's "GPU: old-logit study" (the one-seed H200 pilot) from its stored runs:
+    """docs/results.md's "GPU: old-logit study" (the one-seed H200 pilot) from its stored runs:
     the learning-phase cells are the means of the runs' own metrics, one seed gives no verdicts."""
     study = _script("old_logits_gpu_study")
     results = REPO / "docs" / "bench_results" / "old_logits_gpu_study_h200"

@@ -299,6 +299,6 @@ def test_a_misspelt_agent_loop_kwarg_is_refused(base, tmp_path):
 
 
 def test_every_check_is_in_the_docs_table():
-    table = (REPO / "docs" / "validation.md").read_text()
+    table = (REPO / "docs" / "reference" / "validation.md").read_text()
     missing = [name for name in [*validation.CHECKS, "fragment_conflicts"] if f"| `{name}`" not in table]
-    assert not missing, f"docs/validation.md has no row for {missing}"
+    assert not missing, f"docs/reference/validation.md has no row for {missing}"

@@ -297,7 +297,7 @@ def main(argv: list[str]) -> int:
         problems = verl_problems(config) + validation.problems(config, command_line)  # what the driver refuses
         if args.gpu:
             problems += validation.machine_problems(config)
-        print("\nconfig check (docs/validation.md):")
+        print("\nconfig check (docs/reference/validation.md):")
         for problem in problems or [f"all {len(validation.CHECKS)} start-up checks pass"]:
             print(f"  {problem}")
         ok = ok and not problems

@@ -6,7 +6,7 @@ realistic shapes.
 Both sides get the same random step batch (tests/advantages/step_data.py) and are timed in
 alternation, so machine load hits both alike; the loop versions are the test references in
 tests/advantages/loop_reference.py. Prints markdown tables and, with --write, replaces the
-``## Advantage estimators`` section of docs/benchmarks.md.
+``## Advantage estimators`` section of docs/results.md.
 
     python scripts/bench/bench_advantages.py                  # 1k, 10k, 100k, 1M rows + glue
     python scripts/bench/bench_advantages.py --sizes 1000 10000 --write
@@ -308,12 +308,12 @@ def _ms(seconds: float) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000, 100_000, 1_000_000])
-    parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
+    parser.add_argument("--write", action="store_true", help="update docs/results.md")
     args = parser.parse_args()
     section = table(bench(args.sizes), bench_glue(), bench_entry_point(args.sizes))
     print("\n" + section)
     if args.write:
-        write_section(ROOT / "docs" / "benchmarks.md", HEADING, section.rstrip("\n") + "\n\n")
+        write_section(ROOT / "docs" / "results.md", HEADING, section.rstrip("\n") + "\n\n")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ env (RSS and PSS of each env's chromedriver + Chromium processes), and compares 
 BrowserGym's figures measured in the research notes (≈1.7 s per step including a 0.5 s sleep, ≈1.5 GB RSS per env).
 
     python scripts/bench/bench_envs.py                      # print the table
-    python scripts/bench/bench_envs.py --write-docs docs/benchmarks.md
+    python scripts/bench/bench_envs.py --write-docs docs/results.md
 """
 
 from __future__ import annotations

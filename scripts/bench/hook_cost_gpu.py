@@ -78,7 +78,7 @@ steps) in GPU and host memory and as a multiple of the fp32 parameter bytes. Tar
 ``current``, ``ewma``, ``loglinear`` at most 3% of the step; what ``snapshot``'s save leaves on the
 critical path at most 1% (``snapshot_save``, the worker's compute stream while the save's copies are
 queued, plus ``snapshot_save_wait``, the optimizer step's wait for them).
-It replaces the section "GPU: per-step breakdown" of ``docs/benchmarks.md``; nothing in it is
+It replaces the section "GPU: per-step breakdown" of ``docs/results.md``; nothing in it is
 typed by hand.
 """
 
@@ -554,7 +554,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--dry-run", action="store_true", help="print every run's command and exit")
     parser.add_argument("--results", type=Path, nargs="+",
                         help="folders written by --out (one machine and code version each): (re)write the docs section")
-    parser.add_argument("--doc", type=Path, default=REPO / "docs" / "benchmarks.md")
+    parser.add_argument("--doc", type=Path, default=REPO / "docs" / "results.md")
     parser.add_argument("--context", default="", help="how the runs were made (machine kind, other load), printed "
                         "under the table")
     args = parser.parse_args(argv)

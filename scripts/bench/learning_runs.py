@@ -1,7 +1,7 @@
 """Shared machinery of the learning benchmarks (``text_corridor_learning.py``,
 ``toolcua_hybrid_learning.py``): run a cpu recipe once per (config, seed) with the same seeds and
 budget, read verl's per-step metrics from its JSONL file logger, tabulate, plot, and replace the
-benchmark's section of ``docs/benchmarks.md``.
+benchmark's section of ``docs/results.md``.
 
 Runs are sequential (one trainer at a time on a 2-core machine). A run whose ``metrics.jsonl``
 already reaches the last step is reused, so a sweep can be resumed or re-reported.
@@ -31,7 +31,7 @@ def study_parser(description: str, out: Path, steps: int, seeds: list[int]) -> a
     parser.add_argument("--steps", type=int, default=steps)
     parser.add_argument("--seeds", type=int, nargs="+", default=seeds)
     parser.add_argument("--out", type=Path, default=out)
-    parser.add_argument("--doc", type=Path, default=REPO / "docs/benchmarks.md")
+    parser.add_argument("--doc", type=Path, default=REPO / "docs/results.md")
     parser.add_argument("--img", type=Path, default=REPO / "docs/img")
     parser.add_argument("--attempts", type=int, default=2, help="tries per run before giving up")
     parser.add_argument("--report-only", action="store_true", help="run nothing; report the runs under --out")

@@ -19,7 +19,7 @@ asynchronous pipeline is simulated exactly:
 For each provider and d it records the fraction of tokens masked by the band (and whether
 numerics or staleness caused it, against the exact old logits), the TIS-truncated fraction, the
 PPO clip fraction, |old - exact| errors, the reward of the current policy per step, and the cost
-(forward rows, extra bytes, time). Medians over seeds are written to docs/benchmarks.md
+(forward rows, extra bytes, time). Medians over seeds are written to docs/results.md
 (section "## Old-logit providers") and docs/img/old_logits_providers.png.
 
 Usage: ``python scripts/bench/old_logits_experiment.py [--seeds 5] [--steps 150] [--regimes 0.1:0.5:2.0 ...]
@@ -29,7 +29,7 @@ Usage: ``python scripts/bench/old_logits_experiment.py [--seeds 5] [--steps 150]
 every seed of a cell trained at once (parameters stacked along a leading seed dimension), fair
 arms (same loss and rollout correction, only the old-logit source differs), staleness drawn per
 sequence, heavy-tailed train/inference mismatch, learning rate and epochs as knobs; it writes the
-section ``## Old-logit mechanism study`` of docs/benchmarks.md.
+section ``## Old-logit mechanism study`` of docs/results.md.
 """
 
 from __future__ import annotations
@@ -364,9 +364,9 @@ def markdown(tables: dict[str, dict], stalenesses: list[int], args: argparse.Nam
 
 
 def write_docs(section: str) -> None:
-    """Replaces (or appends) the '## Old-logit providers' section of docs/benchmarks.md, up to the
+    """Replaces (or appends) the '## Old-logit providers' section of docs/results.md, up to the
     next heading (its '### ' GPU subsection, written by hand from bench_ewma_gpu.py, stays)."""
-    path = ROOT / "docs" / "benchmarks.md"
+    path = ROOT / "docs" / "results.md"
     text = path.read_text() if path.exists() else "# Benchmarks\n"
     start = text.find("## Old-logit providers")
     if start < 0:
@@ -768,7 +768,7 @@ def study_checks(results: dict, meta: dict) -> list[str]:
 
 
 def study_report(results: dict, meta: dict) -> None:
-    """Writes ``## Old-logit mechanism study`` of docs/benchmarks.md and its learning-curve plot."""
+    """Writes ``## Old-logit mechanism study`` of docs/results.md and its learning-curve plot."""
     import platform
 
     from learning_runs import paired_verdict, write_section
@@ -818,7 +818,7 @@ def study_report(results: dict, meta: dict) -> None:
     image = ROOT / "docs" / "img" / "old_logits_study.png"
     study_plot(results, image)
     lines += [f"![old-logit mechanism study](img/{image.name})", ""]
-    write_section(ROOT / "docs" / "benchmarks.md", STUDY_HEADING, "\n".join(lines))
+    write_section(ROOT / "docs" / "results.md", STUDY_HEADING, "\n".join(lines))
     print("\n".join(lines))
 
 

@@ -22,7 +22,7 @@ while ``--min-free-gb`` are available.
 
 Each run writes ``metrics.jsonl`` and ``run.json`` (wall time, card, versions) under
 ``--out/<warmup>/<arm>/seed<k>``; finished runs are reused. The report (``--report-only`` to
-re-write it) is the section ``## GPU: old-logit study`` of docs/benchmarks.md: success curve, area
+re-write it) is the section ``## GPU: old-logit study`` of docs/results.md: success curve, area
 under it, steps to 0.8, masked fraction by cause (fresh = numerics, stale), clip fraction, max IS
 ratio, collapses, time per step; mean ± SE, differences paired by seed with 2-SE verdicts (over the
 seeds an arm shares with ``current``). ``--keep-runs SOURCE`` copies the finished runs of a machine's
@@ -386,7 +386,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--budget-s", type=float, default=float("inf"), help="start no run that would end after this")
     parser.add_argument("--run-s", type=float, default=600.0, help="a run's expected wall time until one has finished")
     parser.add_argument("--out", type=Path, default=REPO / "runs/old_logits_gpu_study")
-    parser.add_argument("--doc", type=Path, default=REPO / "docs/benchmarks.md")
+    parser.add_argument("--doc", type=Path, default=REPO / "docs/results.md")
     parser.add_argument("--dry-run", action="store_true", help="print every run's environment and command; run nothing")
     parser.add_argument("--report-only", action="store_true", help="run nothing; report the runs under --out")
     parser.add_argument("--keep-runs", type=Path, metavar="SOURCE",

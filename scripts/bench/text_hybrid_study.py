@@ -17,7 +17,7 @@ Mean and standard error over seeds per arm; every pairwise difference of an arm'
 tested against two standard errors of the difference (``compare``), and the section says which
 exceed it. Runs are sequential and seed-major (a partial sweep still compares every arm); a
 finished run is reused; ``--report-only`` runs nothing and reports exactly the runs found.
-Writes the section ``## text_hybrid study: ...`` of ``docs/benchmarks.md`` and PNGs in docs/img/.
+Writes the section ``## text_hybrid study: ...`` of ``docs/results.md`` and PNGs in docs/img/.
 
     python scripts/bench/text_hybrid_study.py --steps 25 --seeds 0 1 2
 """

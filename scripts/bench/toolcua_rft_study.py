@@ -18,7 +18,7 @@ and ``decision_probe.py``: the probability the model gives to opening its reply 
 name against ``computer_use``'s (``tool_share``), exact, for the SFT model, the warm-up model and each
 arm's RL model.
 
-    python scripts/bench/toolcua_rft_study.py --seeds 0 1 2                 # runs, then writes docs/benchmarks.md
+    python scripts/bench/toolcua_rft_study.py --seeds 0 1 2                 # runs, then writes docs/results.md
     python scripts/bench/toolcua_rft_study.py --seeds 0 1 2 --report-only   # report the runs under --out
 """
 

@@ -12,7 +12,7 @@ from collections import defaultdict
 
 import numpy as np
 
-HGPO_TIE_RTOL = 1e-9  # docs/plugins/advantages.md: HGPO drops levels whose return ties the centre
+HGPO_TIE_RTOL = 1e-9  # docs/reference/advantages.md: HGPO drops levels whose return ties the centre
 
 
 def _trajectories(traj_uid, step_idx):
