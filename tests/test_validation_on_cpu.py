@@ -1,4 +1,4 @@
-"""Issue 26, the config cases: a bad config stops at start-up with its cause, and ``verl-ext doctor``,
+"""The config cases: a bad config stops at start-up with its cause, and ``verl-ext doctor``,
 the driver of ``python -m verl.trainer.main_ppo`` and the verl-ext trainers refuse the same configs
 (all three call ``verl_ext.validation``). Configs are composed as main_ppo composes them (Hydra, in
 this process); nothing here starts Ray or a worker."""

@@ -9,13 +9,10 @@
 # stage knobs below, SKIP_SFT / SKIP_RFT / SKIP_RL, TOOL_TERM (task | decision), RFT_ARGS,
 # ATTENTION [flash_attention_2 where flash-attn imports, else sdpa].
 # The settings are a starting point: this script is composition-checked on cpu
-# (tests/test_recipe_scripts.py); on one H200 with short settings and a random 0.5B-shape model its
-# SFT stage, the RFT warm-up and the RFT stage's first GRPO step ran (docs/reference/compatibility.md, tenth session);
-# three seeds of a 4-layer 256-wide random model through SFT and the RFT stage's validation at once on one
-# card (twelfth session; scripts/bench/toolcua_pipeline_study.py --backend gpu --parallel); all three stages on
-# one H200, the online one for one seed's full pipeline (fourteenth session: docs/results.md, "GPU:
-# ToolCUA pipeline study"); a 1000-step warm-up of 16 decisions (RFT_WARMUP_BATCH) + 20 GRPO steps brought the
-# held-out decisions to T 0.73 / 0.01 (fifteenth session). REUSE_STAGES=1 resumes a pipeline at the stage that failed. Without flash-attn,
+# (tests/test_recipe_scripts.py); on one H200 all three stages ran for three seeds of a 4-layer 256-wide
+# random model (scripts/bench/toolcua_pipeline_study.py --backend gpu --parallel; docs/results.md, "GPU:
+# ToolCUA pipeline study: all arms"); a 1000-step warm-up of 16 decisions (RFT_WARMUP_BATCH) + 20 GRPO
+# steps brought the held-out decisions to T 0.73 / 0.01. REUSE_STAGES=1 resumes a pipeline at the stage that failed. Without flash-attn,
 # verl-ext's logprob_row_blocks patch (on by default) is what
 # makes a GRPO step of 32 x 8 decisions of the tiny model 16.5 s instead of ~250-290 s (docs/results.md).
 # SFT_MAX_LENGTH (stages.sh, default 8192) bounds an SFT row: with the byte-level tokenizer of

@@ -1,5 +1,5 @@
 """Can the cpu recipe's tiny model learn the GUI-vs-tool choice at all, given a loss on the choice
-alone and enough decisions (issue 25)? ``warmup_learnability.py`` taught it through the RFT warm-up's
+alone and enough decisions? ``warmup_learnability.py`` taught it through the RFT warm-up's
 SFT loss, where the choice is one token of a whole call, and it separated even its 128 training
 decisions by 0.11 only. Here, per seed, from that seed's SFT checkpoint, plain PyTorch trains on the
 choice token alone: at each training decision (``verl-ext prepare-data text_hybrid_decisions``,

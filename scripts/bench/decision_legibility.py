@@ -1,5 +1,4 @@
-"""Where, in a critical switching step's prompt, is what decides "tools shorter" vs "GUI shorter"
-(issue 25)? Computed from the decision rows themselves (``verl-ext prepare-data text_hybrid_decisions``,
+"""Where, in a critical switching step's prompt, is what decides "tools shorter" vs "GUI shorter"? Computed from the decision rows themselves (``verl-ext prepare-data text_hybrid_decisions``,
 ``verl_ext.envs.decisions.decision_rows``), no model involved:
 
 - **label by subgoal**: the decision's subgoal (``app.subgoals[index]``), by the first word of its

@@ -1,5 +1,5 @@
 """Where the ``dedicated`` old-logit scorer runs: on the actor's GPU (``dedicated.gpu=shared``) or on
-a GPU of its own (``dedicated.gpu=own``), same run otherwise (issue 24, run 2).
+a GPU of its own (``dedicated.gpu=own``), same run otherwise.
 
     python scripts/bench/dedicated_placement.py --results docs/bench_results/dedicated_placement_h100x2
 

@@ -22,7 +22,7 @@ A script that cannot run here (the Megatron one without TransformerEngine's torc
 script where verl cannot build the model's processor, which it would otherwise drop silently) is
 recorded with the reason; a run that fails is recorded with its error and the next one starts.
 ``--only`` picks scripts, ``--override KEY=VALUE`` adds an override to every script (recorded).
-A finished run is reused when the driver is started again on the same ``--out``, so a session can
+A finished run is reused when the driver is started again on the same ``--out``, so a later call can
 run the scripts in several goes (each takes minutes, most of it start-up).
 ``--results`` writes the ``## GPU: flagship scripts`` section from ``machine.json`` and each
 script's ``run.json`` and ``metrics.jsonl``; nothing in it is typed by hand.

@@ -1,5 +1,5 @@
 """What a snapshot save costs the host and the step, by how its pinned host buffers are allocated
-(issue 22: the 7B ``snapshot`` arm's save left 0.476 s a step on the critical path and ran a
+(the 7B ``snapshot`` arm's save left 0.476 s a step on the critical path and ran a
 125 GiB host out of memory).
 
     python scripts/bench/snapshot_pinning_gpu.py --out runs/pinning.json          # on a CUDA machine

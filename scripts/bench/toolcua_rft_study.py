@@ -1,5 +1,5 @@
 """Does the RFT stage of ToolCUA's pipeline (warm-up SFT + single-turn RL on critical switching
-steps) move the GUI-vs-tool decision of the tiny cpu model (issue 25)? The RFT stage alone, arms
+steps) move the GUI-vs-tool decision of the tiny cpu model? The RFT stage alone, arms
 paired by seed (one SFT run per seed shared by every arm; one warm-up shared by the two RL arms):
 
 - ``warm-up + choice``: ``RFT_WARMUP_STEPS`` steps of SFT on both options of each training decision

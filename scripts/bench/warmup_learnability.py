@@ -1,4 +1,4 @@
-"""Can the model learn the GUI-vs-tool decision when it is told the answer (issue 25)? The RFT stage's
+"""Can the model learn the GUI-vs-tool decision when it is told the answer? The RFT stage's
 warm-up SFT with the shorter way's call as the only target at each training decision
 (``RFT_WARMUP_TARGETS=shorter``), for many steps, then ``decision_probe.py`` on the held-out decisions
 *and on the training decisions themselves*. If the tool share does not separate even on the rows it

@@ -1,4 +1,4 @@
-"""Straightforward Python-loop versions of the estimators, written from the research notes.
+"""Straightforward Python-loop versions of the estimators, written from the papers and reference code (GiGPO arXiv 2505.10978, HGPO arXiv 2602.22817, HiPER arXiv 2602.16165, HiMAC arXiv 2603.00977).
 
 They are the reference the vectorised package is tested against (random data) and benchmarked
 against (scripts/bench/bench_advantages.py). Deliberately plain: dicts of lists, one pass per row,

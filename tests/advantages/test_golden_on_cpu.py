@@ -1,8 +1,10 @@
-"""Golden numbers from the research notes, reproduced to 1e-4.
+"""Golden numbers produced by running the reference implementations unchanged on toy inputs,
+reproduced to 1e-4.
 
-Sources: /work/shared/research/stepwise_advantages.md (§2.3 MC-GRPO, §3.7 GiGPO, §4.5 HGPO,
-§8.5 UI-S1; numbers produced there by running the reference code) and
-/work/shared/research/gui_tool_env_dvreward.md §2.3 (ToolCUA worked check).
+Sources: MC-GRPO (lotusroot-kim/MC-GRPO @ da077455, ``src/open_r1/grpo_trainer_gsm.py`` with
+``mc=True``), GiGPO (langfengQ/verl-agent @ 20bd331, ``gigpo/core_gigpo.py``), HGPO (same commit,
+``recipe/hgpo/core_hgpo.py``), UI-S1 (X-PLUG/MobileAgent @ 11cea575, ``UI-S1/uis1/core_uis1.py``),
+and the ToolCUA worked check of the Tool-Efficient Path Reward (arXiv 2605.12481, with λ=0.4, β=0.2).
 """
 
 import numpy as np

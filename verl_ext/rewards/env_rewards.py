@@ -7,7 +7,7 @@ is either the plain verifier reward (``mode="verifier"``) or the per-sample part
 Tool-Efficient Path Reward (``mode="path"``, default), plus every component as its own key so
 GDPO-style per-component normalisation (``algorithm.gdpo_reward_keys``) works.
 
-ToolCUA (arXiv 2605.12481, research notes §2.3):
+ToolCUA (arXiv 2605.12481, Tool-Efficient Path Reward):
 ``R = R_fmt + R_acc + 0.4 * R_tool + 0.2 * R_length``, with ``R_tool = I_succ * [(t_b > 0 and c > 0)
 or (t_b < 0 and c = 0)]`` and ``R_length`` comparing the step count with the rollout-group mean.
 The group term cannot be computed per sample; ``group_path_reward`` applies it over a group
