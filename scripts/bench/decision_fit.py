@@ -157,7 +157,8 @@ def report_section(args) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = study_parser(__doc__.split("\n\n")[0], REPO / "runs/decision_fit", steps=200, seeds=[0, 1])
+    parser = study_parser(__doc__.split("\n\n")[0], REPO / "runs/decision_fit", steps=200, seeds=[0, 1],
+                          doc=REPO / "docs/experiments/toolcua_decision_studies.md")
     parser.add_argument("--sft-root", type=Path, default=REPO / "runs/toolcua_rft_study")
     parser.add_argument("--sft-steps", type=int, default=150)
     parser.add_argument("--train-rows", type=int, default=2048)

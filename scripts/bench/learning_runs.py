@@ -23,7 +23,8 @@ REPO = Path(__file__).resolve().parents[2]
 Runs = dict[int, dict[int, dict[str, float]]]  # seed -> step -> metrics
 
 
-def study_parser(description: str, out: Path, steps: int, seeds: list[int]) -> argparse.ArgumentParser:
+def study_parser(description: str, out: Path, steps: int, seeds: list[int],
+                 doc: Path = REPO / "docs/results.md") -> argparse.ArgumentParser:
     """The run arguments every study takes: budget (``--steps``), ``--seeds``, where runs go
     (``--out``), where the report goes (``--doc``, ``--img``), ``--attempts`` and ``--report-only``.
     A study adds its own options to the parser it gets back."""
@@ -31,7 +32,7 @@ def study_parser(description: str, out: Path, steps: int, seeds: list[int]) -> a
     parser.add_argument("--steps", type=int, default=steps)
     parser.add_argument("--seeds", type=int, nargs="+", default=seeds)
     parser.add_argument("--out", type=Path, default=out)
-    parser.add_argument("--doc", type=Path, default=REPO / "docs/results.md")
+    parser.add_argument("--doc", type=Path, default=doc)
     parser.add_argument("--img", type=Path, default=REPO / "docs/img")
     parser.add_argument("--attempts", type=int, default=2, help="tries per run before giving up")
     parser.add_argument("--report-only", action="store_true", help="run nothing; report the runs under --out")

@@ -200,7 +200,8 @@ def probed(model: Path, rows: Path, cache: Path) -> dict | None:
 
 
 def main(argv: list[str]) -> int:
-    parser = study_parser(__doc__.split("\n\n")[0], REPO / "runs/toolcua_rft_study", steps=6, seeds=[0, 1, 2])
+    parser = study_parser(__doc__.split("\n\n")[0], REPO / "runs/toolcua_rft_study", steps=6, seeds=[0, 1, 2],
+                          doc=REPO / "docs/experiments/toolcua_decision_studies.md")
     parser.add_argument("--sft-steps", type=int, default=150)
     parser.add_argument("--warmup-steps", type=int, default=64)
     parser.add_argument("--warmup-lr", default="3e-3")
