@@ -798,8 +798,8 @@ def study_report(results: dict, meta: dict) -> None:
         "≥ 0.3). Mean ± SE over seeds; differences are paired by seed (mean ± SE of per-seed differences, "
         "**exceeds 2 SE** marked).", "",
         "Knobs: calibrated com = mean lag, old default = Hilton's com rule on the "
-        "bound (§5.4), band and TIS as verl's rollout correction and the fork (§3, §7.3), `loglinear` α as "
-        "AReaL (§7.1), bypass = `rollout` (§2.2 B).", "",
+        "bound (Hilton et al., NeurIPS 2022), band and TIS as verl's rollout correction, `loglinear` α as "
+        "AReaL (`areal/utils/functional.py`), bypass = `rollout`.", "",
     ]
     lines += study_checks(results, meta)
     for key, runs in results.items():
