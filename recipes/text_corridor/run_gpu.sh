@@ -23,10 +23,10 @@
 #   STRATEGY  fsdp2 | megatron [fsdp2]: megatron is verl's Megatron engine (Megatron-Bridge builds
 #             the model with TransformerEngine: `verl-ext bundle --extras megatron` brings it)
 #   TP, PP    Megatron tensor / pipeline parallel sizes [1, 1]; N_GPUS must be a multiple of TP*PP
-#   OUT, STEPS [4], SEED [0], BATCH_PER_GPU [8]
+#   OUT [runs/text_corridor_gpu/<STRATEGY>-<MODE>-<ADV>-<LOSS>-<PROVIDER>-<ROLLOUT>-<N_GPUS>gpu-seed<SEED>],
+#   STEPS [4], SEED [0], BATCH_PER_GPU [8]
 set -euo pipefail
 
-OUT=${OUT:-$PWD/runs/text_corridor_gpu}
 N_GPUS=${N_GPUS:-1}
 ADV=${ADV:-hgpo}
 LOSS=${LOSS:-ppo_ewma}
@@ -46,6 +46,8 @@ ROLLOUT_DTYPE=${ROLLOUT_DTYPE:-$([ "${ROLLOUT:-vllm}" = hf ] && echo float32 || 
 STRATEGY=${STRATEGY:-fsdp2}
 TP=${TP:-1}
 PP=${PP:-1}
+# each configuration its own folder: verl's file logger starts metrics.jsonl afresh (hydra overrides: set OUT)
+OUT=${OUT:-$PWD/runs/text_corridor_gpu/$STRATEGY-$MODE-$ADV-$LOSS-$PROVIDER-$ROLLOUT-${N_GPUS}gpu-seed$SEED}
 export RAY_DEDUP_LOGS=0
 export VERL_FILE_LOGGER_PATH="$OUT/metrics.jsonl"
 

@@ -23,7 +23,6 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 MODEL=${MODEL:-Qwen/Qwen2.5-1.5B-Instruct}
 N_GPUS=${N_GPUS:-8}
 SEED=${SEED:-0}
-OUT=${OUT:-$PWD/runs/toolcua_sft_rl_gpu/seed$SEED}
 TEMPLATES=${TEMPLATES:-settings_panel,contacts_book,file_manager,inventory_sheet}
 SFT_STEPS=${SFT_STEPS:-300}          # batch SFT_BATCH transcripts
 SFT_BATCH=${SFT_BATCH:-32}
@@ -51,6 +50,8 @@ RL_VAL_SIZE=${RL_VAL_SIZE:-128}
 RL_PROMPT_LENGTH=${RL_PROMPT_LENGTH:-4096}
 RL_RESPONSE_LENGTH=${RL_RESPONSE_LENGTH:-8192}
 MAX_TURNS=${MAX_TURNS:-24}           # TextHybrid's reference plans take 4 to 19 steps
+# each configuration its own folder: verl's file logger starts metrics.jsonl afresh (other knobs: set OUT)
+OUT=${OUT:-$PWD/runs/toolcua_sft_rl_gpu/$(basename "$MODEL")-sft$SFT_STEPS-rft$RFT_STEPS-rl$STEPS-seed$SEED}
 export RAY_DEDUP_LOGS=0
 
 # Attention: flash-attn with verl's padding-free path where flash-attn is installed, else padded sdpa

@@ -61,7 +61,7 @@ GLUE_CONFIG = OmegaConf.create({"gamma": 1.0, "gigpo": {"gamma": 0.95, "mode": "
                                 "hgpo": {"gamma": 0.95, "history_length": 2}})
 # A documented step time: one verl-agent GiGPO iteration on ALFWorld (Qwen2.5-1.5B, 128 trajectories
 # of up to 50 one-row-per-turn steps) took 362.83 s (GiGPO paper, arXiv 2505.10978
-# stepwise_advantages.md §3.6).
+# the GiGPO paper, arXiv 2505.10978).
 DOCUMENTED_STEP_S = 362.83
 
 ENTRY_POINT_GIGPO = dict(gamma=0.95, mode="mean_std_norm")  # the published GiGPO setting, as above
@@ -296,7 +296,7 @@ def table(rows: list[dict], glue_rows: list[dict], entry_rows: list[dict]) -> st
               f"{largest * 1e3:.0f} ms of wall time on this CPU. A documented GPU step of the same kind of "
               f"training, one verl-agent GiGPO iteration on ALFWorld (Qwen2.5-1.5B, 128 trajectories of up to "
               f"50 one-row-per-turn steps), took {DOCUMENTED_STEP_S:.0f} s (GiGPO paper, arXiv 2505.10978; "
-              f"`stepwise_advantages.md` §3.6): {largest / DOCUMENTED_STEP_S * 100:.3f}% of it. A step ten times "
+              f"the GiGPO paper, arXiv 2505.10978): {largest / DOCUMENTED_STEP_S * 100:.3f}% of it. A step ten times "
               f"faster would still put it at {largest / DOCUMENTED_STEP_S * 1000:.2f}%."]
     return "\n".join(lines) + "\n"
 

@@ -763,7 +763,7 @@ def study_checks(results: dict, meta: dict) -> list[str]:
             gap = np.abs(arm["ewma_age_steps"] - arm["token_age_steps"])
             lines.append(f"- Knobs, {key}: mean token age {_fmt(arm['token_age_steps'], 2)} optimizer steps; the "
                          f"calibrated EWMA's age {_fmt(arm['ewma_age_steps'], 2)} (|difference| {_fmt(gap, 2)}; "
-                         "brief §6.1 item 4: com := mean lag); the old default's com = bound × steps per version.")
+                         "calibration: com := the tokens' mean lag); the old default's com = bound × steps per version.")
     return lines + [""]
 
 

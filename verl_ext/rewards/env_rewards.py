@@ -12,7 +12,7 @@ ToolCUA (arXiv 2605.12481, Tool-Efficient Path Reward):
 or (t_b < 0 and c = 0)]`` and ``R_length`` comparing the step count with the rollout-group mean.
 The group term cannot be computed per sample; ``group_path_reward`` applies it over a group
 through ``verl_ext.advantages.toolcua`` (the advantages plugin's post-processor). ``len_gain`` =
-``I_succ * (1 - s / S_max)`` is the zero-patch GDPO approximation of §8.4(b).
+``I_succ * (1 - s / S_max)`` is the zero-patch GDPO approximation of the group term.
 
 Faulted episodes (``valid == 0``) score 0 only as a placeholder: the agent loop has zeroed their
 response mask and marked the metadata invalid, so they carry no gradient, and the verl-ext
