@@ -236,8 +236,8 @@ ENGINE_PATCHES: tuple[Patch, ...] = (
 # ``ServerAdapter.__init__``, the vLLM worker side from ``VERL_RAY_JOB_ID``, which
 # ``vLLMHttpServer.__init__`` sets for the workers it starts. Every Ray cluster that ``main_ppo``
 # starts numbers its first job ``01000000``, so concurrent runs on one host share the path and one
-# run's vLLM worker can read another run's weight messages (seen: docs/tutorials/gpu_quickstart.md, "Several runs on one
-# host"). Both sides get the Ray cluster's session in the job-id part of the name.
+# run's vLLM worker can read another run's weight messages (seen: docs/howto/share_a_gpu_host.md,
+# "Several runs on one host"). Both sides get the Ray cluster's session in the job-id part of the name.
 SCOPE_SWITCH = "VERL_EXT_SCOPE_WEIGHT_SOCKET"  # "0": leave verl's socket name alone
 
 
