@@ -817,7 +817,7 @@ def study_report(results: dict, meta: dict) -> None:
         lines.append("")
     image = ROOT / "docs" / "img" / "old_logits_study.png"
     study_plot(results, image)
-    lines += [f"![old-logit mechanism study](img/{image.name})", ""]
+    lines += [f"![old-logit mechanism study](../img/{image.name})", ""]
     write_section(ROOT / "docs" / "experiments" / "old_logit_mechanism_study.md", STUDY_HEADING, "\n".join(lines))
     print("\n".join(lines))
 
