@@ -23,7 +23,7 @@
 #   STRATEGY  fsdp2 | megatron [fsdp2]: megatron is verl's Megatron engine (Megatron-Bridge builds
 #             the model with TransformerEngine: `verl-ext bundle --extras megatron` brings it)
 #   TP, PP    Megatron tensor / pipeline parallel sizes [1, 1]; N_GPUS must be a multiple of TP*PP
-#   OUT [runs/text_corridor_gpu/<STRATEGY>-<MODE>-<ADV>-<LOSS>-<PROVIDER>-<ROLLOUT>-<N_GPUS>gpu-seed<SEED>],
+#   OUT [runs/text_corridor_gpu/<STRATEGY>[-tp<TP>-pp<PP>]-<MODE>-<ADV>-<LOSS>-<PROVIDER>-<ROLLOUT>-<N_GPUS>gpu-seed<SEED>],
 #   STEPS [4], SEED [0], BATCH_PER_GPU [8]
 set -euo pipefail
 
@@ -47,7 +47,8 @@ STRATEGY=${STRATEGY:-fsdp2}
 TP=${TP:-1}
 PP=${PP:-1}
 # each configuration its own folder: verl's file logger starts metrics.jsonl afresh (hydra overrides: set OUT)
-OUT=${OUT:-$PWD/runs/text_corridor_gpu/$STRATEGY-$MODE-$ADV-$LOSS-$PROVIDER-$ROLLOUT-${N_GPUS}gpu-seed$SEED}
+ENGINE_TAG=$STRATEGY$([ "$STRATEGY" = megatron ] && echo "-tp$TP-pp$PP" || true)
+OUT=${OUT:-$PWD/runs/text_corridor_gpu/$ENGINE_TAG-$MODE-$ADV-$LOSS-$PROVIDER-$ROLLOUT-${N_GPUS}gpu-seed$SEED}
 export RAY_DEDUP_LOGS=0
 export VERL_FILE_LOGGER_PATH="$OUT/metrics.jsonl"
 
