@@ -199,7 +199,7 @@ def publish(doc: Path, heading: str, section: str) -> None:
 
 def write_section(doc: Path, heading: str, section: str) -> None:
     """Replace the section under ``heading`` in ``doc`` (up to the next ``## `` heading), or append it."""
-    text = doc.read_text() if doc.exists() else "# Benchmarks\n"
+    text = doc.read_text() if doc.exists() else "# Results\n"
     section = section.rstrip("\n") + "\n\n"  # one blank line before the next section
     start = text.find(heading + "\n")  # the whole heading line: one heading may begin another
     if start < 0:

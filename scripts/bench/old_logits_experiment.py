@@ -367,7 +367,7 @@ def write_docs(section: str) -> None:
     """Replaces (or appends) the '## Old-logit providers' section of docs/results.md, up to the
     next heading (its '### ' GPU subsection, written by hand from bench_ewma_gpu.py, stays)."""
     path = ROOT / "docs" / "results.md"
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
+    text = path.read_text() if path.exists() else "# Results\n"
     start = text.find("## Old-logit providers")
     if start < 0:
         text = text.rstrip("\n") + "\n\n" + section
