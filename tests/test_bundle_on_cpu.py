@@ -8,7 +8,6 @@ import os
 import shutil
 import subprocess
 import sys
-import sysconfig
 import zipfile
 from pathlib import Path
 
@@ -18,10 +17,11 @@ from verl_ext import bundle
 from verl_ext.bundle import BundleError, Resolved
 
 from .conftest import cannot_run_here
+from .venvs import layered_venv, run_ok
 
 FREEZE = """\
 # Editable install with no version control (verl-ext==0.1.0)
--e /work/main
+-e /home/user/verl-ext
 --index-url https://example.invalid/simple
 torch==2.11.0+cu130
 Foo_Bar.baz===1.0
@@ -214,21 +214,15 @@ def test_cli_errors_name_the_option(tmp_path: Path, capsys):
     assert "SHA256SUMS is missing" in capsys.readouterr().err
 
 
-def _run(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
-    result = subprocess.run(cmd, capture_output=True, text=True, **kwargs)
-    assert result.returncode == 0, f"{cmd[:4]} exited {result.returncode}:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
-    return result
-
-
 def test_bundle_for_this_machine_installs_into_a_fresh_venv_and_doctor_passes(tmp_path: Path):
     """The real thing for this platform. The target is this venv (its freeze): pip sees every
     dependency as present, so the bundle holds verl-ext's wheel alone and nothing is fetched.
     The fresh venv gets this venv's packages through a .pth file (standing in for what the
     target machine has) instead of downloading torch again; verl-ext comes from the bundle."""
     freeze = tmp_path / "freeze.txt"
-    freeze.write_text(_run([sys.executable, "-m", "pip", "freeze"]).stdout)
+    freeze.write_text(run_ok([sys.executable, "-m", "pip", "freeze"]).stdout)
     out = tmp_path / "bundle"
-    build = _run([sys.executable, "-m", "verl_ext.cli", "bundle", "--out", str(out), "--freeze", str(freeze),
+    build = run_ok([sys.executable, "-m", "verl_ext.cli", "bundle", "--out", str(out), "--freeze", str(freeze),
                   "--extras", "gui,judge", "--part-size", "64K"], cwd=tmp_path)  # fmt: skip
     manifest = json.loads((out / "manifest.json").read_text())
     assert [p["name"] for p in manifest["packages"]] == ["verl-ext"], build.stdout[-3000:]
@@ -236,19 +230,17 @@ def test_bundle_for_this_machine_installs_into_a_fresh_venv_and_doctor_passes(tm
     assert len(parts) >= 2 and all(p.stat().st_size <= 64 * 1024 for p in parts)
 
     venv = tmp_path / "fresh"
-    _run([sys.executable, "-m", "venv", "--without-pip", str(venv)])
-    fresh_site = Path(_run([str(venv / "bin/python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip())
-    (fresh_site / "target_packages.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    fresh_site = layered_venv(venv)
     env = {**os.environ, "PYTHON": sys.executable}
-    installed = _run(["bash", str(out / "install.sh"), "--venv", str(venv)], cwd=tmp_path, env=env)
+    installed = run_ok(["bash", str(out / "install.sh"), "--venv", str(venv)], cwd=tmp_path, env=env)
     assert "installing 1 wheel(s)" in installed.stdout
 
-    where = _run([str(venv / "bin/python"), "-c", "import verl_ext; print(verl_ext.__file__)"], cwd=tmp_path)
+    where = run_ok([str(venv / "bin/python"), "-c", "import verl_ext; print(verl_ext.__file__)"], cwd=tmp_path)
     assert where.stdout.strip().startswith(str(fresh_site)), where.stdout
-    _run([str(venv / "bin/verl-ext"), "doctor"], cwd=tmp_path)
+    run_ok([str(venv / "bin/verl-ext"), "doctor"], cwd=tmp_path)
 
     site = tmp_path / "site"
-    _run(["bash", str(out / "install.sh"), "--target", str(site)], cwd=tmp_path, env=env)
+    run_ok(["bash", str(out / "install.sh"), "--target", str(site)], cwd=tmp_path, env=env)
     assert (site / "verl_ext/bundle.py").is_file()
     assert f'export PYTHONPATH="{site}' in (site / "env.sh").read_text()
 
@@ -319,11 +311,9 @@ def stock_venv_python(tmp_path_factory) -> tuple[Path, str]:
     older than verl-ext bundle needs (Python 3.11 and 3.12 bundle pip 23.2.1). Its own pip comes first
     on its path; this venv's packages (verl-ext's dependencies) are reachable after it via a .pth file."""
     venv = tmp_path_factory.mktemp("stock") / "venv"
-    _run([sys.executable, "-m", "venv", str(venv)])
+    layered_venv(venv, with_pip=True)
     python = venv / "bin" / "python"
-    stock_site = _run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip()
-    (Path(stock_site) / "this_venv.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    version = _run([str(python), "-c", "import pip; print(pip.__version__)"]).stdout.strip()
+    version = run_ok([str(python), "-c", "import pip; print(pip.__version__)"]).stdout.strip()
     if bundle.pip_version_problem(version) is None:
         cannot_run_here(f"`python -m venv` here gives pip {version}, new enough for verl-ext bundle: no old pip to "
                         "test against (Python 3.11 and 3.12 give pip 23.2.1)")  # fmt: skip

@@ -34,7 +34,7 @@ def _driver():
 
 
 driver = _driver()
-# the GPU machine (../shared/research/gpu_machine.md): no Chromium, no flash-attn wheel. Megatron's
+# the GPU machine (scripts/gpu_machine_freeze.txt): no Chromium, no flash-attn wheel. Megatron's
 # modules are taken as present so that its script is composed too (the driver skips it without them).
 GPU_MACHINE = driver.Machine(chromium=False, flash_attn=False)
 SCRIPT_IDS = [s.path for s in driver.SCRIPTS]

@@ -17,7 +17,7 @@ from verl_ext import bundle, megatron_checks, megatron_stack, validation
 
 REPO = Path(__file__).resolve().parents[1]
 # What `import transformer_engine.pytorch` printed on the H200 (torch 2.11.0+cu130, nvidia-cublas
-# 13.1.0.3) with transformer_engine_cu13 2.16.1 (research/gpu_machine.md).
+# 13.1.0.3) with transformer_engine_cu13 2.16.1 (2026-11-26).
 H200_TE_2_16_ERROR = (
     "OSError: /tmp/site/transformer_engine/libtransformer_engine.so: undefined symbol: "
     "cublasLtGroupedMatrixLayoutInit_internal, version libcublasLt.so.13"

@@ -1,5 +1,5 @@
 """scripts/bench/old_logits_gpu_study.py without a GPU: ``--dry-run`` composes every arm's command
-(issue 19, items 5-6), the arms differ only in the old-logit source (and, for the fp32 controls,
+the arms differ only in the old-logit source (and, for the fp32 controls,
 the precision), and an arm's command composes through verl's config checks."""
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ def test_report_pairs_seeds_and_counts_steps_to_target():
 
 
 def test_pilot_report_is_computed_from_the_stored_runs(tmp_path):
-    """docs/benchmarks.md's "GPU: old-logit study" (the one-seed H200 pilot) from its stored runs:
+    """docs/results.md's "GPU: old-logit study" (the one-seed H200 pilot) from its stored runs:
     the learning-phase cells are the means of the runs' own metrics, one seed gives no verdicts."""
     study = _script("old_logits_gpu_study")
     results = REPO / "docs" / "bench_results" / "old_logits_gpu_study_h200"
@@ -207,7 +207,7 @@ def test_hook_cost_device_backup_arm_composes_through_verls_checks(dry_run):  # 
 
 
 def test_large_steps_setting_changes_only_the_step_size_and_composes(dry_run, tmp_path):  # noqa: F811
-    """``--setting large_steps``: lr x10 and 4 epochs (issue 19 item 4's regime), runs in their own
+    """``--setting large_steps``: lr x10 and 4 epochs (the large-update regime), runs in their own
     folder, nothing else changed."""
     study = _script("old_logits_gpu_study")
     base = study.run_spec("snapshot", 3, 0, 60, tmp_path)

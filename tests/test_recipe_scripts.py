@@ -514,3 +514,22 @@ def test_staged_pipeline_gpu_sft_stage_composes(tmp_path):
     # verl validates in batches of data.train_batch_size and drops an incomplete one: at least one full
     # batch of held-out rows, or val/loss would read NaN (as it did with 4 rows and a batch of 8 on the H200)
     assert len(pd.read_parquet(tmp_path / "sft_data" / "val.parquet")) >= config.data.train_batch_size == 32
+
+
+def test_gpu_quickstart_writes_each_configuration_to_its_own_run_folder(dry_run, tiny_model_dir, tmp_path):
+    """verl's file logger starts ``metrics.jsonl`` afresh, so two configurations sharing a folder
+    would lose the first one's metrics: without OUT, run_gpu.sh derives the folder from its knobs."""
+    script = REPO / "recipes/text_corridor/run_gpu.sh"
+    env = {**os.environ, "OUT": "", "MODEL": tiny_model_dir, "MAIN_PPO_ARGS": str(tmp_path / "args"),
+           "PATH": f"{dry_run.root / 'bin'}:{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    folders = []
+    for provider in ("ewma", "snapshot"):
+        proc = subprocess.run(["bash", str(script)], cwd=tmp_path, env={**env, "PROVIDER": provider},
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        args = (tmp_path / "args").read_text().split("\0")
+        local_dir = next(a.split("=", 1)[1] for a in args if a.startswith("trainer.default_local_dir="))
+        folders.append(Path(local_dir).parent)
+    assert folders == [tmp_path / f"runs/text_corridor_gpu/fsdp2-sync-hgpo-ppo_ewma-{p}-vllm-1gpu-seed0"
+                       for p in ("ewma", "snapshot")]
+    assert all((folder / "data/train.parquet").is_file() for folder in folders)

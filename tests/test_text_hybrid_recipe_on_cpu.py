@@ -79,7 +79,7 @@ def fair_arm(dry_run, tmp_path_factory):  # noqa: F811
 
 @pytest.mark.parametrize("provider", ["snapshot", "ewma_bound", "rollout"])
 def test_fair_arms_differ_only_in_the_old_logit_source(provider, fair_arm):
-    """Issue 19: the arms of an old-logit comparison share loss and rollout correction (token IS
+    """The arms of an old-logit comparison share loss and rollout correction (token IS
     truncated at 2 + the token_k1 band); only ``algorithm.old_logits`` differs. (``rollout`` is
     verl's bypass: the verl-ext trainer switches its loss to ``bypass_mode`` at start-up, where
     π_old = μ makes the same IS weights and band the identity.)"""

@@ -1,4 +1,4 @@
-"""Issue 26, the config cases: a bad config stops at start-up with its cause, and ``verl-ext doctor``,
+"""The config cases: a bad config stops at start-up with its cause, and ``verl-ext doctor``,
 the driver of ``python -m verl.trainer.main_ppo`` and the verl-ext trainers refuse the same configs
 (all three call ``verl_ext.validation``). Configs are composed as main_ppo composes them (Hydra, in
 this process); nothing here starts Ray or a worker."""
@@ -300,6 +300,6 @@ def test_a_misspelt_agent_loop_kwarg_is_refused(base, tmp_path):
 
 
 def test_every_check_is_in_the_docs_table():
-    table = (REPO / "docs" / "validation.md").read_text()
+    table = (REPO / "docs" / "reference" / "validation.md").read_text()
     missing = [name for name in [*validation.CHECKS, "fragment_conflicts"] if f"| `{name}`" not in table]
-    assert not missing, f"docs/validation.md has no row for {missing}"
+    assert not missing, f"docs/reference/validation.md has no row for {missing}"

@@ -8,14 +8,19 @@ error: <message>``, and exits 2, as argparse does for a bad flag. Anything else 
 
 from __future__ import annotations
 
+import argparse
 import importlib
+import re
 import sys
 
+from verl_ext import __version__
 from verl_ext.errors import UserError
 
 # sub-command -> ("module:function", one-line help). The function takes argv (list[str]) and
 # returns an exit code.
 COMMANDS: dict[str, tuple[str, str]] = {
+    "list": ("verl_ext.listing:main", "list plugin fragments, recipes, providers, estimators and trainer modes"),
+    "recipes": ("verl_ext.recipe_files:main", "copy the recipes out of the installed package"),
     "doctor": ("verl_ext.doctor:main", "check verl, registered plugins, optional dependencies, patches"),
     "make-tiny-model": ("verl_ext.tiny_model:main", "build a tiny random Qwen2 model + local tokenizer"),
     "prepare-data": ("verl_ext.data:main", "write the parquet files a recipe trains on"),
@@ -27,10 +32,23 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+def plain_text(docstring: str) -> str:
+    """A docstring as terminal help: reStructuredText markup (``code``, :role:`name`) removed."""
+    text = re.sub(r":\w+:`([^`]*)`", r"\1", docstring)
+    return text.replace("``", "").strip()
+
+
+class PlainHelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Help that shows each option's default and keeps the description's line breaks."""
+
+
+def command_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    """The parser every sub-command starts from: plain-text description, defaults in the help."""
+    return argparse.ArgumentParser(prog=prog, description=plain_text(description), formatter_class=PlainHelpFormatter)
+
+
 def positive_int(text: str) -> int:
     """An argparse ``type`` for counts that must be at least 1 (sizes, seeds, workers, steps)."""
-    import argparse
-
     try:
         value = int(text)
     except ValueError:
@@ -42,8 +60,6 @@ def positive_int(text: str) -> int:
 
 def unit_rate(text: str) -> float:
     """An argparse ``type`` for rates in [0, 1] (``eval-sft --min-tool-turn-rate``)."""
-    import argparse
-
     value = float(text)
     if not 0.0 <= value <= 1.0:
         raise argparse.ArgumentTypeError(f"{text} is not a rate in [0, 1]")
@@ -52,8 +68,9 @@ def unit_rate(text: str) -> float:
 
 def _usage() -> str:
     width = max(map(len, COMMANDS))
-    lines = ["usage: verl-ext <command> [args]", "", "commands:"]
+    lines = ["usage: verl-ext [--version] <command> [args]", "", "commands:"]
     lines += [f"  {name:<{width}}  {help_}" for name, (_, help_) in COMMANDS.items()]
+    lines += ["", "verl-ext <command> --help shows a command's options and their defaults."]
     return "\n".join(lines)
 
 
@@ -61,6 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help"):
         print(_usage())
+        return 0
+    if argv[0] == "--version":
+        print(f"verl-ext {__version__}")
         return 0
     command, rest = argv[0], argv[1:]
     if command not in COMMANDS:

@@ -12,7 +12,7 @@ import os
 import random
 from collections.abc import Callable
 
-from verl_ext.cli import positive_int
+from verl_ext.cli import command_parser, positive_int
 
 ARITHMETIC_SOURCE = "verl_ext/arithmetic"
 TEXT_CORRIDOR_SOURCE = "verl_ext/text_corridor"
@@ -144,12 +144,12 @@ def write_parquet(rows: list[dict], path: str) -> str:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="verl-ext prepare-data", description=__doc__.split("\n\n")[0])
-    parser.add_argument("dataset", choices=sorted(DATASETS))
-    parser.add_argument("out_dir")
-    parser.add_argument("--train-size", type=positive_int, default=256)
-    parser.add_argument("--val-size", type=positive_int, default=32)
-    parser.add_argument("--seed", type=int, default=0)
+    parser = command_parser("verl-ext prepare-data", __doc__.split("\n\n")[0])
+    parser.add_argument("dataset", choices=sorted(DATASETS), help="which dataset to generate")
+    parser.add_argument("out_dir", help="writes OUT_DIR/train.parquet and OUT_DIR/val.parquet")
+    parser.add_argument("--train-size", type=positive_int, default=256, help="training rows")
+    parser.add_argument("--val-size", type=positive_int, default=32, help="validation rows")
+    parser.add_argument("--seed", type=int, default=0, help="generation seed (same seed, same files)")
     parser.add_argument("--templates", default=None,
                         help=f"{', '.join(TEMPLATED)} only: comma-separated task templates (default: all)")
     parser.add_argument("--show-todo", action="store_true",
@@ -192,6 +192,7 @@ def main(argv: list[str]) -> int:
             parser.error(f"--templates applies to the {', '.join(TEMPLATED)} datasets only")
         options["templates"] = [t.strip() for t in args.templates.split(",") if t.strip()]
     for split, size in (("train", args.train_size), ("val", args.val_size)):
+        print(f"{args.dataset} {split}: generating {size} rows ...", flush=True)  # minutes for the larger sets
         rows = make_rows(size, args.seed, split, **options)
         path = write_parquet(rows, os.path.join(args.out_dir, f"{split}.parquet"))
         print(f"{args.dataset} {split}: {len(rows)} rows -> {path}")

@@ -10,7 +10,6 @@ training driver and the verl-ext trainers run, and exits 1 when any fails.
 
 from __future__ import annotations
 
-import argparse
 import importlib.metadata
 import importlib.util
 import os
@@ -22,6 +21,7 @@ from omegaconf import open_dict
 from packaging.requirements import Requirement
 
 from verl_ext import gpu_checks, plugin
+from verl_ext.cli import command_parser
 from verl_ext.gpu_checks import installed_version, select
 from verl_ext.megatron_checks import megatron_report
 
@@ -228,10 +228,10 @@ def verl_problems(config: Any) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
-        prog="verl-ext doctor",
-        description="Report verl, verl-ext plugins, optional dependencies and patches; with overrides, "
-        "also check that every plugin the composed config names is registered.",
+    parser = command_parser(
+        "verl-ext doctor",
+        "Report verl, verl-ext plugins, optional dependencies and patches; with overrides, also compose "
+        "the config and run every start-up check on it (exit 1 when one fails).",
     )
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, as passed to verl.trainer.main_ppo")
     parser.add_argument("--config-dir", help="as main_ppo's --config-dir (a recipe folder: recipes/toolcua_hybrid)")
@@ -297,7 +297,7 @@ def main(argv: list[str]) -> int:
         problems = verl_problems(config) + validation.problems(config, command_line)  # what the driver refuses
         if args.gpu:
             problems += validation.machine_problems(config)
-        print("\nconfig check (docs/validation.md):")
+        print("\nconfig check (docs/reference/validation.md):")
         for problem in problems or [f"all {len(validation.CHECKS)} start-up checks pass"]:
             print(f"  {problem}")
         ok = ok and not problems

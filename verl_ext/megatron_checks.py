@@ -22,7 +22,7 @@ from verl_ext.megatron_stack import MEGATRON_WHEELS, TE_TORCH, te_version_for_cu
 
 TE_IMPORT = "transformer_engine.pytorch"
 # an add-on to the GPU machine's base bundle (README "Offline install bundle"), with its extras so
-# that what the add-on brings agrees with what the base brought (docs/megatron.md)
+# that what the add-on brings agrees with what the base brought (docs/howto/megatron.md)
 BUNDLE_COMMAND = (
     "verl-ext bundle --out megatron-bundle --no-deps --extras vllm,gui,judge,megatron --freeze target-freeze.txt "
     "--python-version 3.12 --platform manylinux_2_35_x86_64 --preinstall  (here, with an index; "

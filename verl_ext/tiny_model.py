@@ -13,10 +13,11 @@ vision-language checkpoint with (Qwen's vision tokens, a chat template that rend
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
+
+from verl_ext.cli import command_parser
 
 # ChatML with Qwen2.5-style tool calling: tools are listed in the system turn, assistant tool
 # calls are `<tool_call>{json}</tool_call>`, tool results come back as `<tool_response>` in a
@@ -241,14 +242,14 @@ def _save_image_processor(out_dir: str, vision: dict) -> None:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="verl-ext make-tiny-model", description=__doc__.split("\n\n")[0])
-    parser.add_argument("out_dir")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--hidden-size", type=int, default=64)
-    parser.add_argument("--layers", type=int, default=2)
+    parser = command_parser("verl-ext make-tiny-model", __doc__.split("\n\n")[0])
+    parser.add_argument("out_dir", help="folder for the model, its tokenizer and config")
+    parser.add_argument("--seed", type=int, default=0, help="weight initialisation seed")
+    parser.add_argument("--hidden-size", type=int, default=64, help="--arch tiny only")
+    parser.add_argument("--layers", type=int, default=2, help="--arch tiny only")
     parser.add_argument("--arch", choices=sorted(ARCHITECTURES), default="tiny",
                         help="shapes of a real checkpoint (random weights, the local tokenizer's vocabulary)")
-    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32", help="weight dtype")
     parser.add_argument("--device", default="cpu", help="where the weights are initialised (cuda: fast for 7B)")
     args = parser.parse_args(argv)
     shape = {}

@@ -13,7 +13,8 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
 STEPS=${STEPS:-6}
-OUT=${OUT:-$PWD/runs/dvreward_judge}
+# each judge its own folder: verl's file logger starts metrics.jsonl afresh
+OUT=${OUT:-$PWD/runs/dvreward_judge/judge-$(basename "${JUDGE_MODEL:-fake-answers}")-steps$STEPS}
 export VERL_PLATFORM=cpu             # the cpu platform is picked per process, before config is read
 export RAY_DEDUP_LOGS=0
 export RAY_health_check_failure_threshold=${RAY_health_check_failure_threshold:-60}  # loaded 2-core machines

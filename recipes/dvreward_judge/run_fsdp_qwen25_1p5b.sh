@@ -22,7 +22,7 @@ export VERL_FILE_LOGGER_PATH=${VERL_FILE_LOGGER_PATH:-$OUT/metrics.jsonl}
 [ -f "$DATA_DIR/train.parquet" ] || verl-ext prepare-data dv_describe "$DATA_DIR" --train-size 4096 --val-size 256 >&2
 
 # 128 prompts x 4 rollouts x 4 questions = 2048 judge requests a step, ~450 prompt tokens and 4
-# answer tokens each. GenRM rules (docs/plugins/dvreward.md): enable_resource_pool=True (the
+# answer tokens each. GenRM rules (docs/reference/dvreward.md): enable_resource_pool=True (the
 # colocated path sends no extra_info, so every trajectory would be flagged) and a custom reward
 # function set (the recipe's format check), or verl never calls the manager. The judge's engine must
 # stay awake while rollouts stream (free_cache_engine=false: verl only wakes it on the colocated path).

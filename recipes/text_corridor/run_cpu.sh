@@ -21,7 +21,7 @@ export VERL_FILE_LOGGER_PATH="$OUT/metrics.jsonl"   # verl's `file` logger: one 
 verl-ext prepare-data text_corridor "$OUT/data" --train-size 512 --val-size 64 --seed "$SEED"
 
 # The step-aware estimators read algorithm.<name>.*; gamma=0.95 as in the GiGPO/HGPO scripts
-# (stepwise-advantages notes §3.4, §4.4), everything else at the reference defaults.
+# (the GiGPO and HGPO reference scripts, langfengQ/verl-agent @ 20bd331), everything else at the reference defaults.
 # lr 3e-3 and two optimizer steps per training step (mini-batches of 4 prompts): the model is random
 # and the budget is a few dozen steps on 2 cores.
 # Each rollout turn is at most 6 tokens (text_env's max_action_tokens); 6 turns + 5 observations

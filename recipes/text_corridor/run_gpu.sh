@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # text_corridor on GPUs: FSDP2 or Megatron training + vLLM rollout (or the `hf` rollout), one node.
 # The GPU tests (tests/gpu) and the GPU benchmarks (scripts/bench/hook_cost_gpu.py, gpu_step_breakdown.py,
-# old_logits_gpu_study.py) run this script unchanged; the "Run on GPUs" commands in docs/status.md are calls of it.
+# old_logits_gpu_study.py) run this script unchanged; the "Run on GPUs" commands in docs/reference/compatibility.md are calls of it.
 #   bash recipes/text_corridor/run_gpu.sh [hydra overrides...]
 # Env (defaults in brackets):
 #   MODEL     model path [random weights of Qwen2.5-0.5B's architecture, built into $OUT/model]
@@ -27,10 +27,10 @@
 #   STRATEGY  fsdp2 | megatron [fsdp2]: megatron is verl's Megatron engine (Megatron-Bridge builds
 #             the model with TransformerEngine: `verl-ext bundle --extras megatron` brings it)
 #   TP, PP    Megatron tensor / pipeline parallel sizes [1, 1]; N_GPUS must be a multiple of TP*PP
-#   OUT, STEPS [4], SEED [0], BATCH_PER_GPU [8]
+#   OUT [runs/text_corridor_gpu/<STRATEGY>[-tp<TP>-pp<PP>]-<MODE>-<ADV>-<LOSS>-<PROVIDER>-<ROLLOUT>-<N_GPUS>gpu-seed<SEED>],
+#   STEPS [4], SEED [0], BATCH_PER_GPU [8]
 set -euo pipefail
 
-OUT=${OUT:-$PWD/runs/text_corridor_gpu}
 N_GPUS=${N_GPUS:-1}
 ADV=${ADV:-hgpo}
 LOSS=${LOSS:-ppo_ewma}
@@ -50,6 +50,9 @@ ROLLOUT_DTYPE=${ROLLOUT_DTYPE:-$([ "${ROLLOUT:-vllm}" = hf ] && echo float32 || 
 STRATEGY=${STRATEGY:-fsdp2}
 TP=${TP:-1}
 PP=${PP:-1}
+# each configuration its own folder: verl's file logger starts metrics.jsonl afresh (hydra overrides: set OUT)
+ENGINE_TAG=$STRATEGY$([ "$STRATEGY" = megatron ] && echo "-tp$TP-pp$PP" || true)
+OUT=${OUT:-$PWD/runs/text_corridor_gpu/$ENGINE_TAG-$MODE-$ADV-$LOSS-$PROVIDER-$ROLLOUT-${N_GPUS}gpu-seed$SEED}
 export RAY_DEDUP_LOGS=0
 export VERL_FILE_LOGGER_PATH="$OUT/metrics.jsonl"
 

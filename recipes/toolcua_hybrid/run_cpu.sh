@@ -3,7 +3,7 @@
 # Tool-Efficient Path Reward) with the tiny random model playing the T/G action menu, trained by
 # verl's own `python -m verl.trainer.main_ppo`. Minutes on 2 cores.
 # This run is synchronous, so it uses verl's PPO loss: PPO-EWMA (+ EWMA old logits, the recipe's
-# GPU default) learned slower here (docs/benchmarks.md, "toolcua_hybrid learning") and, in the
+# GPU default) learned slower here (docs/results.md, "toolcua_hybrid learning") and, in the
 # text_hybrid study, under real staleness too ("text_hybrid study"). LOSS=ppo_ewma switches it
 # back on; recipes/async_agentic/run_cpu.sh runs it under staleness.
 #   bash recipes/toolcua_hybrid/run_cpu.sh [hydra overrides...]

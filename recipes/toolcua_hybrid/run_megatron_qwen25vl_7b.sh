@@ -5,7 +5,7 @@
 # Env: MODEL, DATA_DIR, OUT, N_GPUS, NNODES, TP, PP, ROLLOUT_TP, LOGGER, ATTENTION.
 # Needs TransformerEngine, megatron-core and Megatron-Bridge (`verl-ext bundle --extras megatron`;
 # the verl-ext trainer refuses to start without them, naming the package and the fix).
-# One GPU (what ran on an H200 is in docs/megatron.md): N_GPUS=1 TP=1 ROLLOUT_TP=1, plus
+# One GPU (what ran on an H200 is in docs/howto/megatron.md): N_GPUS=1 TP=1 ROLLOUT_TP=1, plus
 #   data.train_batch_size=4 actor_rollout_ref.actor.ppo_mini_batch_size=4 and a smaller model
 #   (MODEL=<verl-ext make-tiny-model DIR --arch qwen2.5-vl-7b>); TP=2 PP=2 on 4 GPUs composes
 #   (tests/test_flagship_gpu_scripts_on_cpu.py).

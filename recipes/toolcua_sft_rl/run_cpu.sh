@@ -46,7 +46,8 @@ RL_VAL_SIZE=${RL_VAL_SIZE:-8}        # held-out tasks validated (greedy) before 
 RL_PROMPT_LENGTH=${RL_PROMPT_LENGTH:-4096}
 RL_RESPONSE_LENGTH=${RL_RESPONSE_LENGTH:-2048}
 MAX_TURNS=${MAX_TURNS:-10}           # model turns (= env steps) per RL episode
-OUT=${OUT:-$PWD/runs/toolcua_sft_rl/seed$SEED}
+# each configuration its own folder: verl's file logger starts metrics.jsonl afresh (other knobs: set OUT)
+OUT=${OUT:-$PWD/runs/toolcua_sft_rl/sft$SFT_STEPS-rft$RFT_STEPS-rl$STEPS-seed$SEED}
 # The settings app has the shortest pages (~4k tokens a transcript with the 512-token vocabulary);
 # any TextHybrid apps work: settings_panel,contacts_book,file_manager,inventory_sheet.
 TEMPLATES=${TEMPLATES:-settings_panel}

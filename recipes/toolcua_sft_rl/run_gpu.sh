@@ -9,15 +9,12 @@
 # stage knobs below, SKIP_SFT / SKIP_RFT / SKIP_RL, TOOL_TERM (task | decision), RFT_ARGS,
 # ATTENTION [flash_attention_2 where flash-attn imports, else sdpa].
 # The settings are a starting point: this script is composition-checked on cpu
-# (tests/test_recipe_scripts.py); on one H200 with short settings and a random 0.5B-shape model its
-# SFT stage, the RFT warm-up and the RFT stage's first GRPO step ran (docs/status.md, tenth session);
-# three seeds of a 4-layer 256-wide random model through SFT and the RFT stage's validation at once on one
-# card (twelfth session; scripts/bench/toolcua_pipeline_study.py --backend gpu --parallel); all three stages on
-# one H200, the online one for one seed's full pipeline (fourteenth session: docs/benchmarks.md, "GPU:
-# ToolCUA pipeline study"); a 1000-step warm-up of 16 decisions (RFT_WARMUP_BATCH) + 20 GRPO steps brought the
-# held-out decisions to T 0.73 / 0.01 (fifteenth session). REUSE_STAGES=1 resumes a pipeline at the stage that failed. Without flash-attn,
+# (tests/test_recipe_scripts.py); on one H200 all three stages ran for three seeds of a 4-layer 256-wide
+# random model (scripts/bench/toolcua_pipeline_study.py --backend gpu --parallel; docs/results.md, "GPU:
+# ToolCUA pipeline study: all arms"); a 1000-step warm-up of 16 decisions (RFT_WARMUP_BATCH) + 20 GRPO
+# steps brought the held-out decisions to T 0.73 / 0.01. REUSE_STAGES=1 resumes a pipeline at the stage that failed. Without flash-attn,
 # verl-ext's logprob_row_blocks patch (on by default) is what
-# makes a GRPO step of 32 x 8 decisions of the tiny model 16.5 s instead of ~250-290 s (docs/benchmarks.md).
+# makes a GRPO step of 32 x 8 decisions of the tiny model 16.5 s instead of ~250-290 s (docs/results.md).
 # SFT_MAX_LENGTH (stages.sh, default 8192) bounds an SFT row: with the byte-level tokenizer of
 # verl-ext make-tiny-model one of 256 transcripts took 8229 tokens (refused); 16384 ran.
 set -euo pipefail
@@ -26,7 +23,6 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 MODEL=${MODEL:-Qwen/Qwen2.5-1.5B-Instruct}
 N_GPUS=${N_GPUS:-8}
 SEED=${SEED:-0}
-OUT=${OUT:-$PWD/runs/toolcua_sft_rl_gpu/seed$SEED}
 TEMPLATES=${TEMPLATES:-settings_panel,contacts_book,file_manager,inventory_sheet}
 SFT_STEPS=${SFT_STEPS:-300}          # batch SFT_BATCH transcripts
 SFT_BATCH=${SFT_BATCH:-32}
@@ -54,6 +50,8 @@ RL_VAL_SIZE=${RL_VAL_SIZE:-128}
 RL_PROMPT_LENGTH=${RL_PROMPT_LENGTH:-4096}
 RL_RESPONSE_LENGTH=${RL_RESPONSE_LENGTH:-8192}
 MAX_TURNS=${MAX_TURNS:-24}           # TextHybrid's reference plans take 4 to 19 steps
+# each configuration its own folder: verl's file logger starts metrics.jsonl afresh (other knobs: set OUT)
+OUT=${OUT:-$PWD/runs/toolcua_sft_rl_gpu/$(basename "$MODEL")-sft$SFT_STEPS-rft$RFT_STEPS-rl$STEPS-seed$SEED}
 export RAY_DEDUP_LOGS=0
 
 # Attention: flash-attn with verl's padding-free path where flash-attn is installed, else padded sdpa

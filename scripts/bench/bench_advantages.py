@@ -6,7 +6,7 @@ realistic shapes.
 Both sides get the same random step batch (tests/advantages/step_data.py) and are timed in
 alternation, so machine load hits both alike; the loop versions are the test references in
 tests/advantages/loop_reference.py. Prints markdown tables and, with --write, replaces the
-``## Advantage estimators`` section of docs/benchmarks.md.
+``## Advantage estimators`` section of docs/results.md.
 
     python scripts/bench/bench_advantages.py                  # 1k, 10k, 100k, 1M rows + glue
     python scripts/bench/bench_advantages.py --sizes 1000 10000 --write
@@ -60,8 +60,8 @@ GLUE_SHAPES = [
 GLUE_CONFIG = OmegaConf.create({"gamma": 1.0, "gigpo": {"gamma": 0.95, "mode": "mean_std_norm"},
                                 "hgpo": {"gamma": 0.95, "history_length": 2}})
 # A documented step time: one verl-agent GiGPO iteration on ALFWorld (Qwen2.5-1.5B, 128 trajectories
-# of up to 50 one-row-per-turn steps) took 362.83 s (GiGPO paper, research notes
-# stepwise_advantages.md §3.6).
+# of up to 50 one-row-per-turn steps) took 362.83 s (GiGPO paper, arXiv 2505.10978
+# the GiGPO paper, arXiv 2505.10978).
 DOCUMENTED_STEP_S = 362.83
 
 ENTRY_POINT_GIGPO = dict(gamma=0.95, mode="mean_std_norm")  # the published GiGPO setting, as above
@@ -295,8 +295,8 @@ def table(rows: list[dict], glue_rows: list[dict], entry_rows: list[dict]) -> st
     lines += ["", f"Share of a training step (reasoning, not a measurement): the slowest glue call above took "
               f"{largest * 1e3:.0f} ms of wall time on this CPU. A documented GPU step of the same kind of "
               f"training, one verl-agent GiGPO iteration on ALFWorld (Qwen2.5-1.5B, 128 trajectories of up to "
-              f"50 one-row-per-turn steps), took {DOCUMENTED_STEP_S:.0f} s (GiGPO paper; research notes "
-              f"`stepwise_advantages.md` §3.6): {largest / DOCUMENTED_STEP_S * 100:.3f}% of it. A step ten times "
+              f"50 one-row-per-turn steps), took {DOCUMENTED_STEP_S:.0f} s (GiGPO paper, arXiv 2505.10978; "
+              f"the GiGPO paper, arXiv 2505.10978): {largest / DOCUMENTED_STEP_S * 100:.3f}% of it. A step ten times "
               f"faster would still put it at {largest / DOCUMENTED_STEP_S * 1000:.2f}%."]
     return "\n".join(lines) + "\n"
 
@@ -308,12 +308,12 @@ def _ms(seconds: float) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000, 100_000, 1_000_000])
-    parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
+    parser.add_argument("--write", action="store_true", help="update docs/results.md")
     args = parser.parse_args()
     section = table(bench(args.sizes), bench_glue(), bench_entry_point(args.sizes))
     print("\n" + section)
     if args.write:
-        write_section(ROOT / "docs" / "benchmarks.md", HEADING, section.rstrip("\n") + "\n\n")
+        write_section(ROOT / "docs" / "results.md", HEADING, section.rstrip("\n") + "\n\n")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 Runs `verl-ext judge-server` in a subprocess (fake answers, and a tiny random Qwen2 through
 transformers) and the `OpenAIJudge` client in this process, so client and server do not share
 a GIL. Every figure is the median of ``--repeats`` runs. Writes the table to the ``## DVReward``
-section of docs/benchmarks.md (other sections are left alone) unless ``--no-write``.
+section of docs/results.md (other sections are left alone) unless ``--no-write``.
 
     python scripts/bench/bench_dvreward.py [--repeats 5] [--model DIR] [--no-write]
 
@@ -226,7 +226,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--model", help="a transformers causal LM for the model rows (default: a tiny random Qwen2)")
-    default_output = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "benchmarks.md")
+    default_output = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "results.md")
     parser.add_argument("--output", default=default_output)
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args(argv)

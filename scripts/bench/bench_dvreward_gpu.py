@@ -16,7 +16,7 @@ The server runs in a subprocess (`verl-ext judge-server --model DIR --device cud
 
 Every figure is the median of ``--repeats`` rounds (levels interleaved per round). Writes the JSON
 results; ``--render FILE.json`` writes the ``## DVReward judge on GPU`` section of
-docs/benchmarks.md from them.
+docs/results.md from them.
 
     python scripts/bench/bench_dvreward_gpu.py --sizes 1.5b 7b --json results.json
     python scripts/bench/bench_dvreward_gpu.py --render results.json
@@ -252,8 +252,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--prompt-tokens", type=int, default=400)
     parser.add_argument("--json", help="write the results here")
-    parser.add_argument("--render", metavar="JSON", help="render saved results into docs/benchmarks.md and exit")
-    default_output = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "benchmarks.md")
+    parser.add_argument("--render", metavar="JSON", help="render saved results into docs/results.md and exit")
+    default_output = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "results.md")
     parser.add_argument("--output", default=default_output)
     args = parser.parse_args(argv)
     if args.render:

@@ -2,10 +2,10 @@
 
 Measures reset and step latency (p50/p95), steps/s with 1, 2, 4, 8 parallel envs, and memory per
 env (RSS and PSS of each env's chromedriver + Chromium processes), and compares them with
-BrowserGym's figures measured in the research notes (≈1.7 s per step including a 0.5 s sleep, ≈1.5 GB RSS per env).
+BrowserGym's figures (browsergym-core 0.14.3, measured once on a 2-core machine of the same kind; ≈1.7 s per step including a 0.5 s sleep, ≈1.5 GB RSS per env).
 
     python scripts/bench/bench_envs.py                      # print the table
-    python scripts/bench/bench_envs.py --write-docs docs/benchmarks.md
+    python scripts/bench/bench_envs.py --write-docs docs/results.md
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from verl_ext.envs.minidesk.env import list_templates  # noqa: E402
 from verl_ext.envs.policies import ScriptedPolicy  # noqa: E402
 from verl_ext.envs.pool import make_env  # noqa: E402
 
-# BrowserGym on this kind of machine (research notes §6.2): reset 0.95-1.36 s, noop() step ~1.7 s,
+# BrowserGym (browsergym-core 0.14.3 with its MiniWoB++ tasks), measured once on this kind of machine: reset 0.95-1.36 s, noop() step ~1.7 s,
 # of which 0.5 s is its pre_observation_delay sleep, which the comparison leaves out. BrowserGym has
 # no tool calls: tool steps have no BrowserGym counterpart.
 BROWSERGYM_PRE_OBSERVATION_DELAY_S = 0.5
@@ -155,7 +155,7 @@ def report(n_latency: int, episodes: int, parallel: list[int], mem_envs: int) ->
 
 
 def _tables(n_latency: int, episodes: int, parallel: list[int], mem_envs: int) -> list[str]:
-    lines = ["`python scripts/bench/bench_envs.py` (BrowserGym figures from the research notes §6.2, measured on the "
+    lines = ["`python scripts/bench/bench_envs.py` (BrowserGym figures: browsergym-core 0.14.3, measured once on the "
              "same kind of machine: reset 0.95-1.36 s, ≈1.7 s per `noop()` step of which "
              f"{BROWSERGYM_PRE_OBSERVATION_DELAY_S} s is its `pre_observation_delay` sleep, left out below (its other "
              "waits were not measured apart, so the step ratio is an upper bound), ≈1.5 GB RSS per env).", "",

@@ -10,7 +10,7 @@ Times, per model:
   * EWMA swap_in + swap_out (device backup);
   * snapshot save (D2H to pinned host) and load (H2D) through ``SnapshotStore``.
 
-Usage: ``PYTHONPATH=. python scripts/bench/bench_ewma_gpu.py [--out results.json] [--doc docs/benchmarks.md]``.
+Usage: ``PYTHONPATH=. python scripts/bench/bench_ewma_gpu.py [--out results.json] [--doc docs/results.md]``.
 Prints the markdown section (and writes it with ``--doc``); medians of CUDA-event timings after warm-up.
 """
 
@@ -206,7 +206,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default=None)
     parser.add_argument("--models", nargs="+", default=list(QWEN2))
-    parser.add_argument("--doc", default=None, help="write the section into this markdown file (docs/benchmarks.md)")
+    parser.add_argument("--doc", default=None, help="write the section into this markdown file (docs/results.md)")
     args = parser.parse_args()
     bw = copy_bandwidth()
     torch.cuda.empty_cache()

@@ -1,7 +1,7 @@
 """Per-phase time of one verl training step on the cpu backend, from verl's own ``timing_s/*``
 metrics of a quickstart run (``recipes/quickstart/run_cpu.sh``: GRPO, tiny Qwen2, 8 prompts x 4
 samples, 16 response tokens). Prints the ``## cpu backend: verl's trainer on 2 CPU cores`` section
-of docs/benchmarks.md and, with --write, replaces it there.
+of docs/results.md and, with --write, replaces it there.
 
     python scripts/bench/cpu_backend_timing.py --write                 # runs the quickstart (about 3 min)
     python scripts/bench/cpu_backend_timing.py --metrics runs/quickstart/metrics.jsonl   # an earlier run
@@ -75,7 +75,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--metrics", type=Path, help="metrics.jsonl of an earlier quickstart run (no new run)")
     parser.add_argument("--steps", type=int, default=12)
-    parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
+    parser.add_argument("--write", action="store_true", help="update docs/results.md")
     args = parser.parse_args()
     wall_s = None
     if args.metrics is None:
@@ -85,7 +85,7 @@ def main() -> None:
     text = section(load_steps(args.metrics), wall_s, os.getloadavg()[0])
     print(text)
     if args.write:
-        write_section(ROOT / "docs" / "benchmarks.md", HEADING, text)
+        write_section(ROOT / "docs" / "results.md", HEADING, text)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """Can the cpu recipe's tiny model learn the GUI-vs-tool choice at all, given a loss on the choice
-alone and enough decisions (issue 25)? ``warmup_learnability.py`` taught it through the RFT warm-up's
+alone and enough decisions? ``warmup_learnability.py`` taught it through the RFT warm-up's
 SFT loss, where the choice is one token of a whole call, and it separated even its 128 training
 decisions by 0.11 only. Here, per seed, from that seed's SFT checkpoint, plain PyTorch trains on the
 choice token alone: at each training decision (``verl-ext prepare-data text_hybrid_decisions``,
@@ -157,7 +157,8 @@ def report_section(args) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = study_parser(__doc__.split("\n\n")[0], REPO / "runs/decision_fit", steps=200, seeds=[0, 1])
+    parser = study_parser(__doc__.split("\n\n")[0], REPO / "runs/decision_fit", steps=200, seeds=[0, 1],
+                          doc=REPO / "docs/experiments/toolcua_decision_studies.md")
     parser.add_argument("--sft-root", type=Path, default=REPO / "runs/toolcua_rft_study")
     parser.add_argument("--sft-steps", type=int, default=150)
     parser.add_argument("--train-rows", type=int, default=2048)

@@ -1,5 +1,4 @@
-"""Where, in a critical switching step's prompt, is what decides "tools shorter" vs "GUI shorter"
-(issue 25)? Computed from the decision rows themselves (``verl-ext prepare-data text_hybrid_decisions``,
+"""Where, in a critical switching step's prompt, is what decides "tools shorter" vs "GUI shorter"? Computed from the decision rows themselves (``verl-ext prepare-data text_hybrid_decisions``,
 ``verl_ext.envs.decisions.decision_rows``), no model involved:
 
 - **label by subgoal**: the decision's subgoal (``app.subgoals[index]``), by the first word of its
@@ -145,7 +144,8 @@ def report(results: dict[bool, dict[int, dict[str, Any]]], command: str, templat
 
 
 def main(argv: list[str]) -> int:
-    parser = study_parser(__doc__.split("\n\n")[0], REPO / "runs/decision_legibility", steps=0, seeds=[0, 1, 2])
+    parser = study_parser(__doc__.split("\n\n")[0], REPO / "runs/decision_legibility", steps=0, seeds=[0, 1, 2],
+                          doc=REPO / "docs/experiments/toolcua_decision_studies.md")
     parser.add_argument("--rows", type=int, default=128)
     parser.add_argument("--templates", default="settings_panel")
     parser.add_argument("--tokenizer", default=None, help="a model dir whose tokenizer counts the tokens back")

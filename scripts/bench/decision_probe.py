@@ -1,5 +1,4 @@
-"""How much of a model's probability goes to naming a tool at each held-out critical switching step
-(issue 25): exact, not sampled. For each decision row (``verl-ext prepare-data text_hybrid_decisions``)
+"""How much of a model's probability goes to naming a tool at each held-out critical switching step: exact, not sampled. For each decision row (``verl-ext prepare-data text_hybrid_decisions``)
 the prompt is built as the ``decision_turn`` loop builds it (the chat template with the row's tools
 and the generation prompt), and the probability of the reply opening
 

@@ -1,5 +1,5 @@
 """Where the ``dedicated`` old-logit scorer runs: on the actor's GPU (``dedicated.gpu=shared``) or on
-a GPU of its own (``dedicated.gpu=own``), same run otherwise (issue 24, run 2).
+a GPU of its own (``dedicated.gpu=own``), same run otherwise.
 
     python scripts/bench/dedicated_placement.py --results docs/bench_results/dedicated_placement_h100x2
 
@@ -11,7 +11,7 @@ first (step 1 holds the start-up) of verl's step time and old-log-prob phase, ve
 (``scorer_weight_sync``: the actor's weights to the scorer after each of verl's syncs;
 ``segment_scoring``: waiting for the scorer's results), and the memory each GPU holds: the
 trainer's peak (``actor/perf/max_memory_allocated_gb``) and the scorer's weights. Writes the section
-"GPU: the dedicated scorer's placement" of docs/benchmarks.md.
+"GPU: the dedicated scorer's placement" of docs/results.md.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def _fmt(value: float) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--results", type=Path, required=True, help="folder with shared.jsonl, own.jsonl, run.json")
-    parser.add_argument("--doc", type=Path, default=REPO / "docs" / "benchmarks.md")
+    parser.add_argument("--doc", type=Path, default=REPO / "docs" / "results.md")
     args = parser.parse_args()
     write_section(args.doc, HEADING, section(args.results.resolve()))
     print(f"wrote {HEADING!r} to {args.doc}")

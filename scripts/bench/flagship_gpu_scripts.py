@@ -1,5 +1,5 @@
 """The flagship GPU recipe scripts as written, one after another on one node, with random weights of
-their models' architectures, and their per-step time breakdown for ``docs/benchmarks.md``.
+their models' architectures, and their per-step time breakdown for ``docs/results.md``.
 
     python scripts/bench/flagship_gpu_scripts.py --out runs/flagship --steps 5 --n-gpus 8   # on the GPU machine
     python scripts/bench/flagship_gpu_scripts.py --results runs/flagship                   # rewrite the docs section
@@ -22,7 +22,7 @@ A script that cannot run here (the Megatron one without TransformerEngine's torc
 script where verl cannot build the model's processor, which it would otherwise drop silently) is
 recorded with the reason; a run that fails is recorded with its error and the next one starts.
 ``--only`` picks scripts, ``--override KEY=VALUE`` adds an override to every script (recorded).
-A finished run is reused when the driver is started again on the same ``--out``, so a session can
+A finished run is reused when the driver is started again on the same ``--out``, so a later call can
 run the scripts in several goes (each takes minutes, most of it start-up).
 ``--results`` writes the ``## GPU: flagship scripts`` section from ``machine.json`` and each
 script's ``run.json`` and ``metrics.jsonl``; nothing in it is typed by hand.
@@ -181,7 +181,7 @@ def plan(script: Script, n_gpus: int, steps: int, machine: Machine, root: Path, 
 
     if megatron and machine.megatron_missing:
         result.skip = (f"not installed here: {', '.join(machine.megatron_missing)}. verl 0.9.1 builds Megatron models "
-                       "with TransformerEngine, whose torch extension has no wheel (docs/plugins/old_logits.md, "
+                       "with TransformerEngine, whose torch extension has no wheel (docs/reference/old_logits.md, "
                        "\"Megatron\")")
     elif not megatron and not machine.flash_attn:
         result.overrides.append("+actor_rollout_ref.model.override_config.attn_implementation=sdpa")
@@ -341,7 +341,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                         help="a Hydra override for every script (repeatable), recorded in the table")
     parser.add_argument("--timeout-min", type=float, default=40.0, help="per script, start-up included")
-    parser.add_argument("--doc", type=Path, default=REPO / "docs" / "benchmarks.md")
+    parser.add_argument("--doc", type=Path, default=REPO / "docs" / "results.md")
     parser.add_argument("--context", default="", help="how the run was made, printed under the table")
     args = parser.parse_args(argv)
     if args.out is None and args.results is None:

@@ -9,7 +9,7 @@ The arms run one after another on the same GPU in one call. Each phase is verl's
 to the phases they run in, measured against the plain arm: the advantage phase (step-aware glue),
 the old-log-prob phase (provider forwards and swaps), the actor update (EWMA update after every
 optimizer step) and the weight sync (snapshot save). Memory comes from verl's ``perf/*`` metrics.
-The table goes into ``docs/benchmarks.md`` ("GPU: per-step breakdown"); nothing in it is typed by
+The table goes into ``docs/results.md`` ("GPU: per-step breakdown"); nothing in it is typed by
 hand.
 """
 
@@ -134,7 +134,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--out", type=Path, help="run the arms, writing each run under this folder")
     parser.add_argument("--results", type=Path, help="a folder written by --out: (re)write the docs table")
-    parser.add_argument("--doc", type=Path, default=REPO / "docs" / "benchmarks.md")
+    parser.add_argument("--doc", type=Path, default=REPO / "docs" / "results.md")
     parser.add_argument("--context", default="", help="how the run was made (other load on the host, ...), "
                         "kept with the results and printed under the table")
     args = parser.parse_args(argv)

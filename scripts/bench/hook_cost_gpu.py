@@ -1,4 +1,4 @@
-"""verl-ext's own cost per training step on one H200 (issue 22): every hook's time as a share of
+"""verl-ext's own cost per training step on one H200: every hook's time as a share of
 verl's step, per old-logit provider, at three model sizes, against plain verl with the same estimator.
 
     python scripts/bench/hook_cost_gpu.py --dry-run                      # print every run's command
@@ -12,9 +12,9 @@ GRPO and verl's PPO loss in every arm, random weights of Qwen2.5-0.5B's, 1.5B's 
 providers ``current``, ``snapshot``, ``ewma``, ``loglinear`` (verl-ext's trainer) and ``verl``
 (verl's own ``colocate_async`` trainer, no verl-ext hook). Each arm runs ``--repeats`` times;
 repeats are interleaved (every arm once, in a rotated order, before any arm again) so that host
-noise hits every arm alike. ``dedicated`` and ``interrupt`` (issue 20: their rollout side on vLLM)
+noise hits every arm alike. ``dedicated`` and ``interrupt`` (their rollout side on vLLM)
 are arms too but not in the default set: ``--arms current snapshot dedicated interrupt verl
---points 0.5b`` gives issue 20's side-by-side cost (their hooks: ``segment_scoring``,
+--points 0.5b`` gives their side-by-side cost (their hooks: ``segment_scoring``,
 ``scorer_weight_sync``; the scorer's GPU memory: ``verl_ext/mem/dedicated_scorer/gpu_bytes``).
 ``ewma_device`` and ``snapshot_device`` are ``ewma`` and ``snapshot`` with the live weights waiting on
 the GPU during a swap (``algorithm.old_logits.swap_backup=device``) instead of in host memory;
@@ -31,15 +31,15 @@ version kept and the live shards while a swap is in: the 7B point lets a traject
 two weight versions (``BOUND=2``, ``WARMUP=1``: one stale version; ``snapshot`` keeps two copies, as
 many as the bound).
 verl's ``max_off_policy_threshold`` counts the versions a trajectory spans, so ``BOUND=1`` (the
-sixth and seventh holds) evicted every stale sample and left the providers nothing stale to do;
+earlier runs) evicted every stale sample and left the providers nothing stale to do;
 the table's "stale tokens" column shows it and marks such a target "not measured". A save runs at
 every version whether or not a batch holds stale tokens, so point ``7b_bound1`` (``BOUND=1``, one
 snapshot copy) measures the save's cost alone. The ``snapshot`` arm at 7B does not fit a 128 GiB
 host even at ``BOUND=1``: the actor process holds the offloaded Adam state (52 GB), one exact
 snapshot copy (26 GB; 49 GB before the copies became one registered buffer, see
 ``scripts/bench/snapshot_pinning_gpu.py``) and what it loaded, and died in its first update at
-113 GB resident with 0.35 GB of the host left (2026-11-29, ``nvidia-h200``; the seventh hold's
-``BOUND=1`` run finished on a 4-card host). Run it on a host with more memory (e.g. ``--points
+113 GB resident with 0.35 GB of the host left (2026-11-29, one H200 with 125 GiB of host memory; the
+``BOUND=1`` run of 2026-11-28 finished on a 4-card host with 503 GB). Run it on a host with more memory (e.g. ``--points
 7b`` on an ``nvidia-h200-x2`` machine with ``CUDA_VISIBLE_DEVICES=0``) and say so with ``--context``.
 The ``ewma``
 arm does not fit one card even so (2026-11-28): verl brings the offloaded Adam state back to the GPU
@@ -53,7 +53,7 @@ the plan's next run (the repeats stay interleaved across cards), with each run's
 thread pools capped to its share of the host's cores; a run never shares its card, so its step
 time is its own, while host noise hits the runs that run together alike.
 
-Device time. A run takes minutes (vLLM and FSDP start-up, then ``--steps``); all of them take
+Time. A run takes minutes (vLLM and FSDP start-up, then ``--steps``); all of them take
 hours. ``--budget-s`` stops before a run that would not finish in the time left; runs already
 done in ``--out`` (their ``metrics.jsonl`` reaches the last step) are skipped, so the same
 command, run again with the same ``--out``, continues where the last one stopped and prints how
@@ -74,11 +74,11 @@ The table. Per model size and arm, from verl's file logger: the hooks' total sha
 each hook's share, verl's ``timing_s/old_log_prob`` against the plain arm's (the old-log-prob
 phase; ``snapshot``'s extra forwards, one per weight version present, against verl's own
 forward, their floor), and the bytes verl-ext's state holds (``verl_ext/mem/*``, largest over the
-steps) in GPU and host memory and as a multiple of the fp32 parameter bytes. Targets (issue 22):
+steps) in GPU and host memory and as a multiple of the fp32 parameter bytes. Targets:
 ``current``, ``ewma``, ``loglinear`` at most 3% of the step; what ``snapshot``'s save leaves on the
 critical path at most 1% (``snapshot_save``, the worker's compute stream while the save's copies are
 queued, plus ``snapshot_save_wait``, the optimizer step's wait for them).
-It replaces the section "GPU: per-step breakdown" of ``docs/benchmarks.md``; nothing in it is
+It replaces the section "GPU: per-step breakdown" of ``docs/results.md``; nothing in it is
 typed by hand.
 """
 
@@ -150,7 +150,7 @@ POINT_7B = Point(
     overrides=("actor_rollout_ref.actor.fsdp_config.optimizer_offload=true",),
     note="Adam state offloaded to host memory (optimizer_offload=true) and trajectories spanning at most 2 "
     "weight versions (BOUND=2: one stale version, one snapshot copy) in every arm, to fit one 139 GB card and "
-    "the host's memory; the runs of the sixth and seventh holds used BOUND=1, which in verl's count of "
+    "the host's memory; earlier runs used BOUND=1, which in verl's count of "
     "versions spanned evicts every stale sample (no stale token: their provider targets are not measured)",
     init_device="cuda",
 )
@@ -163,7 +163,7 @@ POINTS = {
     "7b_2gpu": replace(POINT_7B, env=(*POINT_7B.env, ("N_GPUS", "2")),
                        note="the 7b point's settings on two cards (N_GPUS=2: FSDP2 over both, the batch doubled)"),
     # the snapshot save's cost at 7B on a host too small for two copies: a save happens every step whether or
-    # not a batch holds stale tokens, so its critical-path share needs no stale tokens (the sixth/seventh holds' setting)
+    # not a batch holds stale tokens, so its critical-path share needs no stale tokens (the BOUND=1 setting)
     "7b_bound1": replace(POINT_7B, env=(("BOUND", "1"), ("WARMUP", "1")),
                          note="the 7b point with BOUND=1 (one snapshot copy, no stale tokens: the save's cost only)"),
 }
@@ -554,7 +554,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--dry-run", action="store_true", help="print every run's command and exit")
     parser.add_argument("--results", type=Path, nargs="+",
                         help="folders written by --out (one machine and code version each): (re)write the docs section")
-    parser.add_argument("--doc", type=Path, default=REPO / "docs" / "benchmarks.md")
+    parser.add_argument("--doc", type=Path, default=REPO / "docs" / "results.md")
     parser.add_argument("--context", default="", help="how the runs were made (machine kind, other load), printed "
                         "under the table")
     args = parser.parse_args(argv)

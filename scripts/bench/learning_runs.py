@@ -1,7 +1,7 @@
 """Shared machinery of the learning benchmarks (``text_corridor_learning.py``,
 ``toolcua_hybrid_learning.py``): run a cpu recipe once per (config, seed) with the same seeds and
 budget, read verl's per-step metrics from its JSONL file logger, tabulate, plot, and replace the
-benchmark's section of ``docs/benchmarks.md``.
+benchmark's section of ``docs/results.md``.
 
 Runs are sequential (one trainer at a time on a 2-core machine). A run whose ``metrics.jsonl``
 already reaches the last step is reused, so a sweep can be resumed or re-reported.
@@ -23,7 +23,8 @@ REPO = Path(__file__).resolve().parents[2]
 Runs = dict[int, dict[int, dict[str, float]]]  # seed -> step -> metrics
 
 
-def study_parser(description: str, out: Path, steps: int, seeds: list[int]) -> argparse.ArgumentParser:
+def study_parser(description: str, out: Path, steps: int, seeds: list[int],
+                 doc: Path = REPO / "docs/results.md") -> argparse.ArgumentParser:
     """The run arguments every study takes: budget (``--steps``), ``--seeds``, where runs go
     (``--out``), where the report goes (``--doc``, ``--img``), ``--attempts`` and ``--report-only``.
     A study adds its own options to the parser it gets back."""
@@ -31,7 +32,7 @@ def study_parser(description: str, out: Path, steps: int, seeds: list[int]) -> a
     parser.add_argument("--steps", type=int, default=steps)
     parser.add_argument("--seeds", type=int, nargs="+", default=seeds)
     parser.add_argument("--out", type=Path, default=out)
-    parser.add_argument("--doc", type=Path, default=REPO / "docs/benchmarks.md")
+    parser.add_argument("--doc", type=Path, default=doc)
     parser.add_argument("--img", type=Path, default=REPO / "docs/img")
     parser.add_argument("--attempts", type=int, default=2, help="tries per run before giving up")
     parser.add_argument("--report-only", action="store_true", help="run nothing; report the runs under --out")
@@ -198,7 +199,7 @@ def publish(doc: Path, heading: str, section: str) -> None:
 
 def write_section(doc: Path, heading: str, section: str) -> None:
     """Replace the section under ``heading`` in ``doc`` (up to the next ``## `` heading), or append it."""
-    text = doc.read_text() if doc.exists() else "# Benchmarks\n"
+    text = doc.read_text() if doc.exists() else "# Results\n"
     section = section.rstrip("\n") + "\n\n"  # one blank line before the next section
     start = text.find(heading + "\n")  # the whole heading line: one heading may begin another
     if start < 0:

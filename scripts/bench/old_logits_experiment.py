@@ -19,17 +19,17 @@ asynchronous pipeline is simulated exactly:
 For each provider and d it records the fraction of tokens masked by the band (and whether
 numerics or staleness caused it, against the exact old logits), the TIS-truncated fraction, the
 PPO clip fraction, |old - exact| errors, the reward of the current policy per step, and the cost
-(forward rows, extra bytes, time). Medians over seeds are written to docs/benchmarks.md
+(forward rows, extra bytes, time). Medians over seeds are written to docs/results.md
 (section "## Old-logit providers") and docs/img/old_logits_providers.png.
 
 Usage: ``python scripts/bench/old_logits_experiment.py [--seeds 5] [--steps 150] [--regimes 0.1:0.5:2.0 ...]
 [--write-docs]``.
 
-``--study`` runs the mechanism study of issue 19 instead (``study`` below): the same task with
+``--study`` runs the mechanism study instead (``study`` below): the same task with
 every seed of a cell trained at once (parameters stacked along a leading seed dimension), fair
 arms (same loss and rollout correction, only the old-logit source differs), staleness drawn per
 sequence, heavy-tailed train/inference mismatch, learning rate and epochs as knobs; it writes the
-section ``## Old-logit mechanism study`` of docs/benchmarks.md.
+section ``## Old-logit mechanism study`` of docs/results.md.
 """
 
 from __future__ import annotations
@@ -148,7 +148,7 @@ def run(
     targets = torch.randint(0, VOCAB, (CONTEXTS, LENGTH), generator=g)
     params = init_params(seed)
     optim = torch.optim.Adam(params, lr=lr)
-    # this section's EWMA: com = d versions (the default before issue 19), no fresh_exact
+    # this section's EWMA: com = d versions (the earlier default), no fresh_exact
     fixed_ewma = {"ewma": {"com": d, "fresh_exact": False}} if provider == "ewma" else {}
     config = OldLogitsConfig.from_config({"provider": provider, **fixed_ewma}, max_off_policy_threshold=d)
     state = OldLogitWorkerState(config, params, updates_per_version=minibatches)
@@ -331,7 +331,7 @@ def markdown(tables: dict[str, dict], stalenesses: list[int], args: argparse.Nam
             f"task; staleness d versions, {int(args.partial * 100)}% partial rollouts (switch to version n-d+1 "
             f"mid-sequence), inference logit noise σ, {args.minibatches} Adam steps (lr {args.lr}) per version, "
             f"verl's rollout correction (token TIS {TIS} + token_k1 rejection band on ρ = π_old/μ), loss `ppo_ewma` "
-            "(ε = 0.2). EWMA com = d versions (the staleness bound: the default before issue 19). Medians over seeds of the "
+            "(ε = 0.2). EWMA com = d versions (the staleness bound: the earlier default). Medians over seeds of the "
             "second-half means; `final reward` = mean over the last 20 steps of the current policy's reward "
             "(noise-free samples; random policy: 0.125). `of which staleness` = masked with the provider's old "
             "logits but not with the exact ones."
@@ -364,10 +364,10 @@ def markdown(tables: dict[str, dict], stalenesses: list[int], args: argparse.Nam
 
 
 def write_docs(section: str) -> None:
-    """Replaces (or appends) the '## Old-logit providers' section of docs/benchmarks.md, up to the
+    """Replaces (or appends) the '## Old-logit providers' section of docs/results.md, up to the
     next heading (its '### ' GPU subsection, written by hand from bench_ewma_gpu.py, stays)."""
-    path = ROOT / "docs" / "benchmarks.md"
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
+    path = ROOT / "docs" / "results.md"
+    text = path.read_text() if path.exists() else "# Results\n"
     start = text.find("## Old-logit providers")
     if start < 0:
         text = text.rstrip("\n") + "\n\n" + section
@@ -390,7 +390,7 @@ def main() -> None:
     parser.add_argument("--partial", type=float, default=0.5)
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--write-docs", action="store_true")
-    parser.add_argument("--study", action="store_true", help="the mechanism study (issue 19) instead")
+    parser.add_argument("--study", action="store_true", help="the mechanism study instead")
     parser.add_argument("--arms", nargs="+", default=list(STUDY_ARMS), help="--study: arms to run")
     parser.add_argument("--contexts", type=int, default=8, help="--study: contexts of the task used")
     parser.add_argument("--report-only", action="store_true", help="--study: report the cells in --json")
@@ -429,7 +429,7 @@ def main() -> None:
 
 
 # ------------------------------------------------------------------------------------------------
-# Mechanism study (issue 19): fair arms, seeds batched, staleness and mismatch as knobs.
+# Mechanism study: fair arms, seeds batched, staleness and mismatch as knobs.
 #
 # Parameters carry a leading seed dimension (w1: (S, IN, H), b1: (S, 1, H), ...), so ``logits``
 # above evaluates every seed at once on inputs (S, N, IN) (batched matmuls), Adam and the EWMA/snapshot state (elementwise)
@@ -763,12 +763,12 @@ def study_checks(results: dict, meta: dict) -> list[str]:
             gap = np.abs(arm["ewma_age_steps"] - arm["token_age_steps"])
             lines.append(f"- Knobs, {key}: mean token age {_fmt(arm['token_age_steps'], 2)} optimizer steps; the "
                          f"calibrated EWMA's age {_fmt(arm['ewma_age_steps'], 2)} (|difference| {_fmt(gap, 2)}; "
-                         "brief §6.1 item 4: com := mean lag); the old default's com = bound × steps per version.")
+                         "calibration: com := the tokens' mean lag); the old default's com = bound × steps per version.")
     return lines + [""]
 
 
 def study_report(results: dict, meta: dict) -> None:
-    """Writes ``## Old-logit mechanism study`` of docs/benchmarks.md and its learning-curve plot."""
+    """Writes ``## Old-logit mechanism study`` of docs/results.md and its learning-curve plot."""
     import platform
 
     from learning_runs import paired_verdict, write_section
@@ -797,9 +797,9 @@ def study_report(results: dict, meta: dict) -> None:
         "second-half means (max ρ, max r: second-half maxima); collapse: final < half the seed's peak (peak "
         "≥ 0.3). Mean ± SE over seeds; differences are paired by seed (mean ± SE of per-seed differences, "
         "**exceeds 2 SE** marked).", "",
-        "Knobs follow the brief: calibrated com = mean lag (§6.1 item 4), old default = Hilton's com rule on the "
-        "bound (§5.4), band and TIS as verl's rollout correction and the fork (§3, §7.3), `loglinear` α as "
-        "AReaL (§7.1), bypass = `rollout` (§2.2 B).", "",
+        "Knobs: calibrated com = mean lag, old default = Hilton's com rule on the "
+        "bound (Hilton et al., NeurIPS 2022), band and TIS as verl's rollout correction, `loglinear` α as "
+        "AReaL (`areal/utils/functional.py`), bypass = `rollout`.", "",
     ]
     lines += study_checks(results, meta)
     for key, runs in results.items():
@@ -817,8 +817,8 @@ def study_report(results: dict, meta: dict) -> None:
         lines.append("")
     image = ROOT / "docs" / "img" / "old_logits_study.png"
     study_plot(results, image)
-    lines += [f"![old-logit mechanism study](img/{image.name})", ""]
-    write_section(ROOT / "docs" / "benchmarks.md", STUDY_HEADING, "\n".join(lines))
+    lines += [f"![old-logit mechanism study](../img/{image.name})", ""]
+    write_section(ROOT / "docs" / "experiments" / "old_logit_mechanism_study.md", STUDY_HEADING, "\n".join(lines))
     print("\n".join(lines))
 
 

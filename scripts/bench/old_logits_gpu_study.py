@@ -1,4 +1,4 @@
-"""Old-logit providers end to end on one H200 (issue 19, items 5-6): bf16 vLLM rollout against the
+"""Old-logit providers end to end on one H200: bf16 vLLM rollout against the
 FSDP2 trainer, a real train/inference mismatch, under real staleness.
 
 ``recipes/text_corridor/run_gpu.sh`` (verl's ``main_ppo``, colocate_async, FSDP2 + vLLM) with a tiny
@@ -22,7 +22,7 @@ while ``--min-free-gb`` are available.
 
 Each run writes ``metrics.jsonl`` and ``run.json`` (wall time, card, versions) under
 ``--out/<warmup>/<arm>/seed<k>``; finished runs are reused. The report (``--report-only`` to
-re-write it) is the section ``## GPU: old-logit study`` of docs/benchmarks.md: success curve, area
+re-write it) is the section ``## GPU: old-logit study`` of docs/results.md: success curve, area
 under it, steps to 0.8, masked fraction by cause (fresh = numerics, stale), clip fraction, max IS
 ratio, collapses, time per step; mean ± SE, differences paired by seed with 2-SE verdicts (over the
 seeds an arm shares with ``current``). ``--keep-runs SOURCE`` copies the finished runs of a machine's
@@ -64,7 +64,7 @@ SHARED_ENV = {"MODE": "colocate_async", "ADV": "hgpo", "LOSS": "ppo_ewma", "ROLL
               "GPU_MEM": "0.1"}
 # How far the policy moves per version. `base` is the corridor at the cpu runs' learning rate, which every
 # arm solves; `large_steps` is the mechanism study's lr x10 with 4 epochs, where on CPU `current` lost
-# 0.06 final reward against `snapshot` (issue 19 item 4): the regime the repair is for.
+# 0.06 final reward against `snapshot` : the regime the repair is for.
 SETTINGS: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {  # name -> (env, extra overrides)
     "base": ({}, ()),
     "large_steps": ({"LR": "3e-2"}, ("actor_rollout_ref.actor.ppo_epochs=4",)),
@@ -386,7 +386,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--budget-s", type=float, default=float("inf"), help="start no run that would end after this")
     parser.add_argument("--run-s", type=float, default=600.0, help="a run's expected wall time until one has finished")
     parser.add_argument("--out", type=Path, default=REPO / "runs/old_logits_gpu_study")
-    parser.add_argument("--doc", type=Path, default=REPO / "docs/benchmarks.md")
+    parser.add_argument("--doc", type=Path, default=REPO / "docs/results.md")
     parser.add_argument("--dry-run", action="store_true", help="print every run's environment and command; run nothing")
     parser.add_argument("--report-only", action="store_true", help="run nothing; report the runs under --out")
     parser.add_argument("--keep-runs", type=Path, metavar="SOURCE",
@@ -395,7 +395,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--context", default="", help="how the runs were made (machine, other load), in the report")
     args = parser.parse_args(argv)
     if args.steps < 60 or len(args.seeds) < 3:
-        print("warning: issue 19 asks for >= 60 steps and >= 3 seeds per arm", file=sys.stderr)
+        print("warning: a comparison needs >= 60 steps and >= 3 seeds per arm", file=sys.stderr)
     if args.dry_run:
         for spec in all_specs(args):
             if args.steps in load_steps(Path(spec["out"]) / "metrics.jsonl"):

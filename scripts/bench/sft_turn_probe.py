@@ -1,4 +1,4 @@
-"""Does an SFT model's GUI-vs-tool choice follow the state (issue 25)? At every assistant turn of SFT
+"""Does an SFT model's GUI-vs-tool choice follow the state? At every assistant turn of SFT
 transcripts (``verl-ext prepare-data text_hybrid_sft``; repeated rows are probed once) the probability
 that the reply opens with an app tool's name against ``computer_use``'s, exact, not sampled
 (``decision_probe.opening_logprobs``): ``tool_share`` = P(any offered function but computer_use) /

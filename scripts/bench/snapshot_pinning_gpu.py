@@ -1,5 +1,5 @@
 """What a snapshot save costs the host and the step, by how its pinned host buffers are allocated
-(issue 22: the 7B ``snapshot`` arm's save left 0.476 s a step on the critical path and ran a
+(the 7B ``snapshot`` arm's save left 0.476 s a step on the critical path and ran a
 125 GiB host out of memory).
 
     python scripts/bench/snapshot_pinning_gpu.py --out runs/pinning.json          # on a CUDA machine
@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, help="JSON lines, one per (arch, allocation)")
     parser.add_argument("--results", type=Path, help="write the docs section from this --out file")
     parser.add_argument("--context", default="", help="the machine and the date, for the section's first line")
-    parser.add_argument("--doc", type=Path, default=Path("docs/benchmarks.md"))
+    parser.add_argument("--doc", type=Path, default=Path("docs/results.md"))
     parser.add_argument("--one", nargs=2, metavar=("ARCH", "ALLOCATION"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:

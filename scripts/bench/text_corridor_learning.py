@@ -4,7 +4,7 @@ Runs ``recipes/text_corridor/run_cpu.sh`` once per (estimator, seed), sequential
 at a time on a 2-core machine), with the same seeds and the same budget, then reads verl's per-step
 metrics from each run's JSONL file logger and writes:
 
-- the section ``## Stepwise advantages: text corridor learning`` of ``docs/benchmarks.md``
+- the section ``## Stepwise advantages: text corridor learning`` of ``docs/results.md``
   (replaced in place; the rest of the file is left alone);
 - ``docs/img/text_corridor_learning.png``: validation and training success over steps.
 
@@ -91,7 +91,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--estimators", nargs="+", default=["grpo", "gigpo", "hgpo"])
     parser.add_argument("--out", type=Path, default=REPO / "runs/text_corridor_bench")
-    parser.add_argument("--doc", type=Path, default=REPO / "docs/benchmarks.md")
+    parser.add_argument("--doc", type=Path, default=REPO / "docs/results.md")
     parser.add_argument("--plot", type=Path, default=REPO / "docs/img/text_corridor_learning.png")
     parser.add_argument("--attempts", type=int, default=3, help="tries per run before giving up")
     parser.add_argument("--report-only", action="store_true", help="run nothing; report the runs under --out")

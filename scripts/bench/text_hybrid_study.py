@@ -1,15 +1,15 @@
-"""Does each plugin earn its place? The text_hybrid study (issue 14): the tiny model on the
+"""Does each plugin earn its place? The text_hybrid study: the tiny model on the
 browserless hybrid GUI + tool apps, one T/G decision per subgoal, through verl's real trainer
 (``recipes/text_hybrid/run_cpu.sh``), same seeds and budget for every arm.
 
 - ``estimators`` (synchronous, verl's PPO loss): grpo vs gigpo vs hgpo: held-out success, steps per
   successful episode, and *when to switch*: the tool-use rate where tools are strictly shorter vs
   where the GUI is, per task (any tool call on a tool-beneficial task) and per decision.
-- ``old_logits`` (verl's colocate_async, batches queued 3 ahead, hgpo): fair arms (issue 19): every
+- ``old_logits`` (verl's colocate_async, batches queued 3 ahead, hgpo): fair arms: every
   arm trains with the same decoupled loss (``ppo_ewma``) and the same rollout correction (token IS
   truncated at 2 + the token_k1 band of ``recipes/async_agentic``), only the old-logit source
   differs: ``current`` (verl's recomputation), ``rollout`` (bypass), ``snapshot`` (exact), ``ewma``
-  (calibrated), ``ewma_bound`` (the decay used before issue 19), ``loglinear``: final success, PPO
+  (calibrated), ``ewma_bound`` (the earlier fixed decay), ``loglinear``: final success, PPO
   clip fraction, what the correction removes from fresh and stale tokens, per-token staleness, the
   EWMA's age, time per step.
 
@@ -17,7 +17,7 @@ Mean and standard error over seeds per arm; every pairwise difference of an arm'
 tested against two standard errors of the difference (``compare``), and the section says which
 exceed it. Runs are sequential and seed-major (a partial sweep still compares every arm); a
 finished run is reused; ``--report-only`` runs nothing and reports exactly the runs found.
-Writes the section ``## text_hybrid study: ...`` of ``docs/benchmarks.md`` and PNGs in docs/img/.
+Writes the section ``## text_hybrid study: ...`` of ``docs/results.md`` and PNGs in docs/img/.
 
     python scripts/bench/text_hybrid_study.py --steps 25 --seeds 0 1 2
 """
@@ -40,7 +40,7 @@ SCRIPT = "text_hybrid/run_cpu.sh"
 VAL = "val-aux/verl_ext/text_hybrid/{}/mean@1"
 MAX_STEPS = 24  # S_max of the recipe (len_gain = success * (1 - steps / S_max))
 VAL_EPISODES = 64  # validation instances per evaluation (run_cpu.sh --val-size), one episode each
-GOAL_TOOL, GOAL_GUI = 0.8, 0.2  # issue 14: tools on >= 80% where they help, <= 20% where they do not
+GOAL_TOOL, GOAL_GUI = 0.8, 0.2  # the goal: tools on >= 80% where they help, <= 20% where they do not
 PARTS = {
     "estimators": {
         "grpo": {"MODE": "sync", "ADV": "grpo", "LOSS": "vanilla", "PROVIDER": "current"},
@@ -243,7 +243,7 @@ def estimators_section(results: dict[str, Runs], steps: int, refs: dict[str, flo
                           episodes=VAL_EPISODES * len(vs)),
         "",
         "### (b) When to switch: tool use where tools are shorter vs where the GUI is", "",
-        f"Goal (issue 14): tools on at least {GOAL_TOOL:.0%} where they help, at most {GOAL_GUI:.0%} where "
+        f"Goal: tools on at least {GOAL_TOOL:.0%} where they help, at most {GOAL_GUI:.0%} where "
         "they do not. Per task: episodes that called any tool, among tasks whose oracle calls one / calls "
         "none. Per decision: T answers (done by tools) among the decisions where tools / the GUI are "
         "strictly shorter to the end of the task from the state the policy reached (ties and decisions "
@@ -294,7 +294,7 @@ def old_logits_section(results: dict[str, Runs], steps: int, plot: str) -> list[
         "versions old (the staleness rows below are measured per token). Fair arms: every arm trains "
         "with the `ppo_ewma` loss and the recipe's rollout correction (token IS truncated at 2, token_k1 "
         "band 0.5-2.0 on pi_old/mu); only the old-logit provider differs (`ewma`: calibrated decay, "
-        "`ewma_bound`: com = staleness bound, the decay before issue 19). On this backend rollout and "
+        "`ewma_bound`: com = staleness bound, the earlier fixed decay). On this backend rollout and "
         "trainer are both fp32 unless `actor_rollout_ref.rollout.dtype=bfloat16`. Mean ± standard error "
         "over seeds; training metrics averaged over the steps (staleness: maximum).", "",
         "| metric | " + " | ".join(arms) + " |", "|---" * (len(arms) + 1) + "|",

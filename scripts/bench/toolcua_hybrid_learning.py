@@ -4,7 +4,7 @@ PPO loss vs PPO-EWMA, with the same seeds and budget.
 
 Runs ``recipes/toolcua_hybrid/run_cpu.sh`` once per (config, seed), sequentially, reads verl's
 per-step metrics and writes the section ``## Hybrid GUI + tool agent: toolcua_hybrid learning``
-of ``docs/benchmarks.md`` plus ``docs/img/toolcua_hybrid_learning.png``. Each run's initial model
+of ``docs/results.md`` plus ``docs/img/toolcua_hybrid_learning.png``. Each run's initial model
 and final checkpoint are then played with ``verl-ext eval``'s engine on unseen task instances
 (``--eval-seeds``), split by whether tools help the task. A hand-written reading
 of one run is kept in ``recipes/toolcua_hybrid/learning_notes.md`` and only linked. Finished runs are reused;
@@ -148,7 +148,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
     parser.add_argument("--out", type=Path, default=REPO / "runs/toolcua_hybrid_bench")
-    parser.add_argument("--doc", type=Path, default=REPO / "docs/benchmarks.md")
+    parser.add_argument("--doc", type=Path, default=REPO / "docs/results.md")
     parser.add_argument("--plot", type=Path, default=REPO / "docs/img/toolcua_hybrid_learning.png")
     parser.add_argument("--attempts", type=int, default=2, help="tries per run before giving up")
     parser.add_argument("--report-only", action="store_true", help="run nothing; report the runs under --out")

@@ -1,4 +1,4 @@
-"""What each stage of ToolCUA's pipeline earns (issue 25): does single-turn RL on critical switching
+"""What each stage of ToolCUA's pipeline earns: does single-turn RL on critical switching
 steps teach the tiny model *when* to switch between the GUI and tools? Arms of
 ``recipes/toolcua_sft_rl/run_cpu.sh`` (SFT -> RFT -> online RL, function calls on TextHybrid),
 paired by seed (one SFT per seed, shared by every arm of that seed):
@@ -14,7 +14,7 @@ text_hybrid/*``): per-decision T rate where tools are strictly shorter and where
 decisions ``menu.DecisionFollower`` attributes the calls to), per-task tool use where tools help /
 do not, success, env steps per success; and the RFT stage's own held-out decisions (T rate by which
 way is shorter). Each ablation is compared with the full pipeline seed by seed: mean paired
-difference vs two standard errors of it. Goal (issue 25): T >= 0.8 where tools are shorter and
+difference vs two standard errors of it. Goal: T >= 0.8 where tools are shorter and
 <= 0.2 where the GUI is, success no lower than without RFT; the table says by how much it is missed.
 
 The model each seed starts from is ``verl-ext make-tiny-model --seed S --hidden-size W --layers L``
@@ -216,10 +216,10 @@ def report(results: dict[str, Runs], rft: Runs, args, command: str, runs_info: l
             lines.append(f"| {arm} | " + " | ".join(fmt(values[arm][n], digits[n]) for n in METRICS) + f" | {gap} |")
         lines += ["", "Paired differences to the full pipeline (per seed, then mean and standard error over seeds):", "",
                   *verdict_lines(values), ""]
-    else:  # e.g. a hold that ended during the RFT stage: its held-out decisions below are all there is
+    else:  # e.g. runs cut during the RFT stage: its held-out decisions below are all there is
         lines += [f"Online stage: no run reached its validation at step {args.steps} (nothing to tabulate per arm).", ""]
     lines += sft_lines(args)
-    notes = args.out / "notes.md"  # what the runs' own files cannot say (a run restarted by hand, a hold that ended)
+    notes = args.out / "notes.md"  # what the runs' own files cannot say (a run restarted by hand, runs cut short)
     return "\n".join(lines + rft_lines(rft) + ([notes.read_text().strip(), ""] if notes.exists() else []))
 
 

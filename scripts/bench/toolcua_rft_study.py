@@ -1,5 +1,5 @@
 """Does the RFT stage of ToolCUA's pipeline (warm-up SFT + single-turn RL on critical switching
-steps) move the GUI-vs-tool decision of the tiny cpu model (issue 25)? The RFT stage alone, arms
+steps) move the GUI-vs-tool decision of the tiny cpu model? The RFT stage alone, arms
 paired by seed (one SFT run per seed shared by every arm; one warm-up shared by the two RL arms):
 
 - ``warm-up + choice``: ``RFT_WARMUP_STEPS`` steps of SFT on both options of each training decision
@@ -18,7 +18,7 @@ and ``decision_probe.py``: the probability the model gives to opening its reply 
 name against ``computer_use``'s (``tool_share``), exact, for the SFT model, the warm-up model and each
 arm's RL model.
 
-    python scripts/bench/toolcua_rft_study.py --seeds 0 1 2                 # runs, then writes docs/benchmarks.md
+    python scripts/bench/toolcua_rft_study.py --seeds 0 1 2                 # runs, then writes docs/results.md
     python scripts/bench/toolcua_rft_study.py --seeds 0 1 2 --report-only   # report the runs under --out
 """
 
@@ -200,7 +200,8 @@ def probed(model: Path, rows: Path, cache: Path) -> dict | None:
 
 
 def main(argv: list[str]) -> int:
-    parser = study_parser(__doc__.split("\n\n")[0], REPO / "runs/toolcua_rft_study", steps=6, seeds=[0, 1, 2])
+    parser = study_parser(__doc__.split("\n\n")[0], REPO / "runs/toolcua_rft_study", steps=6, seeds=[0, 1, 2],
+                          doc=REPO / "docs/experiments/toolcua_decision_studies.md")
     parser.add_argument("--sft-steps", type=int, default=150)
     parser.add_argument("--warmup-steps", type=int, default=64)
     parser.add_argument("--warmup-lr", default="3e-3")

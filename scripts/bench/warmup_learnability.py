@@ -1,4 +1,4 @@
-"""Can the model learn the GUI-vs-tool decision when it is told the answer (issue 25)? The RFT stage's
+"""Can the model learn the GUI-vs-tool decision when it is told the answer? The RFT stage's
 warm-up SFT with the shorter way's call as the only target at each training decision
 (``RFT_WARMUP_TARGETS=shorter``), for many steps, then ``decision_probe.py`` on the held-out decisions
 *and on the training decisions themselves*. If the tool share does not separate even on the rows it
@@ -119,7 +119,8 @@ def report(by_seed: dict[int, dict[str, dict]], args, command: str) -> str:
 
 
 def main(argv: list[str]) -> int:
-    parser = study_parser(__doc__.split("\n\n")[0], REPO / "runs/warmup_learnability", steps=0, seeds=[0, 1, 2])
+    parser = study_parser(__doc__.split("\n\n")[0], REPO / "runs/warmup_learnability", steps=0, seeds=[0, 1, 2],
+                          doc=REPO / "docs/experiments/toolcua_decision_studies.md")
     parser.add_argument("--sft-root", type=Path, default=REPO / "runs/toolcua_rft_study",
                         help="folder with seed<s>/sft/global_step_<n>/huggingface (toolcua_rft_study.py --show-todo's)")
     parser.add_argument("--sft-steps", type=int, default=150)

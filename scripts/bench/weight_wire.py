@@ -1,7 +1,7 @@
 """Full weights into a Ray actor: a dict of torch tensors (pickled) against ``wire.named_to_wire``
 (numpy byte views, handed over through Ray's object store without pickling the data).
 
-    python scripts/bench/weight_wire.py [--arch qwen2.5-0.5b] [--repeats 3] [--doc docs/benchmarks.md]
+    python scripts/bench/weight_wire.py [--arch qwen2.5-0.5b] [--repeats 3] [--doc docs/results.md]
 
 The weights are random tensors of the architecture's parameter shapes in bf16 (as the trainer
 sends them to the ``hf`` rollout server and to the ``dedicated`` scorer, both on this path). Each
@@ -56,7 +56,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--arch", default="qwen2.5-0.5b", choices=sorted(a for a in ARCHITECTURES if "vision" not in ARCHITECTURES[a]))
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--doc", type=Path, default=REPO / "docs" / "benchmarks.md")
+    parser.add_argument("--doc", type=Path, default=REPO / "docs" / "results.md")
     args = parser.parse_args(argv)
 
     shapes = parameter_shapes(args.arch)

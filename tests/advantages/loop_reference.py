@@ -1,4 +1,4 @@
-"""Straightforward Python-loop versions of the estimators, written from the research notes.
+"""Straightforward Python-loop versions of the estimators, written from the papers and reference code (GiGPO arXiv 2505.10978, HGPO arXiv 2602.22817, HiPER arXiv 2602.16165, HiMAC arXiv 2603.00977).
 
 They are the reference the vectorised package is tested against (random data) and benchmarked
 against (scripts/bench/bench_advantages.py). Deliberately plain: dicts of lists, one pass per row,
@@ -12,7 +12,7 @@ from collections import defaultdict
 
 import numpy as np
 
-HGPO_TIE_RTOL = 1e-9  # docs/plugins/advantages.md: HGPO drops levels whose return ties the centre
+HGPO_TIE_RTOL = 1e-9  # docs/reference/advantages.md: HGPO drops levels whose return ties the centre
 
 
 def _trajectories(traj_uid, step_idx):

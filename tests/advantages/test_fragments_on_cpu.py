@@ -35,7 +35,7 @@ def test_the_estimators_own_gamma_still_wins():
 
 
 def test_gigpo_fragment_with_algorithm_gamma_reproduces_the_reference_golden():
-    # stepwise_advantages.md §3.7: the reference code's GiGPO advantages, mean_norm, gamma 0.95.
+    # the GiGPO reference code's toy (langfengQ/verl-agent @ 20bd331, gigpo/core_gigpo.py): the reference code's GiGPO advantages, mean_norm, gamma 0.95.
     trajs = {"t1": list("ABC"), "t2": list("ADBC"), "t3": list("ADDE")}
     rewards = {"t1": [0, 0, 10], "t2": [0, 0, 0, 10], "t3": [0, 0, 0, 0]}
     golden = [[6.7951, 3.6364, 3.6364], [6.3439, 9.6530, 3.6364, 3.6364], [-12.2299, -9.3720, -9.3720, -6.3636]]
@@ -53,7 +53,7 @@ def test_gigpo_fragment_with_algorithm_gamma_reproduces_the_reference_golden():
 
 
 def test_step_grouped_fragment_reproduces_ui_s1_with_per_step_scores():
-    # stepwise_advantages.md §8.5: UI-S1's reference code, gamma 0.5, mean_norm. UI-S1's reward manager
+    # the UI-S1 reference code's toy (X-PLUG/MobileAgent @ 11cea575, UI-S1/uis1/core_uis1.py): UI-S1's reference code, gamma 0.5, mean_norm. UI-S1's reward manager
     # puts each step's own score on its turn row, so the fragment must not add a terminal residual.
     rewards = {"a": [1.0, 1.0, 1.0], "b": [1.0, 0.55, 1.0]}
     match = {"a": [True, True, True], "b": [True, False, True]}

@@ -1,8 +1,10 @@
-"""Golden numbers from the research notes, reproduced to 1e-4.
+"""Golden numbers produced by running the reference implementations unchanged on toy inputs,
+reproduced to 1e-4.
 
-Sources: /work/shared/research/stepwise_advantages.md (§2.3 MC-GRPO, §3.7 GiGPO, §4.5 HGPO,
-§8.5 UI-S1; numbers produced there by running the reference code) and
-/work/shared/research/gui_tool_env_dvreward.md §2.3 (ToolCUA worked check).
+Sources: MC-GRPO (lotusroot-kim/MC-GRPO @ da077455, ``src/open_r1/grpo_trainer_gsm.py`` with
+``mc=True``), GiGPO (langfengQ/verl-agent @ 20bd331, ``gigpo/core_gigpo.py``), HGPO (same commit,
+``recipe/hgpo/core_hgpo.py``), UI-S1 (X-PLUG/MobileAgent @ 11cea575, ``UI-S1/uis1/core_uis1.py``),
+and the ToolCUA worked check of the Tool-Efficient Path Reward (arXiv 2605.12481, with λ=0.4, β=0.2).
 """
 
 import numpy as np
@@ -14,7 +16,7 @@ from verl_ext.advantages.toolcua import path_length_reward, tool_efficient_rewar
 
 TOL = 1e-4
 
-# §3.7 / §4.5 toy: one group, three trajectories, row order t1(A,B,C), t2(A,D,B,C), t3(A,D,D,E).
+# The GiGPO / HGPO toy: one group, three trajectories, row order t1(A,B,C), t2(A,D,B,C), t3(A,D,D,E).
 TOY = dict(
     uid=["g"] * 11,
     traj_uid=["t1"] * 3 + ["t2"] * 4 + ["t3"] * 4,
@@ -26,7 +28,7 @@ TOY = dict(
 
 @pytest.mark.parametrize(
     "mode, expected",
-    [  # stepwise_advantages.md §3.7, column "A = A_E + A_S"
+    [  # the GiGPO reference code's toy (langfengQ/verl-agent @ 20bd331, gigpo/core_gigpo.py), column "A = A_E + A_S"
         ("mean_norm",
          [6.7951, 3.6364, 3.6364, 6.3439, 9.6530, 3.6364, 3.6364, -12.2299, -9.3720, -9.3720, -6.3636]),
         ("mean_std_norm",
@@ -40,14 +42,14 @@ def test_gigpo_section_3_7(mode, expected):
 
 @pytest.mark.parametrize("mode, a_e", [("mean_norm", (3.6364, -6.3636)), ("mean_std_norm", (0.7207, -1.2613))])
 def test_gigpo_episode_term_section_3_7(mode, a_e):
-    # §3.7 column A_E: success rows vs failure rows (step term switched off with omega = 0).
+    # GiGPO toy, column A_E: success rows vs failure rows (step term switched off with omega = 0).
     got = compute("gigpo", **TOY, gamma=0.95, mode=mode, step_advantage_w=0.0)
     np.testing.assert_allclose(got, [a_e[0]] * 7 + [a_e[1]] * 4, atol=TOL)
 
 
 @pytest.mark.parametrize(
     "params, expected",
-    [  # stepwise_advantages.md §4.5, history_length=2, alpha=1
+    [  # the HGPO reference code's toy (langfengQ/verl-agent @ 20bd331, recipe/hgpo/core_hgpo.py), history_length=2, alpha=1
         (dict(mode="mean_norm", base_group=False),
          [3.1587, 0, 0, 2.7075, 5.1142, 0, 0, -5.8662, -3.9108, -3.0083, 0]),
         (dict(mode="mean_norm", base_group=True),
@@ -76,7 +78,7 @@ def test_golden_toys_ignore_row_order():
     np.testing.assert_allclose(got, expected[perm], atol=TOL)
 
 
-# §8.5 UI-S1 toy: one task, rollouts a and b, gamma = 0.5.
+# The UI-S1 toy: one task, rollouts a and b, gamma = 0.5.
 UIS1 = dict(
     uid=["task"] * 6,
     traj_uid=["a"] * 3 + ["b"] * 3,
@@ -89,7 +91,7 @@ UIS1 = dict(
 
 @pytest.mark.parametrize(
     "mode, a_e, a",
-    [  # stepwise_advantages.md §8.5
+    [  # the UI-S1 reference code's toy (X-PLUG/MobileAgent @ 11cea575, UI-S1/uis1/core_uis1.py)
         ("mean_norm", [0.075, 0.075, 0.075, 0.075, -0.375, 0.075], [0.45, 0.55, 0.075, -0.30, -0.85, 0.075]),
         ("mean_std_norm", [0.4082, 0.4082, 0.4082, 0.4082, -2.0412, 0.4082],
          [1.1154, 1.1154, 0.4082, -0.2989, -2.7483, 0.4082]),
@@ -102,14 +104,14 @@ def test_step_grouped_uis1_section_8_5(mode, a_e, a):
 
 
 def test_uis1_returns_section_8_5():
-    # §8.5 column R_t: [1.75, 1.5, 1.0] and [1.0, 0.55, 1.0]; R_t = A^S + group mean, so check the
+    # UI-S1 toy, column R_t: [1.75, 1.5, 1.0] and [1.0, 0.55, 1.0]; R_t = A^S + group mean, so check the
     # differences inside each step group instead: (1.75 - 1.0) / 2, (1.5 - 0.55) / 2, 0.
     step_only = compute("step_grouped", **UIS1, gamma=0.5, mode="mean_norm", episode_advantage_w=0.0)
     np.testing.assert_allclose(step_only, [0.375, 0.475, 0, -0.375, -0.475, 0], atol=TOL)
 
 
 def test_mc_grpo_mad_pitfall_section_2_3():
-    # stepwise_advantages.md §2.3: r = [1,0,1,1,0] -> [0,-1000,0,0,-1000], GSM rescale -> -2500.
+    # MC-GRPO's reference code (lotusroot-kim/MC-GRPO @ da077455): r = [1,0,1,1,0] -> [0,-1000,0,0,-1000], GSM rescale -> -2500.
     r, group = [1, 0, 1, 1, 0], ["p"] * 5
     np.testing.assert_allclose(median_advantage(r, group, scale="mad"), [0, -1000, 0, 0, -1000], atol=TOL)
     rescaled = median_advantage(r, group, scale="mad", nonzero_rescale=True)
@@ -117,7 +119,7 @@ def test_mc_grpo_mad_pitfall_section_2_3():
 
 
 def test_toolcua_worked_check():
-    # gui_tool_env_dvreward.md §2.3: (succ, 3 steps, 1 tool), (succ, 9, 0), (fail, 30), (bad format,
+    # the ToolCUA path-reward worked check (arXiv 2605.12481; λ=0.4, β=0.2): (succ, 3 steps, 1 tool), (succ, 9, 0), (fail, 30), (bad format,
     # fail, 12), t_b = +1 -> s_bar = 13.5 and rewards [2.756, 2.267, 1.0, 0.0].
     reward = tool_efficient_reward(
         uid=["g"] * 4, num_steps=[3, 9, 30, 12], success=[True, True, False, False],
@@ -129,7 +131,7 @@ def test_toolcua_worked_check():
 
 
 def test_step_returns_sections_3_7_and_8_5():
-    # §3.7 "step returns R_t" column (gamma 0.95) and §8.5 "R_t" column (gamma 0.5, cut at mismatch).
+    # the GiGPO toy's step returns R_t (gamma 0.95) and the UI-S1 toy's R_t (gamma 0.5, cut at mismatch).
     toy = StepBatch.from_arrays(**TOY)
     np.testing.assert_allclose(
         toy.scatter(toy.returns(0.95)),
@@ -141,7 +143,7 @@ def test_step_returns_sections_3_7_and_8_5():
 
 @pytest.mark.parametrize("alpha", [0.0, 1.0, 2.5])
 def test_hgpo_hand_check_section_4_5(alpha):
-    # §4.5 hand check, t2 step 1 (anchor D), mean_norm: a_1 = 6.0167 in group {D}, a_2 = 4.5125 in
+    # HGPO toy, hand check of t2 step 1 (anchor D), mean_norm: a_1 = 6.0167 in group {D}, a_2 = 4.5125 in
     # group (A, D), weights 2**alpha and 3**alpha (alpha = 1 gives the table's 5.1142).
     got = compute("hgpo", **TOY, gamma=0.95, mode="mean_norm", history_length=2, length_weight_alpha=alpha)
     expected = (2**alpha * 6.0167 + 3**alpha * 4.5125) / (2**alpha + 3**alpha)

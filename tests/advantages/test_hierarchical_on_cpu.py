@@ -12,7 +12,7 @@ def steps(roles, rewards, traj="t", **columns):
 
 
 def test_hiper_invalid_action_penalty_is_part_of_the_reward_before_gae():
-    # HiPER (research notes §5.2): r_t = env reward - coef * (1 - valid), then both GAEs. With
+    # HiPER (JonP07/HiPER-agent @ 9d3c118, hiper_hae/core_hae.py): r_t = env reward - coef * (1 - valid), then both GAEs. With
     # gamma = lam = 1, zero values and a terminated trajectory, A_low is the reward-to-go inside the
     # segment and A_high the segment return, so the penalty on step 1 reaches step 1 and the planner.
     data = steps(["planner", "executor", "executor"], [0.0, 0.0, 1.0], values=[0.0] * 3, truncated=[False] * 3,

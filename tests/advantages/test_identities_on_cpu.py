@@ -13,7 +13,7 @@ def inputs(data, *extra):
 
 @pytest.mark.parametrize("seed", range(3))
 def test_hgpo_without_history_is_the_gigpo_step_term(seed):
-    # stepwise_advantages.md §9.6: history_length=0 leaves only the k=1 (anchor) groups; in
+    # an identity of the HGPO definition (arXiv 2602.22817): history_length=0 leaves only the k=1 (anchor) groups; in
     # mean_norm the std convention does not matter, so it equals GiGPO's A^S (up to the eps in
     # HGPO's weight denominator).
     data = inputs(random_steps(seed))
@@ -24,7 +24,7 @@ def test_hgpo_without_history_is_the_gigpo_step_term(seed):
 
 
 def test_gigpo_without_repeated_states_is_grpo():
-    # §3.1: if no state repeats, A^S = 0 and GiGPO falls back to (step-pooled) GRPO.
+    # GiGPO paper (arXiv 2505.10978), Eqs. 3-8: if no state repeats, A^S = 0 and GiGPO falls back to (step-pooled) GRPO.
     data = inputs(random_steps(3))
     data["anchor"] = np.array([f"{t}/{s}" for t, s in zip(data["traj_uid"], data["step_idx"])], dtype=object)
     full = compute("gigpo", **data, gamma=0.9, mode="mean_std_norm")

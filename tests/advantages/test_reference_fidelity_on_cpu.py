@@ -1,9 +1,9 @@
-"""Cases where the estimators once departed from their reference implementations (issue 12).
+"""Cases where the estimators once departed from their reference implementations .
 
 References: verl-agent ``gigpo/core_gigpo.py`` (``build_step_group`` calls
 ``are_similar(obs, cluster_rep)``, i.e. ``SequenceMatcher(None, obs, rep)``) and
 ``recipe/hgpo/core_hgpo.py`` (``aggregate_items`` drops items whose advantage is zero), upstream
-20bd331; see /work/shared/research/stepwise_advantages.md §3.3 and §4.3.
+20bd331 (``gigpo/core_gigpo.py`` and ``recipe/hgpo/core_hgpo.py``).
 """
 
 import difflib

@@ -100,7 +100,7 @@ def test_gae_batch_whitening_leaves_out_the_failed_row():
 
 
 def test_step_aware_gigpo_treats_the_failed_row_as_invalid():
-    # stepwise_advantages.md §3.7 toy (three trajectories, golden GiGPO advantages) plus a fourth
+    # the GiGPO reference code's toy (langfengQ/verl-agent @ 20bd331, gigpo/core_gigpo.py) (three trajectories, golden GiGPO advantages) plus a fourth
     # trajectory in the same group whose judge failed: the golden numbers must not move.
     from verl_ext.advantages.verl_glue import compute_token_advantages
     from verl_ext.steps import StepMetadata

@@ -9,7 +9,7 @@ from verl_ext.advantages import StepDataError, compute, compute_with_returns
 from verl_ext.advantages.verl_glue import compute_token_advantages
 from verl_ext.steps import MissingStepMetadataError, StepMetadata
 
-# stepwise_advantages.md §3.7 toy, with its golden GiGPO advantages (mean_norm, gamma 0.95).
+# the GiGPO reference code's toy (langfengQ/verl-agent @ 20bd331, gigpo/core_gigpo.py), with its golden GiGPO advantages (mean_norm, gamma 0.95).
 TRAJS = {"t1": list("ABC"), "t2": list("ADBC"), "t3": list("ADDE")}
 REWARDS = {"t1": [0, 0, 10], "t2": [0, 0, 0, 10], "t3": [0, 0, 0, 0]}
 GOLDEN = {"t1": [6.7951, 3.6364, 3.6364], "t2": [6.3439, 9.6530, 3.6364, 3.6364],

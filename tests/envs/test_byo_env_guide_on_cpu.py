@@ -1,4 +1,4 @@
-"""``docs/bring_your_own_env.md`` is true: every Python block of the guide runs, top to bottom in
+"""``docs/howto/bring_your_own_env.md`` is true: every Python block of the guide runs, top to bottom in
 one namespace (the blocks assert their own results), and the env and tool it defines work with
 the rest of verl-ext's machinery as the guide says (verl's tool schema and hermes parser, the
 env rewards, the step-metadata readers)."""
@@ -13,7 +13,7 @@ import pytest
 
 pytestmark = pytest.mark.browser
 
-GUIDE = Path(__file__).resolve().parents[2] / "docs" / "bring_your_own_env.md"
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "howto" / "bring_your_own_env.md"
 _BLOCK = re.compile(r"^```(\w*)\n(.*?)^```", re.M | re.S)
 
 

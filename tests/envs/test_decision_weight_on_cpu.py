@@ -1,4 +1,4 @@
-"""SFT_DECISION_WEIGHT (issue 25): ``DecisionWeightedSFTDataset`` puts the weight W in verl's
+"""SFT_DECISION_WEIGHT: ``DecisionWeightedSFTDataset`` puts the weight W in verl's
 ``loss_mask`` at each assistant call's decision tokens (the function name's tokens through the one
 where it parts from the other way's names: an app tool's from ``computer_use``, ``computer_use``'s
 from every app tool offered) and leaves the mask of verl's own dataset everywhere else; W = 1 is

@@ -58,7 +58,7 @@ def test_missing_metadata_names_the_agent_loop_setting():
 
 
 def test_group_path_reward_matches_the_worked_example():
-    """Research notes §2.3 worked check: s_bar = 13.5, rewards [2.756, 2.267, 1.0, 0.0]."""
+    """ToolCUA (arXiv 2605.12481) worked check with λ=0.4, β=0.2: s_bar = 13.5, rewards [2.756, 2.267, 1.0, 0.0]."""
     extras = [(True, 3, 1, True), (True, 9, 0, True), (False, 30, 0, True), (False, 12, 0, True)]
     parts = [reward_components({"success": s, "num_steps": n, "num_tool_calls": c, "tool_beneficial": b,
                                 "format_ok": i < 3}, valid=True) for i, (s, n, c, b) in enumerate(extras)]

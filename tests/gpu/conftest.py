@@ -14,7 +14,7 @@ memory profiling fails when another process on the card frees memory meanwhile (
 sharing the same container release GPU memory"), and a colocated vLLM frees its memory every step,
 so runs on one card cannot safely overlap under xdist. Use ``-n`` up to the number of GPUs. (With
 ``KV_CACHE_BYTES`` set, vLLM skips that profiling: separate pytest processes then can share a card,
-docs/gpu.md.)
+docs/howto/share_a_gpu_host.md.)
 
 Expected time per run (start-up to the first step is about 2.5 minutes: FSDP workers ~95 s, vLLM
 ~50 s). On an H200, alone on the card, ``test_vllm_fsdp2.py`` ``[snapshot]`` took 4 min 26 s and

@@ -105,7 +105,7 @@ def test_rollout_side_provider_gives_exact_old_logits_on_vllm(provider, tmp_path
 def test_dedicated_scorer_on_a_gpu_of_its_own(tmp_path):
     """``dedicated.gpu=own`` on a 2-GPU machine: trainer and vLLM on GPU 0 (``N_GPUS=1``), the scorer
     on the GPU Ray has left free, with the same run as ``[dedicated]`` above otherwise (compare their
-    ``timing_s/step``, ``timing_s/old_log_prob`` and memory: docs/benchmarks.md)."""
+    ``timing_s/step``, ``timing_s/old_log_prob`` and memory: docs/results.md)."""
     run_script(SCRIPT, tmp_path, "algorithm.old_logits.dedicated.gpu=own", gpus=2, N_GPUS="1", **RUN["dedicated"],
                PROVIDER="dedicated", STEPS=str(len(STEPS)))  # fmt: skip
     metrics = read_metrics(tmp_path / "metrics.jsonl")

@@ -5,7 +5,7 @@ Every run is ``recipes/text_corridor/run_gpu.sh`` with ``STRATEGY=megatron`` (``
 weights of Qwen2.5-0.5B's shapes, built locally), as in ``test_vllm_fsdp2.py``. A missing or
 unloadable Megatron stack fails here with the start-up check's sentence (package, cause, the
 bundle command that fixes it), never skips. Install it offline with ``verl-ext bundle --extras
-megatron`` (README "Offline install bundle"; docs/megatron.md).
+megatron`` (README "Offline install bundle"; docs/howto/megatron.md).
 
 What the EWMA and snapshot providers track under Megatron's distributed optimizer: the bf16 model
 parameters (the views into DDP's contiguous buffer that the forward reads), never the

@@ -1,5 +1,5 @@
 """The ppo_ewma policy loss: registration, config through verl's own instantiation, and its
-reductions (Hilton et al. 2022 §2; research brief §8.2 "reduction 1")."""
+reductions (Hilton et al. 2022 §2: with π_prox = μ the loss is verl's vanilla PPO clip)."""
 
 import pytest
 import torch

@@ -8,7 +8,7 @@ import pytest
 
 from verl_ext.rewards.dvreward.judge_server import FakeBackend, ServerThread
 
-# gui_tool_env_dvreward.md §11.2: 3 questions with p = 0.9 / 0.3 / 0.8 give geometric 0.6929,
+# the DVReward golden example (JunyiWuCode/AlphaGRPO, alpha_grpo/rewards/rewards.py): 3 questions with p = 0.9 / 0.3 / 0.8 give geometric 0.6929,
 # mean 0.7000, sum_mean 0.6667. Only semantic = (0.9, 0.3), quality = (0.8,) reproduces all three:
 # sqrt(0.6 * 0.8) = 0.69282, 0.5 * 0.6 + 0.5 * 0.8 = 0.7, (0.9 + 0.3 + 0.8) / 3 = 0.66667. The note's
 # 0.6929 is 8e-5 above the exact 0.69282, so comparisons use the note's precision (abs=1e-4).

@@ -183,7 +183,7 @@ def test_gui_final_state_artifact_and_success_from_step_metadata(base_config, fa
     episode = _episode(valid=True, state='{"starred": ["gerta"]}', success=True)
     data = _trajectory(worker.input_tokenizer, ["<tool_call>...</tool_call>"], {"dv_questions": questions}, episode)
     result = _score(worker, data)
-    # no quality questions: quality mean 1.0, so geometric = sqrt(0.64) (research notes §9.2)
+    # no quality questions: quality mean 1.0, so geometric = sqrt(0.64) (AlphaGRPO's DVReward: JunyiWuCode/AlphaGRPO, alpha_grpo/rewards/rewards.py)
     assert result["reward_score"] == pytest.approx(0.5 * 0.8 + 0.5 * 1.0)
 
     # an episode the agent loop marked invalid (env fault) is flagged without asking the judge

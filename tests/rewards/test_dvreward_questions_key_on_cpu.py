@@ -1,5 +1,5 @@
 """``questions_key`` with dots: the manager reads a row's questions from the agent loop's
-``extra_fields`` (``verl_ext.extras.dv_questions``), as docs/plugins/dvreward.md documents."""
+``extra_fields`` (``verl_ext.extras.dv_questions``), as docs/reference/dvreward.md documents."""
 
 from verl_ext.rewards.dvreward.question_set import from_extra_info
 from verl_ext.steps import StepMetadata

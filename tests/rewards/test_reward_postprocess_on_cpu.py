@@ -34,7 +34,7 @@ ALGO = OmegaConf.create({"path_length_reward": {"weight": 0.2, "max_steps": 30}}
 
 
 def test_bonus_matches_the_worked_check_and_lands_on_the_last_token():
-    # gui_tool_env_dvreward.md §2.3: steps (3, 9, 30, 12), the first two succeed: s_bar = 13.5.
+    # the ToolCUA path-reward worked check (arXiv 2605.12481; λ=0.4, β=0.2): steps (3, 9, 30, 12), the first two succeed: s_bar = 13.5.
     uids = ["g"] * 4
     fields = [_fields("t1", 3, True), _fields("t2", 9, True), _fields("t3", 30, False), _fields("t4", 12, False)]
     data, original = _batch(uids, [2, 6, 4, 1])

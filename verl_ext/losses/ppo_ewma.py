@@ -2,7 +2,7 @@
 
 Hilton, Cobbe, Schulman, "Batch size-invariance for policy optimization" (NeurIPS 2022), §2
 (decoupled objectives) and §3 (EWMA proximal policy); revised for heterogeneous async RL as in
-research brief §6.1. Per token, with π_prox carried by ``old_log_prob`` (whatever the old-logit
+Guan et al., "Missing Old Logits in Asynchronous Agentic RL" (arXiv 2605.12070). Per token, with π_prox carried by ``old_log_prob`` (whatever the old-logit
 provider wrote: θ̄ for PPO-EWMA, θ_v for the exact providers) and μ the behaviour (inference)
 policy:
 

@@ -204,7 +204,7 @@ PATCHES: tuple[Patch, ...] = (
 # memory. verl's FSDP engine passes it the packed logits, ``(total_tokens, vocab)``, so the loop runs
 # once per *token*: 240k ``log_softmax`` calls (and as many backward nodes) in 12 SFT steps of 4
 # transcripts, 4.2 s a step on an H200 for a 2.5M-parameter model whose forward + backward of the same
-# tokens takes 0.03 s (docs/benchmarks.md, "GPU: where a step of the tiny model goes").
+# tokens takes 0.03 s (docs/results.md, "GPU: where a step of the tiny model goes").
 ROW_BLOCKS_SWITCH = "VERL_EXT_LOGPROB_ROW_BLOCKS"  # "0": keep verl's row-at-a-time loop
 LOGPROB_BLOCK_ELEMENTS = 1 << 20  # logits per block: a few MiB, cache-sized (2^26 was slower on CPU for a 151k vocabulary)
 ROW_ALONE_ELEMENTS = 1 << 15  # longer rows go one at a time, as in verl: their reduction may be split across
@@ -259,8 +259,8 @@ ENGINE_PATCHES: tuple[Patch, ...] = (
 # ``ServerAdapter.__init__``, the vLLM worker side from ``VERL_RAY_JOB_ID``, which
 # ``vLLMHttpServer.__init__`` sets for the workers it starts. Every Ray cluster that ``main_ppo``
 # starts numbers its first job ``01000000``, so concurrent runs on one host share the path and one
-# run's vLLM worker can read another run's weight messages (seen: docs/gpu.md, "Several runs on one
-# host"). Both sides get the Ray cluster's session in the job-id part of the name.
+# run's vLLM worker can read another run's weight messages (seen: docs/howto/share_a_gpu_host.md,
+# "Several runs on one host"). Both sides get the Ray cluster's session in the job-id part of the name.
 SCOPE_SWITCH = "VERL_EXT_SCOPE_WEIGHT_SOCKET"  # "0": leave verl's socket name alone
 
 

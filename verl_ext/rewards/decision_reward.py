@@ -26,8 +26,8 @@ leaves the reply's calls (verl's tool parser) in ``extra_info["decision_calls"]`
   path of its mode (``computer_use`` -> GUI, an app tool -> tool), and a call of a distractor or
   of an unknown function as one wasted step followed by the longer of the two paths.
 
-ToolCUA's own single-turn RFT reward is not documented in the sources available here (research
-notes §2.4, §12; its project page says only that the RFT stage "calibrate[s] local switching
+ToolCUA's own single-turn RFT reward is not documented in its paper's abstract or code (arXiv 2605.12481,
+X-PLUG/ToolCUA; its project page says only that the RFT stage "calibrate[s] local switching
 behavior"); this one is built from the path-efficiency idea of its Tool-Efficient Path Reward, per
 decision. Where it departs: ToolCUA's path reward gates its tool term on success (``I_succ`` in
 ``R_tool``), and the per-decision analogue would gate the choice on a parseable call; ``R_choice``

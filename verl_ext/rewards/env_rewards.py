@@ -7,12 +7,12 @@ is either the plain verifier reward (``mode="verifier"``) or the per-sample part
 Tool-Efficient Path Reward (``mode="path"``, default), plus every component as its own key so
 GDPO-style per-component normalisation (``algorithm.gdpo_reward_keys``) works.
 
-ToolCUA (arXiv 2605.12481, research notes §2.3):
+ToolCUA (arXiv 2605.12481, Tool-Efficient Path Reward):
 ``R = R_fmt + R_acc + 0.4 * R_tool + 0.2 * R_length``, with ``R_tool = I_succ * [(t_b > 0 and c > 0)
 or (t_b < 0 and c = 0)]`` and ``R_length`` comparing the step count with the rollout-group mean.
 The group term cannot be computed per sample; ``group_path_reward`` applies it over a group
 through ``verl_ext.advantages.toolcua`` (the advantages plugin's post-processor). ``len_gain`` =
-``I_succ * (1 - s / S_max)`` is the zero-patch GDPO approximation of §8.4(b).
+``I_succ * (1 - s / S_max)`` is the zero-patch GDPO approximation of the group term.
 
 Faulted episodes (``valid == 0``) score 0 only as a placeholder: the agent loop has zeroed their
 response mask and marked the metadata invalid, so they carry no gradient, and the verl-ext

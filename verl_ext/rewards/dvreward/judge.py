@@ -93,7 +93,7 @@ class JudgeStats:
 
 @dataclass(frozen=True)
 class JudgeOptions:
-    """Request and client settings of ``OpenAIJudge`` (see docs/plugins/dvreward.md)."""
+    """Request and client settings of ``OpenAIJudge`` (see docs/reference/dvreward.md)."""
 
     max_concurrency: int = 16
     requests_per_minute: float | None = None

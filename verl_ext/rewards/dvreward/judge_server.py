@@ -48,7 +48,7 @@ from typing import Any, Protocol
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from verl_ext.cli import positive_int
+from verl_ext.cli import command_parser, positive_int
 from verl_ext.errors import UserError
 
 HOST = "127.0.0.1"
@@ -496,7 +496,7 @@ def spawn(args: Sequence[str], startup_timeout_s: float = 600.0) -> Iterator[str
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="verl-ext judge-server", description=__doc__.split("\n\n")[0])
+    parser = command_parser("verl-ext judge-server", __doc__.split("\n\n")[0])
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--model", help="path of a transformers causal LM with a chat template")
     source.add_argument("--fake-answers", help="JSON file of deterministic answers (see module docstring)")

@@ -173,7 +173,7 @@ def _as_list(value: Any) -> list[Any]:
 QUESTION_FIELDS = ("text", "kind", "parents")
 _FIX = (
     "fix the row's questions or rebuild them with verl-ext dv-questions "
-    "(docs/plugins/dvreward.md, 'Building the questions')"
+    "(docs/reference/dvreward.md, 'Building the questions')"
 )
 
 

@@ -31,6 +31,7 @@ from typing import Any
 
 import httpx
 
+from verl_ext.cli import command_parser
 from verl_ext.errors import UserError
 from verl_ext.rewards.dvreward.question_set import clean_questions
 from verl_ext.rewards.dvreward.scoring import QUALITY, SEMANTIC
@@ -188,7 +189,7 @@ def _write(df, path: str) -> None:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="verl-ext dv-questions", description=__doc__.split("\n\n")[0])
+    parser = command_parser("verl-ext dv-questions", __doc__.split("\n\n")[0])
     parser.add_argument("input", help="dataset: .parquet or .jsonl")
     parser.add_argument("-o", "--output", required=True, help="output dataset (.parquet or .jsonl)")
     parser.add_argument("--base-url", required=True, help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1")

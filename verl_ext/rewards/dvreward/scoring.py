@@ -3,7 +3,7 @@
 Pure functions over Python floats; no I/O and no numpy, so importing this module is free.
 
 Reference: AlphaGRPO / DVReward (arXiv 2605.12495) and its released code
-(``alpha_grpo/rewards/rewards.py``), as summarised in ``gui_tool_env_dvreward.md`` §9.2.
+(JunyiWuCode/AlphaGRPO, ``alpha_grpo/rewards/rewards.py``).
 Differences from the reference implementation:
 
 * A judge answer that is neither "yes" nor "no" (no yes/no candidate among the first-token
@@ -132,7 +132,7 @@ def aggregate(
             when it has no questions or when every question of a non-empty kind failed.
 
     Returns:
-        A ``DVScore``. Golden example (gui_tool_env_dvreward.md §11.2): semantic p = 0.9, 0.3
+        A ``DVScore``. Golden example (AlphaGRPO's scoring rule): semantic p = 0.9, 0.3
         and quality p = 0.8 give geometric 0.6929, mean 0.7000, sum_mean 0.6667.
     """
     if method not in AGGREGATIONS:

@@ -29,7 +29,7 @@ def has_verifier(reward_cfg: Mapping[str, Any]) -> bool:
 
 @dataclass(frozen=True)
 class DVRewardSettings(JudgeOptions):
-    """Every key of ``reward.reward_kwargs.dvreward`` (docs/plugins/dvreward.md has the table).
+    """Every key of ``reward.reward_kwargs.dvreward`` (docs/reference/dvreward.md has the table).
 
     The judge-client keys (``max_concurrency``, ``requests_per_minute``, ``max_tokens``,
     ``top_logprobs``, ``binary``, ``cache_size``) are inherited from ``JudgeOptions``.
