@@ -6,7 +6,7 @@ verl restores the finished trajectories of the checkpoint from TransferQueue; th
 ``on_missing=error`` an unscored stale token would stop the run, so a run that ends is a run in
 which every stale token was scored with its own weights. Step 2 also guards the sync's wait for
 the servers' counts: without it, an aborted prefix still on its way to the client when the
-trainer took the segments stopped this very run at step 2 (issue 20)."""
+trainer took the segments stopped this very run at step 2."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """EWMAShadow: closed form, centre of mass, β=0, swap bit-exactness, checkpoint round trip
-(Hilton et al. 2022 §3 and appendix; research brief §8.2 "EWMA algebra")."""
+(Hilton et al. 2022 §3 and appendix)."""
 
 import logging
 

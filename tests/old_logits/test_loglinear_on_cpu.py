@@ -1,5 +1,5 @@
-"""The log-linear proxy is a widened clip of the total ratio (research brief §2.2 C, §8.2
-"interpolation identity"), checked through the ppo_ewma loss."""
+"""The log-linear proxy is a widened clip of the total ratio (its interpolation identity,
+verl_ext/old_logits/loglinear.py), checked through the ppo_ewma loss."""
 
 import pytest
 import torch

@@ -1,4 +1,4 @@
-"""Old-logit metrics against their definitions (research brief §6.3)."""
+"""Old-logit metrics against their definitions (verl_ext/old_logits/metrics.py)."""
 
 import pytest
 import torch

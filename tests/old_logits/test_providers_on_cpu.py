@@ -1,5 +1,5 @@
 """Every provider through the in-process host (the reference OldLogitHost) against an
-independent computation of what it must produce (research brief §8.2 reductions)."""
+independent computation of what it must produce (the identities each provider reduces to)."""
 
 import copy
 

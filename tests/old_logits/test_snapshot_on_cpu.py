@@ -1,4 +1,4 @@
-"""SnapshotStore and scatter-by-version (research brief §4.1, §8.2 "snapshot exactness")."""
+"""SnapshotStore and scatter-by-version (exact per version)."""
 
 import copy
 

@@ -40,7 +40,7 @@ class EWMAConfig:
             version (Hilton's 0.889 is com = 8 updates).
         max_com: with neither set (the default), the decay is *calibrated*: at every version the
             EWMA aims its centre-of-mass age at the measured mean age of the batch's tokens, in
-            optimizer steps (brief §6.1 item 4: com := the mean lag; with ``fresh_exact`` the mean
+            optimizer steps (Hilton et al. 2022's centre-of-mass rule with the mean lag as com; with ``fresh_exact`` the mean
             over the stale tokens, the only ones the EWMA stands in for), capped at ``max_com``
             versions (default: the staleness bound ``trainer.v1.sampler.max_off_policy_threshold``).
             ``EWMAShadow.set_target_age`` / ``decay_for_target_age`` pick each update's β.
@@ -50,7 +50,7 @@ class EWMAConfig:
         fresh_exact: use the current weights for tokens of staleness 0 (exact there); costs a
             second forward over rows holding such tokens, and logs ``old_logits/abs_error``.
             Default on: on fresh data the objective is then exactly PPO + the rollout correction
-            (brief §6.1 item 5), and the calibrated age aims at the stale tokens' mean age, which
+            (docs/explanation/old_logit_problem.md), and the calibrated age aims at the stale tokens' mean age, which
             stays put from version to version where the all-token mean swings with the share of
             fresh tokens (0, 1, 0, 1 versions in the quickstart's colocated-async run).
         on_missing_state: ``error`` | ``reset`` when resuming without EWMA state.

@@ -11,8 +11,9 @@ whose centre of mass (mean age, in updates) is β / (1 - β) once W has converge
 tracks that age exactly (``age``), whatever decays were used, and can choose the decay of each
 update so that the age follows a target (``target_age``, set from the measured age of the batch's
 tokens: ``decay_for_target_age``).
-See docs/plugins/old_logits.md and the research brief §5-§6 for why θ̄ stands in for the missing
-old logits π_train(θ_v) in asynchronous RL.
+See docs/explanation/old_logit_problem.md for why θ̄ stands in for the missing old logits
+π_train(θ_v) in asynchronous RL (Hilton, Cobbe and Schulman, "Batch size-invariance for policy
+optimization", NeurIPS 2022; Guan et al., arXiv 2605.12070).
 
 What differs from the reference implementation, and why:
   * The shadow is stored as a *scaled sum*: θ̄ = g · A with a host scalar g. One update is then a
@@ -25,7 +26,7 @@ What differs from the reference implementation, and why:
   * ``bias_correction=False`` starts W at its fixed point 1/(1-β), which makes every update the
     plain θ̄ ← β θ̄ + (1-β) θ with θ̄_0 = θ_0.
   * The shadow is fp32 whatever the parameter dtype: a bf16 average would round away the ~1e-6
-    relative updates of LLM fine-tuning (brief §6.2, fp32 note).
+    relative updates of LLM fine-tuning (bf16 has 8 significant bits).
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def decay_for_target_age(target_age: float, age: float, total_weight: float, max
     a' = βW (a + 1) / (βW + 1) (every earlier θ_j ages by one update, the new θ weighs 1 at age 0),
     so a' = t for β = t / (W (a + 1 - t)). A target of at least a + 1 cannot be reached in one
     update (the age grows by less than one per update): then the largest decay allowed. In steady
-    state (W = 1/(1-β), a = t) this is β = t / (1 + t), the usual com rule (brief §6.1 item 4).
+    state (W = 1/(1-β), a = t) this is β = t / (1 + t), the usual com rule (Hilton et al. 2022, appendix).
 
     Args:
         target_age: wanted age in updates (>= 0); 0 gives β = 0 (the EWMA equals the weights).
@@ -263,7 +264,7 @@ class EWMAShadow:
     def resume(self, state: dict[str, Any] | None, on_missing_state: str = "error", same_beta: bool = True) -> None:
         """Checkpoint resume. ``state=None`` (checkpoint saved without EWMA state) raises unless
         ``on_missing_state="reset"``, which restarts the average at the current weights (θ̄ = θ,
-        W = 1; brief §6.1 item 6) and logs it."""
+        W = 1, as at the start of a run) and logs it."""
         if state is not None:
             self.load_state_dict(state, same_beta)
             return

@@ -7,7 +7,7 @@ AReaL (``compute_prox_logp_approximations``) sets v_θ to the trainer's current 
 v_prox = v_θ - 1, so a token d = n - v versions old gets α = (d - 1) / d, and 0 for d ≤ 1
 (the default here, ``proximal_version="previous"``). ``proximal_version="current"`` takes
 v_prox = n (the weights the trainer holds) and v_θ = n + 1 (the policy being optimised):
-α = d / (d + 1). Research brief §2.2 (C) derives that either way log r = (1 - α)(log π_θ - log μ),
+α = d / (d + 1). Either way log r = (1 - α)(log π_θ - log μ),
 so the PPO clip of r on [1 - ε_l, 1 + ε_h] is a clip of the total ratio π_θ/μ on the widened
 interval ``widened_clip_bounds`` and the IS weight is (π_θ/μ)^α: no information about θ_v is added.
 

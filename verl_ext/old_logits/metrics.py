@@ -1,6 +1,6 @@
 """Metrics of old-logit providers: staleness, approximation quality, threshold entanglement, cost.
 
-Names follow research brief §6.3 and are prefixed ``old_logits/``. All functions take padded
+Names are prefixed ``old_logits/``. All functions take padded
 ``(bs, L)`` tensors and a response mask and return ``dict[str, float]``.
 """
 
@@ -23,7 +23,7 @@ def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> float:
 def approximation_errors(
     approx_log_probs: torch.Tensor, exact_log_probs: torch.Tensor, mask: torch.Tensor
 ) -> dict[str, float]:
-    """How well an approximate proximal log-prob matches the exact old logits (brief §6.3,
+    """How well an approximate proximal log-prob matches the exact old logits (as
     AReaL ``prox_logp_method: metrics``), Δ = log π_approx - log π_exact per token:
 
     * ``abs_error`` = mean |Δ|,
@@ -84,9 +84,8 @@ def discrepancy_mask_by_cause(
     lower: float,
     upper: float,
 ) -> dict[str, float]:
-    """Splits the tokens a discrepancy band [lower, upper] on ρ = π_old/μ removes by cause (brief §6.3,
-    last bullet): with the exact old logits the band sees numerics only; what the provider's
-    old logits add (or remove) is staleness entangled into ρ (brief §2.2 A).
+    """Splits the tokens a discrepancy band [lower, upper] on ρ = π_old/μ removes by cause: with the exact old logits the band sees numerics only; what the provider's
+    old logits add (or remove) is staleness entangled into ρ (docs/explanation/old_logit_problem.md).
 
     Returns fractions of mask-1 tokens: ``mask/frac`` (out of band with the provider's old),
     ``mask/numerics_frac`` (out of band with exact old), ``mask/staleness_frac`` (out with the
@@ -117,7 +116,7 @@ def correction_by_staleness(
     π_train(θ_n), exact, so the band and the truncation act on numerics only; on stale tokens they
     act on numerics plus whatever staleness the provider left in ρ̂ = π_old/μ. The excess of the
     stale rate over the fresh rate estimates the share removed *because of staleness* (about 0 for
-    an exact provider; brief §2.2 A for ``current``).
+    an exact provider; the staleness verl's recomputed old log-probs leave in ρ̂ for ``current``).
 
     Args:
         old_log_probs, rollout_log_probs: ``(bs, L)`` log π_old and log μ.

@@ -3,7 +3,8 @@ travel with a trajectory and how the trainer turns them into a ``(bs, L)`` tenso
 
 Both providers score each *segment* (the tokens of one rollout-server call; one call never spans
 a weight update) with the training-side numerics of the version that generated it, before that
-version's weights are gone (research brief §4.2, §4.3). What a trajectory carries, in
+version's weights are gone (the dedicated old-logit model and the synchronisation by
+partial-rollout interruption of Guan et al., arXiv 2605.12070). What a trajectory carries, in
 ``extra_fields`` next to ``token_global_steps`` (``verl_ext.old_logits.rollout_client`` writes both):
 
 * ``dedicated``: ``token_old_log_probs`` — one value per token of the generate() output

@@ -1,7 +1,8 @@
 """Exact old logits by version: host copies of the trainer's weights, and the version-grouped
 recompute that uses them.
 
-Research brief §4.1 ("snapshot-based version tracking"): keep the training-side weights θ_v of
+Snapshot-based version tracking (Guan et al., arXiv 2605.12070; the async_fixed repository's
+"snapshot-based old-logprob recomputation"): keep the training-side weights θ_v of
 every version still live in the replay buffer, sharded exactly like the trainer's parameters and
 in host memory; at old-logit time group tokens by the version that generated them, run one
 forward per version present with θ_v swapped in, and keep each forward's log-probs only where the
