@@ -206,6 +206,9 @@ GPU_TEST_MATRIX = [
     *[dict(MODE="colocate_async", ROLLOUT="vllm", ADV="gigpo", LOSS="ppo_ewma", PROVIDER=p, WARMUP="1", BOUND="2",
            SAMPLER="wait", MAX_NUM_SEQS="8")
       for p in ("dedicated", "interrupt")],
+    # tests/gpu/test_separate_async_gpu.py: separate pools sharing one card
+    *[dict(MODE="separate_async", SHARE_CARD="1", ADV="gigpo", LOSS="ppo_ewma", PROVIDER=p, WARMUP="1", BOUND="2",
+           SAMPLER="wait", MAX_NUM_SEQS="8") for p in ("current", "snapshot", "dedicated", "interrupt")],
     dict(N_GPUS="2", MODE="colocate_async", ADV="gigpo", LOSS="ppo_ewma", PROVIDER="snapshot"),
     dict(N_GPUS="4", ADV="hgpo", LOSS="ppo_ewma", PROVIDER="ewma_bound"),
     # test_exact_providers_vllm.py::test_dedicated_scorer_on_a_gpu_of_its_own (2 GPUs visible, the trainer on one)
@@ -230,7 +233,7 @@ def test_gpu_test_matrix_composes(env, dry_run):
     config = OmegaConf.create(out)
     check_config(config)
     assert batch_problems(config) == []  # the batch scales with N_GPUS
-    expected_mode = "colocate_async" if env.get("MODE") == "colocate_async" else "sync"
+    expected_mode = env.get("MODE", "sync")
     if env["PROVIDER"] != "none":
         expected_mode = f"verl_ext_{expected_mode}"
         assert config.algorithm.old_logits.provider == env["PROVIDER"].split("_")[0]  # ewma_bound: ewma
@@ -246,6 +249,12 @@ def test_gpu_test_matrix_composes(env, dry_run):
         assert config.trainer.v1.sampler.max_off_policy_strategy == env["SAMPLER"]
         assert config.trainer.v1.sampler.max_off_policy_threshold == int(env["BOUND"])
         assert config.actor_rollout_ref.rollout.max_num_seqs == int(env["MAX_NUM_SEQS"])
+    if env.get("SHARE_CARD") == "1":  # both pools on the one card: host-memory weights, no colocated replica
+        from verl_ext import validation
+
+        assert config.actor_rollout_ref.rollout.checkpoint_engine.backend == "host_memory"
+        assert config.actor_rollout_ref.hybrid_engine is False and config.ray_kwargs.ray_init.num_gpus == 2
+        assert validation.separate_async_settings(config) == []
     if "KV_CACHE_BYTES" in env:  # a fixed KV cache: vLLM skips its start-up memory profiling
         assert config.actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes == int(env["KV_CACHE_BYTES"])
 

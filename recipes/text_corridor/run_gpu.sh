@@ -85,7 +85,8 @@ if [ "$MODE" = separate_async ]; then
     plugins+=(trainer.v1.separate_async.parameter_sync_step=2 actor_rollout_ref.rollout.nnodes=1
               actor_rollout_ref.rollout.n_gpus_per_node="${ROLLOUT_GPUS:-1}")
     if [ "${SHARE_CARD:-0}" = 1 ]; then
-        export CUDA_VISIBLE_DEVICES=0,0   # Ray hands each pool "a GPU": the same one
+        card=${CUDA_VISIBLE_DEVICES:-0}
+        export CUDA_VISIBLE_DEVICES=$card,$card   # Ray hands each pool "a GPU": the same one
         plugins+=(actor_rollout_ref.rollout.checkpoint_engine.backend=host_memory actor_rollout_ref.hybrid_engine=false
                   +ray_kwargs.ray_init.num_gpus=2)
         [ -n "${KV_CACHE_BYTES:-}" ] || plugins+=("+actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes=$((4 << 30))")

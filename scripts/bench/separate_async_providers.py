@@ -1,0 +1,152 @@
+"""Old-logit providers under verl's ``separate_async`` trainer: how exact each one is, what verl's
+rollout correction removes from fresh and from stale tokens, and what verl-ext's hooks cost against
+verl's own ``separate_async`` step. Writes the section "separate_async: old-logit providers
+(<backend>)" of ``docs/results.md``.
+
+    python scripts/bench/separate_async_providers.py --backend cpu --out runs/separate_async_cpu
+    python scripts/bench/separate_async_providers.py --backend gpu --out runs/separate_async_gpu --parallel 4
+    python scripts/bench/separate_async_providers.py --backend cpu --results runs/separate_async_cpu   # table only
+
+Arms: ``verl`` (verl's own ``separate_async`` trainer, no verl-ext hook) and every provider under
+``verl_ext_separate_async`` (``current`` is verl's own anchor, the weights its sync window started
+from, with the hooks around it). Every arm the same seed, verl's PPO loss, GRPO and the same rollout
+correction: token IS truncated at 2 and a token_k1 rejection band [0.998, 1.002] on ρ = π_old/μ, tight
+enough to fire on bf16 numerics, with a bf16 rollout against the trainer (cpu: the ``hf`` server in
+bf16 against the fp32 trainer; gpu: vLLM against the FSDP2 trainer), so the band's rate on fresh
+tokens is the numerics rate and what it adds on stale tokens is staleness left in ρ. Partial
+rollouts span windows (responses decoded 8 at a time, verl's ``wait`` sampler, bound 2).
+
+- cpu: ``recipes/quickstart/run_cpu.sh`` (tiny random model, arithmetic), a standalone ``hf`` replica
+  on a fake GPU of its own, weights through host memory; runs one at a time.
+- gpu: ``recipes/text_corridor/run_gpu.sh`` with ``MODE=separate_async SHARE_CARD=1``: trainer and
+  standalone vLLM on one card. ``--parallel N`` runs N arms side by side on the card (each with a
+  fixed KV cache), so host noise hits them alike; step times are compared within one such batch.
+
+The table: per arm, over the steps after the first (whose batch holds no stale token), the mean
+exact-token share (``old_logits/exact_token_share``), the band's masked fraction of fresh and of stale
+tokens and the truncated fraction of stale tokens (``old_logits/correction/*``), the hooks' share of
+the step (``verl_ext/time/share_of_step``, median) and the median step time against ``verl``'s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from learning_runs import REPO, gpu_environment, load_steps, publish, run_once, thread_caps  # noqa: E402
+
+PLAIN = "verl"
+ARMS = (PLAIN, "current", "snapshot", "ewma", "loglinear", "rollout", "dedicated", "interrupt")
+CORRECTION = ("algorithm.rollout_correction.rollout_is=token", "algorithm.rollout_correction.rollout_is_threshold=2.0",
+              "algorithm.rollout_correction.rollout_rs=token_k1",
+              "algorithm.rollout_correction.rollout_rs_threshold=0.998_1.002")
+# the cpu backend's separate pools: the quickstart's batch of 8 prompts as two local updates of 4
+CPU_SEPARATE = ("trainer.v1.separate_async.parameter_sync_step=2", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+                "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
+                "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=16", "actor_rollout_ref.rollout.nnodes=1",
+                "actor_rollout_ref.rollout.n_gpus_per_node=1", "ray_kwargs.ray_init.num_gpus=2",
+                "actor_rollout_ref.rollout.checkpoint_engine.backend=host_memory",
+                "actor_rollout_ref.rollout.dtype=bfloat16", "actor_rollout_ref.rollout.max_num_seqs=8",
+                "data.max_response_length=256", "trainer.v1.sampler.max_off_policy_strategy=wait",
+                "trainer.v1.sampler.max_off_policy_threshold=2", "trainer.val_before_train=false", "trainer.test_freq=-1")
+HEADING = "## separate_async: old-logit providers ({backend})"
+C = "old_logits/correction/"
+
+
+def arm_run(backend: str, arm: str) -> tuple[str, dict[str, str], list[str]]:
+    """(recipe script, environment, Hydra overrides) of one arm."""
+    if backend == "cpu":
+        mode = "trainer.v1.trainer_mode=" + ("separate_async" if arm == PLAIN else "verl_ext_separate_async")
+        provider = [] if arm == PLAIN else [f"+plugins/old_logits={arm}"]
+        return "quickstart/run_cpu.sh", {}, [mode, *CPU_SEPARATE, *CORRECTION, *provider]
+    env = {"MODE": "separate_async", "SHARE_CARD": "1", "ADV": "grpo", "LOSS": "vanilla", "WARMUP": "1", "BOUND": "2",
+           "SAMPLER": "wait", "MAX_NUM_SEQS": "8", "KV_CACHE_BYTES": str(4 << 30),
+           "PROVIDER": "none" if arm == PLAIN else arm}
+    return "text_corridor/run_gpu.sh", env, list(CORRECTION)
+
+
+def summarise(steps: dict[int, dict[str, float]]) -> dict[str, float]:
+    """The table's numbers of one run (steps after the first)."""
+    later = [m for s, m in sorted(steps.items()) if s > 1]
+
+    def mean(key: str) -> float:
+        values = [m[key] for m in later if key in m]
+        return statistics.fmean(values) if values else float("nan")
+
+    def median(key: str) -> float:
+        values = [m[key] for m in later if key in m]
+        return statistics.median(values) if values else float("nan")
+
+    return {"exact": mean("old_logits/exact_token_share"), "stale": mean(f"{C}stale_token_frac"),
+            "masked_fresh": mean(f"{C}masked_fresh"), "masked_stale": mean(f"{C}masked_stale"),
+            "truncated_stale": mean(f"{C}truncated_stale"), "hooks": median("verl_ext/time/share_of_step"),
+            "step_s": median("timing_s/step")}
+
+
+def table(out: Path, arms: tuple[str, ...]) -> str:
+    rows = {arm: summarise(load_steps(out / arm / "metrics.jsonl")) for arm in arms}
+    plain = rows.get(PLAIN, {}).get("step_s", float("nan"))
+
+    def pct(x: float) -> str:
+        return "—" if x != x else f"{100 * x:.1f}%"
+
+    lines = ["| arm | exact-token share | stale tokens | masked fresh | masked stale | truncated stale | "
+             "hooks' share of the step | step time vs `verl` |", "|---|---|---|---|---|---|---|---|"]
+    for arm, r in rows.items():
+        ratio = "1.00" if arm == PLAIN else ("—" if r["step_s"] != r["step_s"] else f"{r['step_s'] / plain:.2f}")
+        exact = "—" if arm == PLAIN or r["exact"] != r["exact"] else f"{r['exact']:.3f}"  # verl's own logs none
+        lines.append(f"| `{arm}` | {exact} | {pct(r['stale'])} | {pct(r['masked_fresh'])} | {pct(r['masked_stale'])} | "
+                     f"{pct(r['truncated_stale'])} | {pct(r['hooks'])} | {ratio} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--backend", choices=("cpu", "gpu"), required=True)
+    parser.add_argument("--out", type=Path, help="runs folder (one subfolder per arm; finished arms are kept)")
+    parser.add_argument("--results", type=Path, help="write the table from this runs folder, run nothing")
+    parser.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS))
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--parallel", type=int, default=1, help="arms run side by side (gpu: on one card)")
+    parser.add_argument("--doc", type=Path, default=REPO / "docs" / "results.md")
+    args = parser.parse_args(argv)
+    out = args.results or args.out
+    if out is None:
+        parser.error("give --out (run) or --results (table only)")
+    arms = tuple(args.arms)
+    if args.results is None:
+        caps = thread_caps(args.parallel, 16 if args.backend == "gpu" else 2)
+        info = gpu_environment() if args.backend == "gpu" else {}
+
+        def run(arm: str) -> None:
+            script, env, overrides = arm_run(args.backend, arm)
+            run_once(script, {**env, **caps}, args.steps, out / arm, attempts=2, label=arm, script_args=overrides,
+                     info=info)
+
+        with ThreadPoolExecutor(args.parallel) as pool:
+            list(pool.map(run, arms))
+    command = (f"python scripts/bench/separate_async_providers.py --backend {args.backend} --steps {args.steps} "
+               f"--parallel {args.parallel} --arms {' '.join(arms)}")
+    recorded = [out / arm / "run.json" for arm in arms if (out / arm / "run.json").exists()]
+    first = json.loads(recorded[0].read_text()) if recorded else {}  # the card and versions of a gpu run
+    machine = ", ".join(f"{k} {v}" for k, v in first.items() if k in ("card", "torch", "vllm", "verl"))
+    section = "\n".join([
+        HEADING.format(backend=args.backend), "",
+        f"Command: `{command}`" + (f" ({machine})." if machine else " (the cpu backend, 2 cores)."), "",
+        table(out, arms), "",
+        "Exact-token share: the share of response tokens whose old log-prob is the training engine's under "
+        "the weights of the token's own version. Masked / truncated: the share of fresh (staleness 0) and of "
+        "stale tokens the band / the IS truncation removes; the fresh rate is numerics, what the stale rate adds "
+        "is staleness left in ρ. Hooks' share: `verl_ext/time/share_of_step`, median over the steps after the "
+        "first; step time: median `timing_s/step` against verl's own `separate_async` arm, same settings.",
+    ])
+    publish(args.doc, HEADING.format(backend=args.backend), section)
+
+
+if __name__ == "__main__":
+    main()
