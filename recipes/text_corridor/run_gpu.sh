@@ -87,8 +87,10 @@ if [ "$MODE" = separate_async ]; then
     if [ "${SHARE_CARD:-0}" = 1 ]; then
         card=${CUDA_VISIBLE_DEVICES:-0}
         export CUDA_VISIBLE_DEVICES=$card,$card   # Ray hands each pool "a GPU": the same one
+        # Ray's own processes start with the card once: a process without a GPU of Ray's (the TaskRunner)
+        # would see "0,0", which CUDA reads as no device at all
         plugins+=(actor_rollout_ref.rollout.checkpoint_engine.backend=host_memory actor_rollout_ref.hybrid_engine=false
-                  +ray_kwargs.ray_init.num_gpus=2)
+                  +ray_kwargs.ray_init.num_gpus=2 "++ray_kwargs.ray_init.runtime_env.env_vars.CUDA_VISIBLE_DEVICES='$card'")
         [ -n "${KV_CACHE_BYTES:-}" ] || plugins+=("+actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes=$((4 << 30))")
     else
         plugins+=(actor_rollout_ref.rollout.checkpoint_engine.backend=nccl)

@@ -18,17 +18,39 @@ from verl_ext import patches
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("patch", (*patches.PATCHES, *patches.ENGINE_PATCHES), ids=lambda p: p.name)
+@pytest.mark.parametrize("patch", (*patches.PATCHES, *patches.ENGINE_PATCHES, *patches.TRAINER_PATCHES),
+                         ids=lambda p: p.name)
 def test_patch_target_still_exists_in_verl(patch):
     assert patch.still_needed(), f"{patch.module}.{patch.target} no longer contains {patch.snippet!r}"
 
 
-@pytest.mark.parametrize("patch", (*patches.PATCHES, *patches.ENGINE_PATCHES), ids=lambda p: p.name)
+@pytest.mark.parametrize("patch", (*patches.PATCHES, *patches.ENGINE_PATCHES, *patches.TRAINER_PATCHES),
+                         ids=lambda p: p.name)
 def test_patch_is_documented_in_patches_folder(patch):
     doc = REPO / "patches" / f"{patch.name}.md"
     assert doc.exists(), f"missing {doc}"
     text = doc.read_text()
     assert patch.module in text and patch.snippet in text
+
+
+def test_separate_async_logs_without_colocated_replicas():
+    """verl's own module logger, as ``PPOTrainerSeparateAsync._setup`` calls it with
+    ``hybrid_engine=False`` (``flush=True``), logs instead of raising (the trainer run:
+    ``tests/e2e/test_separate_async_e2e.py``, snapshot without colocated replicas)."""
+    import logging
+
+    from verl.trainer.ppo.v1 import trainer_separate_async
+
+    assert "separate_async_log_flush" in patches.APPLIED  # applied at `import verl` by verl-ext's plugin
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    trainer_separate_async.logger.logger.addHandler(handler)
+    try:
+        trainer_separate_async.logger.warning("hybrid replicas disabled", flush=True)
+    finally:
+        trainer_separate_async.logger.logger.removeHandler(handler)
+    assert [r.getMessage() for r in records] == ["hybrid replicas disabled"]
 
 
 def test_backend_string_dedupe():

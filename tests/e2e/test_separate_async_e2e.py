@@ -28,8 +28,9 @@ SEPARATE_ASYNC = (
     # optimizer step moved the live weights
     "trainer.v1.separate_async.parameter_sync_step=2", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
     "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16", "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=16",
-    # the standalone pool: one hf replica on a fake GPU of its own, weights through host memory
-    "actor_rollout_ref.rollout.nnodes=1", "actor_rollout_ref.rollout.n_gpus_per_node=1", "ray_kwargs.ray_init.num_gpus=2",
+    # the standalone pool alone (no colocated replica: verl's v0 fully-async layout): one hf replica on a
+    # fake GPU of its own, weights through host memory
+    "actor_rollout_ref.hybrid_engine=false", "actor_rollout_ref.rollout.nnodes=1", "actor_rollout_ref.rollout.n_gpus_per_node=1", "ray_kwargs.ray_init.num_gpus=2",
     "actor_rollout_ref.rollout.checkpoint_engine.backend=host_memory",
     "actor_rollout_ref.rollout.max_num_seqs=8", "data.max_response_length=256",
     "trainer.v1.sampler.max_off_policy_strategy=wait", "trainer.v1.sampler.max_off_policy_threshold=2",
@@ -103,7 +104,8 @@ def test_dedicated_scorer_gets_every_version_while_trainer_gpus_are_lent_to_roll
     """``hybrid_rollout.enable_switch``: between steps the trainer's own replica generates too (verl
     lends it when the buffer runs low), so both pools sync each version; the scorer must hold every
     version before either pool generates with it, and score what both pools generate."""
-    metrics = _run(tmp_path, "dedicated", "trainer.v1.separate_async.hybrid_rollout.enable_switch=true",
+    metrics = _run(tmp_path, "dedicated", "actor_rollout_ref.hybrid_engine=true",
+                   "trainer.v1.separate_async.hybrid_rollout.enable_switch=true",
                    "trainer.v1.separate_async.hybrid_rollout.switch_threshold_ratio=1.0")
     _assert_exact(metrics)
     for m in metrics.values():

@@ -3,7 +3,8 @@
 ``PATCHES`` apply on the cpu backend only; ``ENGINE_PATCHES`` on every backend (verl's log-prob
 fallback, which runs wherever flash-attn's cross-entropy is missing: every CPU, and GPUs without
 flash-attn such as the offline bundle's); ``VLLM_PATCHES`` wherever verl imports its vLLM rollout
-(GPUs): verl's colocated weight-transfer socket named per Ray cluster.
+(GPUs): verl's colocated weight-transfer socket named per Ray cluster; ``TRAINER_PATCHES`` everywhere:
+verl's separate_async trainer started without colocated replicas.
 
 Each patch is version-guarded (verl 0.9.1 exactly), idempotent, applied by a post-import hook on
 the module it changes, and described in ``patches/<name>.md`` with the verl line it targets and
@@ -332,6 +333,38 @@ VLLM_PATCHES: tuple[Patch, ...] = (  # both or neither: the two ends must name t
 )
 
 
+# --- verl's separate_async trainer without colocated replicas (every backend) ---------------------
+# ``PPOTrainerSeparateAsync._setup`` logs "hybrid replicas disabled" with ``logger.info(..., flush=True)``
+# when ``actor_rollout_ref.hybrid_engine=False``: ``logging.Logger`` takes no ``flush`` and raises
+# ``TypeError``, so that setting (rollout on the standalone pool only) cannot start in verl 0.9.1.
+
+
+class _DropFlush(logging.LoggerAdapter):
+    """verl's module logger, taking (and ignoring) a ``flush`` keyword."""
+
+    _verl_ext_patched = True
+
+    def process(self, msg, kwargs):
+        kwargs.pop("flush", None)
+        return msg, kwargs
+
+
+def _patch_separate_async_log(module: object) -> None:
+    if not isinstance(module.logger, _DropFlush):
+        module.logger = _DropFlush(module.logger, {})
+
+
+TRAINER_PATCHES: tuple[Patch, ...] = (
+    Patch(
+        name="separate_async_log_flush",
+        module="verl.trainer.ppo.v1.trainer_separate_async",
+        target="PPOTrainerSeparateAsync._setup",
+        snippet="flush=True,",
+        apply=_patch_separate_async_log,
+    ),
+)
+
+
 def cpu_backend_active() -> bool:
     return os.environ.get("VERL_PLATFORM", "").strip().lower() == "cpu"
 
@@ -361,8 +394,8 @@ def install() -> None:
     """Apply each patch when its verl module is imported: ``PATCHES`` on the cpu backend only,
     ``ENGINE_PATCHES`` everywhere unless ``VERL_EXT_LOGPROB_ROW_BLOCKS=0``, ``VLLM_PATCHES``
     everywhere unless ``VERL_EXT_SCOPE_WEIGHT_SOCKET=0`` (set it for the whole run: the trainer's
-    and the servers' processes must agree)."""
-    selected = list(PATCHES) if cpu_backend_active() else []
+    and the servers' processes must agree), ``TRAINER_PATCHES`` everywhere."""
+    selected = (list(PATCHES) if cpu_backend_active() else []) + list(TRAINER_PATCHES)
     if os.environ.get(ROW_BLOCKS_SWITCH, "1").strip() != "0":
         selected += ENGINE_PATCHES
     if os.environ.get(SCOPE_SWITCH, "1").strip() != "0":
