@@ -31,7 +31,7 @@ separate_async)
 *) echo "MODE=$MODE: choose colocate_async or separate_async" >&2; exit 2 ;;
 esac
 export LOSS=ppo_ewma                 # toolcua_hybrid/run_cpu.sh defaults to vanilla (synchronous)
-export OUT=${OUT:-$PWD/runs/async_agentic/cpu-$MODE-$PROVIDER}
+export OUT=${OUT:-$PWD/runs/async_agentic/cpu-$MODE-$PROVIDER-${ADV:-hgpo}-seed${SEED:-0}}
 
 exec bash "$HERE/../toolcua_hybrid/run_cpu.sh" \
     hydra.searchpath="[file://$HERE]" \
