@@ -110,3 +110,21 @@ def test_colocate_async_snapshot_on_megatron(tp, tmp_path):
         assert metrics[step]["old_logits/snapshot/missing_frac"] == 0.0
     assert max(diff) < 1e-2
     assert_clean_end(tmp_path)
+
+
+@pytest.mark.parametrize("provider", ["current", "rollout", "ewma", "loglinear", "dedicated", "interrupt"])
+def test_colocate_async_provider_on_megatron(provider, tmp_path):
+    """Every other provider on verl's Megatron engine (TP=1), as ``snapshot`` above: stale tokens reach
+    it, and the exact ones (``dedicated``: its scorer fed the Megatron engine's exported weights;
+    ``interrupt``: segments scored by the Megatron forward) leave bf16 numerics alone."""
+    run_script(SCRIPT, tmp_path, MODE="colocate_async", ADV="gigpo", LOSS="ppo_ewma", PROVIDER=provider, STEPS="4",
+               **MEGATRON)
+    metrics = read_metrics(tmp_path / "metrics.jsonl")
+    assert sorted(metrics) == [1, 2, 3, 4]
+    assert max(metrics[s]["training/off_policy/trajectory_staleness/max"] for s in metrics) >= 1, "no stale samples"
+    for m in metrics.values():
+        assert_finite(m, ["actor/pg_loss", "training/rollout_probs_diff_max", "old_logits/exact_token_share"])
+    if provider in ("dedicated", "interrupt"):
+        assert all(m["old_logits/exact_token_share"] == 1.0 for m in metrics.values())
+        assert max(m["training/rollout_probs_diff_max"] for m in metrics.values()) < 1e-2
+    assert_clean_end(tmp_path)
