@@ -65,7 +65,11 @@ def test_dedicated_scorer_gives_exact_old_logits_for_stale_tokens(tmp_path):
     assert sum(metrics[s]["old_logits/dedicated/scorer_segments"] for s in STEPS) > 0
 
 
-def test_interrupt_scores_segments_at_the_sync_for_exact_old_logits(tmp_path):
+def test_interrupt_scores_segments_at_the_sync_for_exact_old_logits_and_resumes(tmp_path):
+    """Then a resumed run for one more step: verl restores the finished trajectories of the
+    checkpoint from TransferQueue, and their ``old_logit_segments`` must resolve against the segment
+    store restored beside it (with the default ``on_missing=error`` an unscored stale token would
+    stop the run)."""
     metrics = _run(tmp_path, "interrupt")
     for step in STEPS:
         m = metrics[step]
@@ -74,3 +78,17 @@ def test_interrupt_scores_segments_at_the_sync_for_exact_old_logits(tmp_path):
     # each sync scores what was served since the one before; whether a given step's interval served any
     # request depends on timing (a CI run with a second job on the machine saw none at one step)
     assert sum(metrics[s]["old_logits/interrupt/segments"] for s in STEPS) > 0
+    for step in STEPS:
+        assert metrics[step]["old_logits/interrupt/late_segments"] == 0
+        assert metrics[step]["old_logits/interrupt/sync_timeouts"] == 0
+    assert (tmp_path / "checkpoints" / f"global_step_{len(STEPS)}" / "verl_ext_old_logits" / "rollout_side.pt").exists()
+
+    run_recipe("quickstart/run_cpu.sh", tmp_path, *ASYNC, *PARTIAL_ROLLOUTS, "+plugins/old_logits=interrupt",
+               "trainer.resume_mode=auto", steps=len(STEPS) + 1)
+    resumed = read_metrics(tmp_path / "metrics.jsonl")
+    assert sorted(resumed) == [len(STEPS) + 1], "the resumed run must start after the checkpoint"
+    m = resumed[len(STEPS) + 1]
+    # the store came back: it holds the checkpoint's segments besides the ones scored at this sync
+    assert m["old_logits/interrupt/stored_segments"] > m["old_logits/interrupt/segments"]
+    assert m["old_logits/interrupt/inexact_frac"] == 0.0
+    assert m["training/rollout_probs_diff_max"] < 1e-6  # fp32 rollout and trainer: rho == 1 on every token
