@@ -85,7 +85,6 @@ class VerlOldLogitHost:
         self.trainer = trainer
         self.config = config
         self.provider = provider
-        self.needs = provider.requirements()
         self.verl_anchor = verl_anchor
         self.rollout_side: Any = None  # verl_ext.old_logits.rollout_side, where the provider has one
         self._base_forward_pending = False
