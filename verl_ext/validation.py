@@ -6,7 +6,7 @@ overrides or ``--config-dir``), the driver of ``python -m verl.trainer.main_ppo`
 ``validate_config`` runs it next to verl's own checks, under every trainer mode: see
 :func:`wrap_verl_validate_config`) and the verl-ext trainers' start-up. Each check reads only the
 config, the files it names and the environment, and returns sentences that name the key, the value
-and the fix. ``docs/validation.md`` has the table of checks and messages.
+and the fix. ``docs/reference/validation.md`` has the table of checks and messages.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ CHECKS: dict[str, Check] = {}
 
 
 def check(func: Check) -> Check:
-    """Register ``func`` as a start-up check (its name is the check's name in docs/validation.md)."""
+    """Register ``func`` as a start-up check (its name is the check's name in docs/reference/validation.md)."""
     CHECKS[func.__name__] = func
     return func
 

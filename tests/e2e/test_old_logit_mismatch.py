@@ -7,7 +7,7 @@ correction with a token_k1 band tight enough for bf16 numerics to trip it now an
 The paper's failure, measured per provider on the same seed: with ``current`` the band on
 ρ̂ = π_old/μ fires on *staleness* (it removes far more stale tokens than fresh ones); with
 ``snapshot`` (exact old logits) it removes stale tokens at the numerics rate of fresh ones.
-The numbers printed here are the ones quoted in docs/plugins/old_logits.md."""
+The numbers printed here are the ones quoted in docs/howto/choose_old_logit_provider.md."""
 
 from __future__ import annotations
 

@@ -29,7 +29,7 @@ MANAGER_CLASS = f"{__name__}.FailureCountingAgentLoopManager"
 MAX_FAILED_FRACTION = 0.5  # "most runs failed": more than this share
 # The workers answer the trainer's count request on an event loop of their own: on the loop that
 # runs the agent loops, the request waited behind them (0.06-0.25 s a step on an H200, the largest
-# of verl-ext's per-step costs; docs/benchmarks.md, "GPU: per-step breakdown").
+# of verl-ext's per-step costs; docs/results.md, "GPU: per-step breakdown").
 COUNTS_GROUP = "verl_ext_run_counts"
 
 

@@ -4,7 +4,7 @@ version that generated each token, which asynchronous RL pipelines lose.
 Pure torch; importing this package touches no Ray, no verl trainer and no accelerator. The verl
 glue sits beside the math but is never imported from here: ``host`` (the verl trainer's
 ``OldLogitHost`` and the worker-side state) and ``rollout_client`` (the LLM clients that record
-each token's weight version). See docs/plugins/old_logits.md.
+each token's weight version). See docs/reference/old_logits.md.
 """
 
 from verl_ext.old_logits.config import EWMAConfig, OldLogitsConfig, SnapshotConfig

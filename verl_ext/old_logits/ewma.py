@@ -22,7 +22,7 @@ What differs from the reference implementation, and why:
     ``torch._foreach_lerp_`` needs. g shrinks like β^n, so A is renormalised (A *= g, g = 1)
     whenever g falls below 2^-60; that costs one extra pass every ~60/log2(1/β) updates.
   * On CUDA the add is one Triton launch over all tensors (``fused_add.py``; 1.1-1.2x the
-    bandwidth floor on an H200, docs/benchmarks.md); elsewhere ``torch._foreach_add_``.
+    bandwidth floor on an H200, docs/results.md); elsewhere ``torch._foreach_add_``.
   * ``bias_correction=False`` starts W at its fixed point 1/(1-β), which makes every update the
     plain θ̄ ← β θ̄ + (1-β) θ with θ̄_0 = θ_0.
   * The shadow is fp32 whatever the parameter dtype: a bf16 average would round away the ~1e-6

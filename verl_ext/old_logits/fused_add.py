@@ -4,7 +4,7 @@ On CUDA a single Triton launch covers every tensor (a multi-tensor kernel readin
 its own dtype and each fp32 accumulator once), which reaches the memory-bandwidth floor of
 10 bytes per bf16 parameter. PyTorch's ``torch._foreach_add_`` falls back to one
 non-vectorised, dtype-casting kernel per tensor when the two lists differ in dtype (bf16 params,
-fp32 shadow), measured at 1.6-1.9x the floor on an H200 (docs/benchmarks.md). Elsewhere (CPU,
+fp32 shadow), measured at 1.6-1.9x the floor on an H200 (docs/results.md). Elsewhere (CPU,
 no Triton, non-contiguous tensors) the torch path is used; both compute acc + alpha * float(src).
 """
 

@@ -5,7 +5,7 @@ out-of-band buffers of its object store), while a torch tensor is pickled. Qwen2
 in bf16 (0.72 GB, 290 tensors) reached an actor in 2.54 s as torch tensors (0.28 GB/s, as slow as
 the ``dedicated`` scorer's weight sync measured on GPUs, 1.5-2.1 s per step) and in 0.11 s as
 ``to_wire`` byte views, on one core of the dev machine (``scripts/bench/weight_wire.py``;
-docs/benchmarks.md, "Weights over Ray"). The ``hf`` rollout server and the ``dedicated``
+docs/results.md, "Weights over Ray"). The ``hf`` rollout server and the ``dedicated``
 old-logit scorer receive their weights this way.
 """
 
