@@ -155,17 +155,21 @@ class VerlExtTrainerMixin:
 
     def _compute_old_log_prob(self, batch, metrics):
         host = self._host()
+        provider_metrics: dict[str, float] = {}
         with timed("old_logits"):
             host.start_step()
             host.expect_base_forward()
-            batch = self.old_logit_provider.compute(host, batch, metrics)
+            batch = self.old_logit_provider.compute(host, batch, provider_metrics)
             # rows through old-log-prob forwards over the batch's rows: 1.0 is verl's one pass
-            metrics["old_logits/forward_passes"] = host.forwarded_rows / max(1, len(batch))
-            metrics.update(host.rollout_vs_old_metrics(batch))
-        if self.old_logits_config.stale_tokens:  # verl's sync trainer: every token is fresh
-            # per-token staleness and what the rollout correction removes from fresh vs stale tokens
-            with timed("version_bookkeeping"):
-                metrics.update(host.correction_metrics(batch))
+            provider_metrics["old_logits/forward_passes"] = host.forwarded_rows / max(1, len(batch))
+            provider_metrics.update(host.rollout_vs_old_metrics(batch))
+        if not self.old_logits_config.stale_tokens:
+            # verl's sync trainer: every token is fresh and its old logits exact; nothing to report
+            return batch
+        metrics.update(provider_metrics)
+        # per-token staleness and what the rollout correction removes from fresh vs stale tokens
+        with timed("version_bookkeeping"):
+            metrics.update(host.correction_metrics(batch))
         return batch
 
     def _update_actor(self, batch, metrics):
