@@ -47,23 +47,6 @@ OUTSIDE_PATHS = re.compile("|".join([
     r"|gpu_machine)\.md\b",                                     # unpublished notes, by name
 ]), re.I)
 
-# Files being rewritten on other branches (the separate_async trainer work, and the estimator and
-# agent-loop work) that still hold such lines. Temporary: remove an entry when its file is clean;
-# an entry whose file has no hit left fails the test, so the list can only shrink.
-NOT_YET_CLEANED = {
-    "verl_ext/advantages/batch.py",
-    "verl_ext/advantages/gigpo.py",
-    "verl_ext/advantages/hgpo.py",
-    "verl_ext/advantages/hierarchical.py",
-    "verl_ext/advantages/median.py",
-    "verl_ext/advantages/step_grouped.py",
-    "verl_ext/advantages/toolcua.py",
-    "verl_ext/envs/decisions.py",
-    "verl_ext/envs/miniwob_env.py",
-    "verl_ext/envs/osworld.py",
-    "verl_ext/envs/text_corridor.py",
-    "verl_ext/envs/text_hybrid.py",
-}
 TEXT_SUFFIXES = (".py", ".md", ".sh", ".yaml", ".yml", ".toml", ".txt", ".cfg", ".in", ".js", ".json", ".html", ".css")
 RAW_RESULTS = ("docs/bench_results/",)  # logs and metrics as the runs wrote them; their notes and card files are prose
 RESULT_PROSE = ("notes.md", "machine.json", "card.json", "card.txt")
@@ -89,13 +72,8 @@ THIS_FILE = "tests/test_docs_on_cpu.py"  # holds the vocabulary and examples of 
 def test_no_narration_and_no_path_outside_the_repository():
     files = _tracked_text_files()
     assert len(files) > 300
-    hits = [hit for f in files if f not in NOT_YET_CLEANED and f != THIS_FILE for hit in _hits(f)]
+    hits = [hit for f in files if f != THIS_FILE for hit in _hits(f)]
     assert not hits, "narration or a path outside the repository:\n" + "\n".join(hits)
-
-
-def test_the_not_yet_cleaned_list_only_names_files_that_still_need_it():
-    stale = sorted(f for f in NOT_YET_CLEANED if not (REPO / f).exists() or not _hits(f))
-    assert not stale, f"clean now: remove {stale} from NOT_YET_CLEANED"
 
 
 @pytest.mark.parametrize("line", [

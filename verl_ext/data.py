@@ -7,7 +7,6 @@ ground truth, ``extra_info``, and optionally ``agent_name`` to pick the agent lo
 
 from __future__ import annotations
 
-import argparse
 import os
 import random
 from collections.abc import Callable

@@ -7,7 +7,6 @@ config beside themselves, so a copied recipe runs from wherever it was copied to
 
 from __future__ import annotations
 
-import argparse
 import shutil
 from pathlib import Path
 

@@ -34,7 +34,7 @@ def test_sft_checkpoint_feeds_rl_with_function_call_metrics(tmp_path, monkeypatc
              "RL_RESPONSE_LENGTH": "768", "RL_VAL_SIZE": "2"}
     for key, value in short.items():
         monkeypatch.setenv(key, value)
-    proc = run_recipe("toolcua_sft_rl/run_cpu.sh", tmp_path, steps=2, timeout=1500)
+    run_recipe("toolcua_sft_rl/run_cpu.sh", tmp_path, steps=2, timeout=1500)
     sft_model = tmp_path / "sft" / "global_step_2" / "huggingface"
     assert (sft_model / "config.json").is_file() and list(sft_model.glob("*.safetensors"))
     sft_metrics = read_metrics(tmp_path / "sft_metrics.jsonl")

@@ -103,7 +103,7 @@ class StepBatch:
         """verl-agent's invalid-action penalty ``coef * (1 - is_action_valid)`` of each row.
 
         It is subtracted from that row's episode score and step return only, after the returns
-        are computed, so it never propagates to earlier steps (stepwise_advantages.md §1.4).
+        are computed, so it never propagates to earlier steps (verl-agent's ``apply_invalid_action_penalty``).
         """
         return coef * (~self.action_valid)
 

@@ -1,7 +1,7 @@
 """GiGPO: Group-in-Group Policy Optimization (Feng et al., NeurIPS 2025, arXiv 2505.10978).
 
-Spec: /work/shared/research/stepwise_advantages.md §3 (behaviour of verl-agent's
-``gigpo/core_gigpo.py`` at upstream 20bd331).
+Reference implementation: verl-agent (github.com/langfengQ/verl-agent) ``gigpo/core_gigpo.py`` at
+commit 20bd331bdbc9026a5668e11362178e10ab7400c8.
 """
 
 from __future__ import annotations

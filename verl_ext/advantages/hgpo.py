@@ -1,6 +1,7 @@
 """HGPO: Hierarchy-of-Groups Policy Optimization (He et al., ICLR 2026, arXiv 2602.22817).
 
-Spec: /work/shared/research/stepwise_advantages.md §4 (verl-agent ``recipe/hgpo/core_hgpo.py``).
+Reference implementation: verl-agent (github.com/langfengQ/verl-agent) ``recipe/hgpo/core_hgpo.py`` at
+commit 20bd331bdbc9026a5668e11362178e10ab7400c8.
 """
 
 from __future__ import annotations

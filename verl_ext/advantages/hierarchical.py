@@ -5,7 +5,8 @@ after it, up to the next planner step, act in the environment towards that subgo
 whose single turn both plans and acts (HiPER's ``<subgoal>…<action>`` format) records two steps
 for that turn: the planner span, then the executor span.
 
-Spec: /work/shared/research/stepwise_advantages.md §5 (HiPER) and §6 (HiMAC).
+References: HiPER (Peng et al., ICML 2026, arXiv 2602.16165; github.com/JonP07/HiPER-agent
+``hiper_hae/core_hae.py`` at commit 9d3c118bb38a) and HiMAC (Jin et al., arXiv 2603.00977; no public code).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Median-centred group advantage of MC-GRPO (arXiv 2601.22582), and why the plugin does not use
 its MAD scaling by default.
 
-Spec: /work/shared/research/stepwise_advantages.md §2.3. MC-GRPO divides by
+Reference implementation: github.com/lotusroot-kim/MC-GRPO (``grpo_trainer_gsm.py``). MC-GRPO divides by
 ``MAD + 1e-3``. With discrete rewards (0/10 success, 0/1 accuracy) most samples sit on the median,
 so the MAD is 0 and every off-median sample gets an advantage of about ``±1/1e-3``: for
 ``r = [1, 0, 1, 1, 0]`` the advantages are ``[0, -1000, 0, 0, -1000]``. The group estimators

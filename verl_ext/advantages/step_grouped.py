@@ -1,6 +1,6 @@
 """Step-index grouping as in UI-S1 semi-online RL (Lu et al., arXiv 2509.11543).
 
-Spec: /work/shared/research/stepwise_advantages.md §8 (``uis1/core_uis1.py``).
+Reference implementation: github.com/X-PLUG/MobileAgent, ``UI-S1/uis1/core_uis1.py`` at commit 11cea575.
 """
 
 from __future__ import annotations

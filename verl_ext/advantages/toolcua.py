@@ -1,6 +1,6 @@
 """ToolCUA's tool-efficient path reward (arXiv 2605.12481), a group-level reward post-processor.
 
-Spec: /work/shared/research/gui_tool_env_dvreward.md §2.3 and §8.4. ``R_length`` compares a
+``R_length`` (the paper's Tool-Efficient Path Reward) compares a
 trajectory's step count with the mean step count of its rollout group, so it cannot be computed in
 verl's per-sample reward loop; the env/reward code calls these functions once the group is done.
 """

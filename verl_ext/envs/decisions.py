@@ -2,7 +2,7 @@
 single-turn RL stage of ToolCUA's pipeline (its "Tool-Bootstrapped GUI RFT").
 
 ToolCUA trains, between SFT and online RL, on single steps where the agent must choose between a
-tool call and GUI actions (research notes §2.4: 5k "critical switching steps" out of 180k). Here
+tool call and GUI actions (the paper: 5k "critical switching steps" out of 180k). Here
 such a step is a decision of a TextHybrid task (``text_hybrid.decision_table``): subgoal ``i``
 reached in view ``v``, where a tool does the subgoal and either the tool or the GUI is strictly
 the shorter way to the end of the task. Every reachable ``(i, v)`` is a row, off the oracle's path

@@ -6,8 +6,7 @@ set of GUI primitives, one fault model and one pool. The in-page verifier is Min
 (``core.endEpisode`` -> ``WOB_RAW_REWARD_GLOBAL``); the reward is binary (raw > 0).
 
 MiniWoB ends an episode with raw reward -1 "timed out" after ``core.EPISODE_MAX_TIME`` (10-30 s),
-far shorter than an LLM turn; we set it to one hour before every episode starts (research notes
-§6.1), which also re-arms the episode timer with that value.
+far shorter than an LLM turn; we set it to one hour before every episode starts, which also re-arms the episode timer with that value.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""Readers for the OSWorld-MCP tool JSON and the OSWorld task JSON formats (research notes §4-5).
+"""Readers for the OSWorld-MCP tool JSON and the OSWorld task JSON formats (OSWorld, arXiv
+2404.07972; OSWorld-MCP, arXiv 2510.24563).
 
-We cannot run OSWorld here (QEMU images), but keeping its formats lets the same tools and tasks
+verl-ext does not run OSWorld itself (QEMU images), but keeping its formats lets the same tools and tasks
 flow into a backend that can: ``load_mcp_tools`` turns an OSWorld-MCP ``tools/apis/<group>.json``
 (an OpenAI-style function list, or MCP ``tools/list`` entries with ``inputSchema``) into flat
 :class:`ToolDef` s verl accepts, and ``ExternalToolset`` calls them through any backend callable with

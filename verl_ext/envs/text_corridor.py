@@ -9,7 +9,7 @@ of steps truncates it with reward 0.
 Why this shape: a random ~100k-parameter model emits near-random tokens, so the parser is lenient
 enough that random play already succeeds sometimes (about 30% with the defaults), and the few
 cells are visited again and again by the trajectories of one group, which is what GiGPO's anchor
-groups and HGPO's context groups need (stepwise-advantages notes §3.3, §4.3).
+groups and HGPO's context groups need (GiGPO arXiv 2505.10978, HGPO arXiv 2602.22817).
 
 Gymnasium contract: ``reset(seed) -> (obs, info)``, ``step(text) -> (obs, reward, terminated,
 truncated, info)``. Pure python; importing it costs nothing.

@@ -297,7 +297,7 @@ class TextHybridEnv(BrowserEnv):
         max_steps: actions per episode before ``truncated``. ``screenshots`` must stay False.
         show_todo: end every observation with the task's items still to do (``todo_items``): which
             subgoal is next becomes one line of the latest observation instead of something the
-            policy must work out by counting the subgoals its earlier calls did (issue 25). It shows
+            policy must work out by counting the subgoals its earlier calls did. It shows
             the verifier's per-subgoal state, so it makes the task easier; off by default.
     """
 

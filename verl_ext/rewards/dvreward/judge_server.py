@@ -27,7 +27,6 @@ to ``--port-file``) once the server accepts connections.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import errno
 import json
