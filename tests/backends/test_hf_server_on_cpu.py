@@ -5,6 +5,8 @@ this process's event loop (verl makes it a Ray actor; the protocol is the same).
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 
 import pytest
 import torch
@@ -49,20 +51,23 @@ async def test_prompt_longer_than_the_model_window_is_a_clear_error(server):
 
 
 async def test_abort_returns_partial_output_and_resume_continues_under_the_new_version(server):
-    # Make decoding slow enough to be interrupted mid-request.
+    # Make decoding slow enough to be interrupted mid-request, and know when it has decoded tokens.
     original_forward = server.engine.model.forward
+    forwards = []
+    decoding = threading.Event()
 
     def slow_forward(*args, **kwargs):
-        import time
-
         time.sleep(0.02)
+        forwards.append(1)
+        if len(forwards) >= 3:  # the prompt's forward and two decoding steps
+            decoding.set()
         return original_forward(*args, **kwargs)
 
     server.engine.model.forward = slow_forward
     await server.set_global_steps(1)
     params = {**PARAMS, "max_tokens": 200}
     task = asyncio.create_task(server.generate(prompt_ids=[3, 4, 5], sampling_params=params, request_id="r"))
-    await asyncio.sleep(0.3)
+    assert await asyncio.to_thread(decoding.wait, 60), "the request never started decoding"
     result = await server.abort_all_requests()
     partial = await task
     assert result["aborted_count"] == 1
