@@ -14,6 +14,7 @@ import pytest
 
 from verl_ext.envs.eval_cli import format_report
 from verl_ext.rewards.env_rewards import reward_components
+from .messages import assert_names
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
@@ -43,7 +44,7 @@ def test_prepare_data_unknown_template_names_it_and_the_known_ones(tmp_path, dat
 def test_prepare_data_show_todo_on_a_dataset_without_observations_is_refused(tmp_path):
     proc = run_cli("prepare-data", "text_hybrid", str(tmp_path), "--train-size", "2", "--val-size", "1", "--show-todo")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert "verl-ext prepare-data: error: --show-todo applies to the text_hybrid_sft, " in proc.stderr
+    assert_names(proc.stderr, "verl-ext prepare-data: error:", "--show-todo", "text_hybrid_sft")
     assert not list(tmp_path.iterdir())
 
 

@@ -182,6 +182,19 @@ def test_every_relative_link_resolves():
     assert not broken, "\n".join(broken)
 
 
+def test_every_docs_file_that_code_tests_and_recipes_name_exists():
+    """Error messages, docstrings and scripts point users at docs pages by path; a moved page must
+    take those pointers with it (a redirect stub counts: it still leads to the page)."""
+    named = []
+    for f in _tracked_text_files():
+        if f.startswith("docs/"):
+            continue  # pages link to each other (test_every_relative_link_resolves)
+        for number, line in enumerate((REPO / f).read_text(errors="replace").splitlines(), 1):
+            named += [(f"{f}:{number}", path) for path in re.findall(r"\bdocs/[\w./-]+\.(?:md|png|json)\b", line)]
+    missing = [f"{where}: {path}" for where, path in named if not (REPO / path).exists()]
+    assert named and not missing, "\n".join(missing)
+
+
 def test_every_docs_page_is_of_one_kind():
     kinds = {"tutorials", "howto", "reference", "explanation", "experiments"}
     loose = [p.relative_to(REPO) for p in _doc_pages()

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from verl_ext import doctor, plugin
+from .messages import assert_names
 
 BLOCK = "import sys\nfor name in {blocked!r}: sys.modules[name] = None\n"
 GUI = ["+plugins/env=minidesk"]
@@ -39,7 +40,7 @@ def test_the_trainer_refuses_to_start_naming_the_missing_module():
     )
     proc = _python(code, ["selenium"])  # PIL and psutil come with verl and Ray
     assert proc.returncode == 3, proc.stdout + proc.stderr
-    assert "on env backend minidesk needs 'selenium', not installed here: pip install 'verl-ext[gui]'" in proc.stdout
+    assert_names(proc.stdout, "minidesk", "'selenium'", "pip install 'verl-ext[gui]'")
 
 
 def test_text_only_agent_loops_need_no_browser_modules(tmp_path):

@@ -389,7 +389,7 @@ def agent_loops_write_steps(config: Any) -> list[str]:
             found.append(
                 f"algorithm.adv_estimator={estimator} needs per-step metadata, but agent loop {name!r} ({source}) is "
                 "verl's own and writes none (a single-turn task has no steps): use a step-aware loop (text_env, "
-                "hybrid_gui_tool, or one that writes verl_ext.steps.StepMetadata: docs/bring_your_own_env.md), or "
+                "hybrid_gui_tool, or one that writes verl_ext.steps.StepMetadata: docs/howto/bring_your_own_env.md), or "
                 "a verl estimator such as algorithm.adv_estimator=grpo"
             )
         elif estimator in ROLE_ESTIMATORS and (target in STEP_METADATA_LOOPS or target.startswith("verl.")):

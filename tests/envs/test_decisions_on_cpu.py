@@ -90,14 +90,14 @@ def assert_prompts_are_the_loops(rows: list[dict], tokenizer: Any, **loop_kwargs
         server = ReplayServer(tokenizer, earlier)
         task_prompt = messages[:1] + [{"role": "user", "content": "Complete the task in the app below."}]
 
-        async def play():
+        async def play(server, task_prompt, spec, messages, extra_info):
             loop = make_loop(tokenizer, server, **loop_kwargs)
             loop.max_turns = 40
             await loop.run({"temperature": 1.0}, raw_prompt=task_prompt, extra_info={"env": spec})
             decision = decision_loop(tokenizer, server)
-            return await decision.prompt_ids(messages, decision.tools_of(row["extra_info"]))
+            return await decision.prompt_ids(messages, decision.tools_of(extra_info))
 
-        ids = asyncio.run(play())
+        ids = asyncio.run(play(server, task_prompt, spec, messages, row["extra_info"]))
         assert server.prompts[len(earlier)] == ids  # the multi-turn loop's tokens at the decision's turn
 
 

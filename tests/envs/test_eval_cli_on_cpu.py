@@ -11,6 +11,7 @@ import threading
 import pytest
 
 from verl_ext.envs.eval_cli import main
+from ..messages import assert_names
 
 
 @pytest.mark.browser
@@ -106,4 +107,4 @@ def test_eval_text_hybrid_shows_the_to_do_line_only_with_show_todo(show_todo, ca
 def test_show_todo_outside_text_hybrid_is_refused(capsys):
     with pytest.raises(SystemExit):
         main(["--env", "minidesk", "--show-todo"])
-    assert "--show-todo applies to --env text_hybrid only (got --env minidesk)" in capsys.readouterr().err
+    assert_names(capsys.readouterr().err, "--show-todo", "--env text_hybrid", "--env minidesk")
