@@ -4,25 +4,19 @@ from __future__ import annotations
 
 import importlib
 import os
-import sys
 from pathlib import Path
 
 import numpy as np
 
-BENCH = Path(__file__).resolve().parents[1] / "scripts" / "bench"
 
 
 def _script(name: str):
-    sys.path.insert(0, str(BENCH))
-    try:
-        return importlib.import_module(name)
-    finally:
-        sys.path.remove(str(BENCH))
+    return importlib.import_module(f"scripts.bench.{name}")
 
 
 def test_the_plain_gigpo_loop_is_the_same_math_as_the_public_entry_point():
     bench = _script("bench_advantages")
-    from step_data import random_steps  # tests/advantages, put on the path by the script
+    from tests.advantages.step_data import random_steps
 
     from verl_ext.advantages import compute
 
@@ -200,7 +194,7 @@ def test_hook_cost_table_is_computed_from_the_run_metrics(tmp_path):
     _synthetic_run(later / "0.5b" / "current_r0", [step(i, 0.2, 1.0, advantages=0.2) for i in range(7)])
     doc = tmp_path / "benchmarks.md"
     doc.write_text("# Benchmarks\n\n## GPU: per-step breakdown\n\nold table\n\n## next\n\nkept\n")
-    assert bench.main(["--results", str(tmp_path), str(later), "--warmup", "2", "--steps", "7", "--doc", str(doc)]) == 0
+    assert bench.main(["--results", str(tmp_path), str(later), "--warmup", "2", "--steps", "7", "--write", "--doc", str(doc)]) == 0
     written = doc.read_text()
     assert "old table" not in written and "| current | 2 x 5 |" in written and "## next\n\nkept" in written
     assert written.count("## GPU: per-step breakdown") == 1 and f"### `{later}`: NVIDIA H100" in written
@@ -223,7 +217,7 @@ def test_toolcua_pipeline_study_dry_run_and_paired_report(tmp_path, capsys):
     assert [line.split(":")[0] for line in only_full] == ["full pipeline seed 0", "full pipeline seed 1"]
     # a later arm without the full pipeline's checkpoint is not started (nothing here has one)
     assert study.main(["--out", str(tmp_path / "empty"), "--seeds", "0", "--steps", "3", "--arms", "no_rft",
-                       "--doc", str(tmp_path / "skip.md")]) == 0
+                       "--write", "--doc", str(tmp_path / "skip.md")]) == 0
     assert "no RFT seed 0: not run: no full-pipeline checkpoint" in capsys.readouterr().out
 
     # three seeds of metrics: the full pipeline calls tools at 0.8/0.9/1.0 of the decisions where tools
@@ -294,7 +288,7 @@ def test_toolcua_pipeline_study_reports_a_run_cut_during_the_rft_stage_under_its
     doc.write_text(f"# Benchmarks\n\n{study.HEADINGS['gpu']}\n\nanother run's report\n")
     section = "## GPU: ToolCUA pipeline study, cut during RFT"
     assert study.main(["--report-only", "--backend", "gpu", "--out", str(tmp_path), "--seeds", "0", "1", "2",
-                       "--steps", "2", "--doc", str(doc), "--section", section]) == 0
+                       "--steps", "2", "--write", "--doc", str(doc), "--section", section]) == 0
     text = doc.read_text()
     assert f"{study.HEADINGS['gpu']}\n\nanother run's report\n" in text and text.count(section + "\n") == 1
     ours = text.split(section + "\n")[1]
@@ -338,7 +332,7 @@ def test_toolcua_pipeline_study_max_runs_caps_the_runs_at_once(tmp_path, monkeyp
 
     study = _stand_in_pipeline(tmp_path, monkeypatch)
     assert study.main(["--backend", "gpu", "--parallel", "--max-runs", "2", "--stagger-s", "0", "--seeds", "0", "1",
-                       "--steps", "2", "--out", str(tmp_path / "runs"), "--doc", str(tmp_path / "doc.md")]) == 0
+                       "--steps", "2", "--out", str(tmp_path / "runs"), "--write", "--doc", str(tmp_path / "doc.md")]) == 0
     events = (tmp_path / "runs" / "runs.log").read_text().split()
     running = [events[: i + 1].count("start") - events[: i + 1].count("end") for i in range(len(events))]
     assert events.count("start") == events.count("end") == 6 and max(running) == 2
@@ -355,7 +349,7 @@ def test_toolcua_pipeline_study_parallel_starts_each_arm_from_the_full_pipelines
     study = _stand_in_pipeline(tmp_path, monkeypatch)
     doc = tmp_path / "doc.md"
     assert study.main(["--backend", "gpu", "--parallel", "--stagger-s", "0", "--seeds", "0", "1", "--steps", "2",
-                       "--out", str(tmp_path / "runs"), "--doc", str(doc), "--set", "RFT_WARMUP_STEPS=300",
+                       "--out", str(tmp_path / "runs"), "--write", "--doc", str(doc), "--set", "RFT_WARMUP_STEPS=300",
                        "--override", "trainer.x=1"]) == 0
     for seed in (0, 1):
         given = {arm: (tmp_path / "runs" / f"seed{seed}" / arm / "given.txt").read_text().split()
@@ -401,15 +395,6 @@ def test_old_logit_study_batches_seeds_exactly_and_measures_against_exact_old_lo
     assert ewma["ewma_age_steps"][0].eq(0).all() and ewma["ewma_age_steps"][-1].gt(0).all()
     rows = study.study_rows({k: {key: v.tolist() for key, v in h.items()} for k, h in runs.items()}, 4)
     assert rows["snapshot"]["collapsed"].tolist() == [0.0, 0.0]
-
-
-def test_paired_verdict_uses_the_per_seed_differences():
-    learning_runs = _script("learning_runs")
-    a, b = np.array([1.0, 2.0, 3.0, 4.0]), np.array([0.9, 1.9, 2.9, 3.8])  # spread large, differences tight
-    d = a - b
-    se = d.std(ddof=1) / 2
-    assert learning_runs.paired_verdict(a, b) == f"{d.mean():+.3f} ± {se:.3f} (**exceeds 2 SE**)"
-    assert "within 2 SE" in learning_runs.paired_verdict(a, a[::-1])
 
 
 def test_hook_cost_runs_side_by_side_one_per_card_each_run_once(tmp_path, monkeypatch):
@@ -469,7 +454,7 @@ def test_snapshot_pinning_shapes_and_section_are_computed_from_the_rows(tmp_path
     results.write_text(json.dumps(row) + "\n" + json.dumps({**row, "allocation": "per_tensor",
                                                             "resident_bytes_added": 2 * 26117281792}) + "\n")
     doc = tmp_path / "bench.md"
-    bench.main(["--results", str(results), "--doc", str(doc), "--context", "test"])
+    bench.main(["--results", str(results), "--write", "--doc", str(doc), "--context", "test"])
     text = doc.read_text()
     assert "| qwen2.5-7b | one_buffer | 26.12 | 1.000 | 9.50 | 9.00 | 0.0020 | 0.0015 | 0.0100 | 26.2 (1.00x) |" in text
     assert "| qwen2.5-7b | per_tensor | 26.12 |" in text and "| 52.2 (2.00x) |" in text
