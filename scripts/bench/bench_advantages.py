@@ -10,6 +10,8 @@ tests/advantages/loop_reference.py. Prints markdown tables and, with --write, re
 
     python -m scripts.bench.bench_advantages                  # 1k, 10k, 100k, 1M rows + glue
     python -m scripts.bench.bench_advantages --sizes 1000 10000 --write
+
+Docs section (``--write``; printed otherwise): docs/results.md, "## Advantage estimators".
 """
 
 from __future__ import annotations

@@ -9,6 +9,8 @@ section of docs/results.md (other sections are left alone) with ``--write``.
 
 The tiny model measures the server's batching on this machine, not a real judge's speed; the
 throughput of a real MLLM judge on a GPU is measured where one is available.
+
+Docs section (``--write``; printed otherwise): docs/results.md, "## DVReward".
 """
 
 from __future__ import annotations

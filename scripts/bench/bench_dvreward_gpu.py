@@ -22,6 +22,8 @@ results; ``--render FILE.json --write`` writes the docs section from them.
 
 Needs a CUDA torch, transformers and verl-ext's ``judge`` extra (fastapi, uvicorn, httpx); verl is
 not imported, so ``PYTHONPATH=<repo>`` is enough on a GPU machine without verl.
+
+Docs section (``--write``; printed otherwise): docs/results.md, "## DVReward judge on GPU".
 """
 
 from __future__ import annotations

@@ -6,6 +6,8 @@ BrowserGym's figures (browsergym-core 0.14.3, measured once on a 2-core machine 
 
     python -m scripts.bench.bench_envs                      # print the table
     python -m scripts.bench.bench_envs --write
+
+Docs section (``--write``; printed otherwise): docs/results.md, "## Hybrid GUI + tool environments".
 """
 
 from __future__ import annotations

@@ -10,8 +10,10 @@ Times, per model:
   * EWMA swap_in + swap_out (device backup);
   * snapshot save (D2H to pinned host) and load (H2D) through ``SnapshotStore``.
 
-Usage: ``python -m scripts.bench.bench_ewma_gpu [--out results.json] [--doc docs/results.md]``.
+Usage: ``python -m scripts.bench.bench_ewma_gpu [--out results.json] [--write]``.
 Prints the markdown section (and writes it with ``--doc``); medians of CUDA-event timings after warm-up.
+
+Docs section (``--write``; printed otherwise): docs/results.md, "### GPU: EWMA update and snapshots".
 """
 
 from __future__ import annotations

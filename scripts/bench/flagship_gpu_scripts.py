@@ -26,6 +26,8 @@ A finished run is reused when the driver is started again on the same ``--out``,
 run the scripts in several goes (each takes minutes, most of it start-up).
 ``--results`` writes the ``## GPU: flagship scripts`` section from ``machine.json`` and each
 script's ``run.json`` and ``metrics.jsonl``; nothing in it is typed by hand.
+
+Docs section (``--write``; printed otherwise): docs/results.md, "## GPU: flagship scripts".
 """
 
 from __future__ import annotations

@@ -11,6 +11,8 @@ the old-log-prob phase (provider forwards and swaps), the actor update (EWMA upd
 optimizer step) and the weight sync (snapshot save). Memory comes from verl's ``perf/*`` metrics.
 The table goes into ``docs/results.md`` ("GPU: per-step breakdown"); nothing in it is typed by
 hand.
+
+Docs section (``--write``; printed otherwise): docs/results.md, "## GPU: per-step breakdown".
 """
 
 from __future__ import annotations

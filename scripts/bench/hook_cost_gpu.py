@@ -80,6 +80,8 @@ critical path at most 1% (``snapshot_save``, the worker's compute stream while t
 queued, plus ``snapshot_save_wait``, the optimizer step's wait for them).
 It replaces the section "GPU: per-step breakdown" of ``docs/results.md``; nothing in it is
 typed by hand.
+
+Docs section (``--write``; printed otherwise): docs/results.md, "## GPU: per-step breakdown" (the hook-cost tables).
 """
 
 from __future__ import annotations

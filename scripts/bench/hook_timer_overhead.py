@@ -6,6 +6,8 @@ once per step, on the CPU clock and (where CUDA is present) with CUDA events.
 Prints microseconds per span (median of the repeats): ``span`` is the hot-path cost (what a hook
 pays each time it runs), ``collect`` the per-span share of the once-per-step read. A training
 step runs a few dozen spans, so multiply by that to get the timer's cost per step.
+
+Docs section: none of its own (prints a table the docs quote).
 """
 
 from __future__ import annotations

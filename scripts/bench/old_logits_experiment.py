@@ -30,6 +30,9 @@ every seed of a cell trained at once (parameters stacked along a leading seed di
 arms (same loss and rollout correction, only the old-logit source differs), staleness drawn per
 sequence, heavy-tailed train/inference mismatch, learning rate and epochs as knobs; it writes the
 section ``## Old-logit mechanism study`` of docs/results.md.
+
+Docs section (``--write``; printed otherwise): docs/results.md, "## Old-logit providers"; with ``--study``
+docs/experiments/old_logit_mechanism_study.md, "## Old-logit mechanism study".
 """
 
 from __future__ import annotations

@@ -30,6 +30,8 @@ seeds an arm shares with ``current``). ``--keep-runs SOURCE`` copies the finishe
 
     python -m scripts.bench.old_logits_gpu_study --dry-run        # every unfinished run's command, runs nothing
     python -m scripts.bench.old_logits_gpu_study --steps 60 --seeds 0 1 2
+
+Docs section (``--write``; printed otherwise): docs/results.md, "## GPU: old-logit study".
 """
 
 from __future__ import annotations

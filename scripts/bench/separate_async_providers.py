@@ -26,6 +26,8 @@ The table: per arm, over the steps after the first (whose batch holds no stale t
 exact-token share (``old_logits/exact_token_share``), the band's masked fraction of fresh and of stale
 tokens and the truncated fraction of stale tokens (``old_logits/correction/*``), the hooks' share of
 the step (``verl_ext/time/share_of_step``, median) and the median step time against ``verl``'s.
+
+Docs section (``--write``; printed otherwise): docs/results.md, "## separate_async: old-logit providers (<backend>)".
 """
 
 from __future__ import annotations

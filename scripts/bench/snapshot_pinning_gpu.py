@@ -23,6 +23,8 @@ save-plus-load time to the end of ``wait_saved``'s stream wait minus the load al
 ``--saves`` loads without a save): the save's share of the critical path. Memory: the process's
 resident host bytes after the saves minus before them. The first save allocates; the table
 gives it apart and the median of the later ones.
+
+Docs section (``--write``; printed otherwise): docs/results.md, "## GPU: snapshot host buffers, ...".
 """
 
 from __future__ import annotations

@@ -16,6 +16,8 @@ re-run to add seeds or to redraw the table (``--report-only`` runs nothing). Sha
 ``learning_runs.py``.
 
     python -m scripts.bench.text_corridor_learning --steps 30 --seeds 0 1
+
+Docs section (``--write``; printed otherwise): docs/results.md, "## Stepwise advantages: text corridor learning".
 """
 
 from __future__ import annotations

@@ -20,6 +20,8 @@ finished run is reused; ``--report-only`` runs nothing and reports exactly the r
 Writes the section ``## text_hybrid study: ...`` of ``docs/results.md`` and PNGs in docs/img/.
 
     python -m scripts.bench.text_hybrid_study --steps 25 --seeds 0 1 2
+
+Docs section (``--write``; printed otherwise): docs/results.md, "## text_hybrid study: which plugin earns its place".
 """
 
 from __future__ import annotations

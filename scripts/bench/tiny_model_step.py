@@ -8,6 +8,8 @@ checkpointing cost against the same rows unpadded.
 
     python -m scripts.bench.tiny_model_step --device cuda --width 256 --layers 4 \
         --rows 6 --tokens 3500 --padded-to 8320 --out runs/tiny_model_step.json
+
+Docs section: none of its own (prints a table the docs quote).
 """
 
 from __future__ import annotations

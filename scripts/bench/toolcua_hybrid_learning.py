@@ -11,6 +11,8 @@ of one run is kept in ``recipes/toolcua_hybrid/learning_notes.md`` and only link
 ``--report-only`` runs nothing. Shared machinery: ``learning_runs.py``.
 
     python -m scripts.bench.toolcua_hybrid_learning --steps 30 --seeds 0 1
+
+Docs section (``--write``; printed otherwise): docs/results.md, "## Hybrid GUI + tool agent: toolcua_hybrid learning".
 """
 
 from __future__ import annotations

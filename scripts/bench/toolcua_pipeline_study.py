@@ -28,6 +28,8 @@ the full pipeline's checkpoint it starts from exists.
     python -m scripts.bench.toolcua_pipeline_study --dry-run      # the runs it would make, and the report of what exists
     python -m scripts.bench.toolcua_pipeline_study --backend gpu --parallel --width 256 --layers 4 --set N_GPUS=1 \
         --override actor_rollout_ref.rollout.gpu_memory_utilization=0.06 ...   # one shared card
+
+Docs section (``--write``; printed otherwise): docs/results.md, "## ToolCUA pipeline study: ..." (one heading per backend, or ``--section``).
 """
 
 from __future__ import annotations
