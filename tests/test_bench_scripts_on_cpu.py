@@ -4,25 +4,19 @@ from __future__ import annotations
 
 import importlib
 import os
-import sys
 from pathlib import Path
 
 import numpy as np
 
-BENCH = Path(__file__).resolve().parents[1] / "scripts" / "bench"
 
 
 def _script(name: str):
-    sys.path.insert(0, str(BENCH))
-    try:
-        return importlib.import_module(name)
-    finally:
-        sys.path.remove(str(BENCH))
+    return importlib.import_module(f"scripts.bench.{name}")
 
 
 def test_the_plain_gigpo_loop_is_the_same_math_as_the_public_entry_point():
     bench = _script("bench_advantages")
-    from step_data import random_steps  # tests/advantages, put on the path by the script
+    from tests.advantages.step_data import random_steps
 
     from verl_ext.advantages import compute
 
@@ -200,7 +194,7 @@ def test_hook_cost_table_is_computed_from_the_run_metrics(tmp_path):
     _synthetic_run(later / "0.5b" / "current_r0", [step(i, 0.2, 1.0, advantages=0.2) for i in range(7)])
     doc = tmp_path / "benchmarks.md"
     doc.write_text("# Benchmarks\n\n## GPU: per-step breakdown\n\nold table\n\n## next\n\nkept\n")
-    assert bench.main(["--results", str(tmp_path), str(later), "--warmup", "2", "--steps", "7", "--doc", str(doc)]) == 0
+    assert bench.main(["--results", str(tmp_path), str(later), "--warmup", "2", "--steps", "7", "--write", "--doc", str(doc)]) == 0
     written = doc.read_text()
     assert "old table" not in written and "| current | 2 x 5 |" in written and "## next\n\nkept" in written
     assert written.count("## GPU: per-step breakdown") == 1 and f"### `{later}`: NVIDIA H100" in written
@@ -223,7 +217,7 @@ def test_toolcua_pipeline_study_dry_run_and_paired_report(tmp_path, capsys):
     assert [line.split(":")[0] for line in only_full] == ["full pipeline seed 0", "full pipeline seed 1"]
     # a later arm without the full pipeline's checkpoint is not started (nothing here has one)
     assert study.main(["--out", str(tmp_path / "empty"), "--seeds", "0", "--steps", "3", "--arms", "no_rft",
-                       "--doc", str(tmp_path / "skip.md")]) == 0
+                       "--write", "--doc", str(tmp_path / "skip.md")]) == 0
     assert "no RFT seed 0: not run: no full-pipeline checkpoint" in capsys.readouterr().out
 
     # three seeds of metrics: the full pipeline calls tools at 0.8/0.9/1.0 of the decisions where tools
@@ -294,7 +288,7 @@ def test_toolcua_pipeline_study_reports_a_run_cut_during_the_rft_stage_under_its
     doc.write_text(f"# Benchmarks\n\n{study.HEADINGS['gpu']}\n\nanother run's report\n")
     section = "## GPU: ToolCUA pipeline study, cut during RFT"
     assert study.main(["--report-only", "--backend", "gpu", "--out", str(tmp_path), "--seeds", "0", "1", "2",
-                       "--steps", "2", "--doc", str(doc), "--section", section]) == 0
+                       "--steps", "2", "--write", "--doc", str(doc), "--section", section]) == 0
     text = doc.read_text()
     assert f"{study.HEADINGS['gpu']}\n\nanother run's report\n" in text and text.count(section + "\n") == 1
     ours = text.split(section + "\n")[1]
@@ -338,7 +332,7 @@ def test_toolcua_pipeline_study_max_runs_caps_the_runs_at_once(tmp_path, monkeyp
 
     study = _stand_in_pipeline(tmp_path, monkeypatch)
     assert study.main(["--backend", "gpu", "--parallel", "--max-runs", "2", "--stagger-s", "0", "--seeds", "0", "1",
-                       "--steps", "2", "--out", str(tmp_path / "runs"), "--doc", str(tmp_path / "doc.md")]) == 0
+                       "--steps", "2", "--out", str(tmp_path / "runs"), "--write", "--doc", str(tmp_path / "doc.md")]) == 0
     events = (tmp_path / "runs" / "runs.log").read_text().split()
     running = [events[: i + 1].count("start") - events[: i + 1].count("end") for i in range(len(events))]
     assert events.count("start") == events.count("end") == 6 and max(running) == 2
@@ -355,7 +349,7 @@ def test_toolcua_pipeline_study_parallel_starts_each_arm_from_the_full_pipelines
     study = _stand_in_pipeline(tmp_path, monkeypatch)
     doc = tmp_path / "doc.md"
     assert study.main(["--backend", "gpu", "--parallel", "--stagger-s", "0", "--seeds", "0", "1", "--steps", "2",
-                       "--out", str(tmp_path / "runs"), "--doc", str(doc), "--set", "RFT_WARMUP_STEPS=300",
+                       "--out", str(tmp_path / "runs"), "--write", "--doc", str(doc), "--set", "RFT_WARMUP_STEPS=300",
                        "--override", "trainer.x=1"]) == 0
     for seed in (0, 1):
         given = {arm: (tmp_path / "runs" / f"seed{seed}" / arm / "given.txt").read_text().split()
@@ -401,144 +395,6 @@ def test_old_logit_study_batches_seeds_exactly_and_measures_against_exact_old_lo
     assert ewma["ewma_age_steps"][0].eq(0).all() and ewma["ewma_age_steps"][-1].gt(0).all()
     rows = study.study_rows({k: {key: v.tolist() for key, v in h.items()} for k, h in runs.items()}, 4)
     assert rows["snapshot"]["collapsed"].tolist() == [0.0, 0.0]
-
-
-def test_paired_verdict_uses_the_per_seed_differences():
-    learning_runs = _script("learning_runs")
-    a, b = np.array([1.0, 2.0, 3.0, 4.0]), np.array([0.9, 1.9, 2.9, 3.8])  # spread large, differences tight
-    d = a - b
-    se = d.std(ddof=1) / 2
-    assert learning_runs.paired_verdict(a, b) == f"{d.mean():+.3f} ± {se:.3f} (**exceeds 2 SE**)"
-    assert "within 2 SE" in learning_runs.paired_verdict(a, a[::-1])
-
-
-def test_dedicated_placement_section_is_computed_from_the_stored_runs(tmp_path):
-    bench = _script("dedicated_placement")
-    results = BENCH.parents[1] / "docs" / "bench_results" / "dedicated_placement_h100x2"
-    rows = {name: bench.summarize(bench.load_steps(results / f"{name}.jsonl")) for name in bench.PLACEMENTS}
-    assert rows["shared"]["scorer on the actor's GPU"] == 1.0 and rows["own"]["scorer on the actor's GPU"] == 0.0
-    steps = bench.load_steps(results / "own.jsonl")  # medians skip step 1 (start-up)
-    later = sorted(m["verl_ext/time/scorer_weight_sync"] for s, m in steps.items() if s > 1)
-    assert rows["own"]["verl_ext/time/scorer_weight_sync"] == np.median(later)
-    doc = tmp_path / "benchmarks.md"
-    doc.write_text("# Benchmarks\n\n## Other\n\nkept\n")
-    bench.write_section(doc, bench.HEADING, bench.section(results))
-    text = doc.read_text()
-    assert "kept" in text and f"{rows['own']['verl_ext/time/scorer_weight_sync']:.2f} s own" in text
-
-
-def test_toolcua_rft_study_report_is_computed_from_the_run_metrics_and_probes(tmp_path, capsys):
-    """scripts/bench/toolcua_rft_study.py --report-only: greedy held-out decision rates from verl's
-    validation metrics and the decision probe's tool shares, mean ± SE and paired differences by seed."""
-    import json
-
-    study = _script("toolcua_rft_study")
-    val = study.RFT_VAL.format
-
-    def write(arm: str, seed: int, named_tool: dict[int, float]) -> None:
-        out = tmp_path / f"seed{seed}" / study.ARMS[arm]
-        out.mkdir(parents=True)
-        lines = [json.dumps({"step": step, "data": {
-            val("better_tool"): 0.5, val("better_gui"): 0.5, val("named_tool_tool_shorter"): 0.5 * rate,
-            val("named_tool_gui_shorter"): 0.1, val("choice"): 0.5, val("format_ok"): 1.0}})
-            for step, rate in named_tool.items()]
-        (out / "rft_metrics.jsonl").write_text("\n".join(lines) + "\n")
-        (out / "stage_times.txt").write_text("verl-ext toolcua_sft_rl: rft took 500 s (model: m)\n")
-
-    def probe(seed: int, name: str, share_tool: float, share_gui: float) -> None:
-        summary = {"tool_share_tool_shorter": share_tool, "tool_share_gui_shorter": share_gui,
-                   "p_tool_tool_shorter": 0.1, "p_gui_gui_shorter": 0.3}
-        (tmp_path / f"seed{seed}" / f"probe_{name}.json").write_text(json.dumps({"summary": summary}))
-
-    for seed, rate in enumerate((0.7, 0.8, 0.9)):
-        write(study.CHOICE, seed, {0: 0.0, 2: rate})
-        write(study.GATED, seed, {0: 0.0, 2: 0.0})
-        probe(seed, "warm_choice", 0.5 + 0.1 * seed, 0.2)
-        probe(seed, "warm_gated", 0.1, 0.1)
-    doc = tmp_path / "bench.md"
-    assert study.main(["--report-only", "--out", str(tmp_path), "--seeds", "0", "1", "2", "--steps", "2",
-                       "--doc", str(doc)]) == 0
-    text = doc.read_text()
-    assert f"| {study.CHOICE} | 2 | 0.80 ± 0.06 | 0.20 ± 0.00 | 0.50 ± 0.00 | 1.00 ± 0.00 | T 0.00 short of 0.8" in text
-    assert f"| {study.CHOICE}: after - before | +0.80 ± 0.06 (> 2 SE) |" in text
-    assert f"| after: {study.CHOICE} - {study.GATED} | +0.80 ± 0.06 (> 2 SE) |" in text
-    # probe: choice 0.5/0.6/0.7 vs gated 0.1 where tools shorter; separation 0.4 ± 0.058 vs 0
-    assert f"| {study.CHOICE} | 0.600 ± 0.058 | 0.200 ± 0.000 | 0.400 ± 0.058 |" in text
-    assert f"| {study.CHOICE} - {study.GATED} | +0.50 ± 0.06 (> 2 SE) | +0.10 ± 0.00 (> 2 SE) | +0.40 ± 0.06 (> 2 SE) |" in text
-    assert "after warm-up - SFT model" not in text  # no probe of those models here: no row
-    assert "Wall time per RFT stage 500 s" in text
-
-
-def test_warmup_learnability_report_is_computed_from_the_probes(tmp_path):
-    """scripts/bench/warmup_learnability.py --report-only: the tool shares of the probes on the training and
-    held-out decisions, their separation per seed and mean ± SE; a seed without both probes is left out."""
-    import json
-
-    study = _script("warmup_learnability")
-
-    def probe(seed: int, split: str, share_tool: float, share_gui: float) -> None:
-        summary = {"tool_share_tool_shorter": share_tool, "tool_share_gui_shorter": share_gui,
-                   "n_tool_shorter": 93 if split == "train" else 21, "n_gui_shorter": 35 if split == "train" else 11}
-        (tmp_path / f"seed{seed}").mkdir(exist_ok=True)
-        (tmp_path / f"seed{seed}" / f"probe_{split}.json").write_text(json.dumps({"summary": summary}))
-
-    for seed, tool in enumerate((0.5, 0.6, 0.7)):
-        probe(seed, "train", tool, 0.4)
-        probe(seed, "val", 0.5, 0.5)
-    probe(3, "val", 0.9, 0.1)  # no training-split probe: not reported
-    doc = tmp_path / "bench.md"
-    assert study.main(["--report-only", "--out", str(tmp_path), "--seeds", "0", "1", "2", "3", "--doc", str(doc)]) == 0
-    text = doc.read_text()
-    assert "| training (taught) | 93 / 35 | 0.600 ± 0.058 | 0.400 ± 0.000 | 0.200 ± 0.058 | +0.100, +0.200, +0.300 |" in text
-    assert "| held-out | 21 / 11 | 0.500 ± 0.000 | 0.500 ± 0.000 | 0.000 ± 0.000 | +0.000, +0.000, +0.000 |" in text
-    assert "Seeds: 0, 1, 2;" in text and "separates them by +0.200 in tool share" in text
-
-
-def test_decision_legibility_measures_what_the_rows_hold():
-    """scripts/bench/decision_legibility.py: label purity and cross-label sharing from built inputs,
-    and on real decision rows the subgoal word, last page and step counter read back from each prompt."""
-    import json
-
-    legibility = _script("decision_legibility")
-    purity, counts = legibility.label_purity(["a", "a", "a", "b"], ["tool", "tool", "gui", "gui"])
-    assert purity == 3 / 4 and counts["a"]["tool"] == 2
-    shared = legibility.shared_across_labels(["x", "x", "y", "z"], ["tool", "gui", "tool", "gui"])
-    assert shared == {"gui": 0.5, "tool": 0.5}
-
-    from verl_ext.envs.decisions import decision_rows
-
-    rows = decision_rows(6, 0, "train", ["settings_panel"])
-    result = legibility.measure(rows, tokenizer=None)
-    assert sum(result["n"].values()) == len(rows)
-    for row in rows:
-        last = json.loads(row["prompt"])[-1]["content"]
-        assert last.endswith(legibility.last_observation(row)) and legibility.last_observation(row).startswith("Page (")
-        assert f"Step {legibility.shown_step(row)}/" in last
-        assert legibility.decided_subgoal(row).split()[0].isalpha()
-
-
-def test_sft_turn_probe_splits_the_tool_share_by_the_oracles_turn_kind(tiny_model_dir):
-    """scripts/bench/sft_turn_probe.py: one share per assistant turn, keyed by the oracle's call there,
-    each the probability of opening with an app tool's name against computer_use's (the untrained model)."""
-    import json
-
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from verl_ext.envs.demos import text_hybrid_sft_rows
-
-    probe = _script("sft_turn_probe")
-    rows = text_hybrid_sft_rows(1, 0, "val", ["settings_panel"])
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
-    shares = probe.turn_shares(model, tokenizer, rows)
-    calls = [m["tool_calls"][0]["function"]["name"] for m in json.loads(rows[0]["messages"]) if m["role"] == "assistant"]
-    assert len(shares["tool"]) == rows[0]["extra_info"]["num_tool_calls"] == sum(c != "computer_use" for c in calls)
-    assert len(shares["gui"]) == calls.count("computer_use")
-    assert all(0.0 < v < 1.0 for v in shares["tool"] + shares["gui"])
-    summary = probe.summary({"tool": [0.2, 0.7], "gui": [0.1]})
-    assert summary["tool_turns"] == 2 and summary["above_half_at_tool_turns"] == 1 and summary["above_half_at_gui_turns"] == 0
-    assert abs(summary["tool_share_at_tool_turns"] - 0.45) < 1e-12
 
 
 def test_hook_cost_runs_side_by_side_one_per_card_each_run_once(tmp_path, monkeypatch):
@@ -598,75 +454,11 @@ def test_snapshot_pinning_shapes_and_section_are_computed_from_the_rows(tmp_path
     results.write_text(json.dumps(row) + "\n" + json.dumps({**row, "allocation": "per_tensor",
                                                             "resident_bytes_added": 2 * 26117281792}) + "\n")
     doc = tmp_path / "bench.md"
-    bench.main(["--results", str(results), "--doc", str(doc), "--context", "test"])
+    bench.main(["--results", str(results), "--write", "--doc", str(doc), "--context", "test"])
     text = doc.read_text()
     assert "| qwen2.5-7b | one_buffer | 26.12 | 1.000 | 9.50 | 9.00 | 0.0020 | 0.0015 | 0.0100 | 26.2 (1.00x) |" in text
     assert "| qwen2.5-7b | per_tensor | 26.12 |" in text and "| 52.2 (2.00x) |" in text
     assert "qwen2.5-7b: one buffer holds 1.00x the weights' bytes against 2.00x per tensor" in text
-
-
-def test_decision_fit_trains_on_the_choice_token_and_reports_from_its_logs(tmp_path):
-    """scripts/bench/decision_fit.py: a real two-step fit of a tiny model on decision rows (the choice is
-    one token apart between computer_use and the app tools), one JSON line per report; the report's
-    cells are the mean ± SE over seeds of the logged shares at each step all seeds reached."""
-    import json
-    import subprocess
-
-    fit = _script("decision_fit")
-    sft = tmp_path / "sft_root" / "seed0" / "sft" / "global_step_1" / "huggingface"
-    subprocess.run([sys.executable, "-m", "verl_ext.cli", "make-tiny-model", str(sft), "--seed", "0", "--hidden-size", "32"],
-                   check=True, capture_output=True)
-    out = tmp_path / "runs"
-    doc = tmp_path / "bench.md"
-    common = ["--out", str(out), "--doc", str(doc), "--sft-root", str(tmp_path / "sft_root"), "--sft-steps", "1",
-              "--train-rows", "8", "--val-rows", "4", "--batch", "2", "--steps", "2", "--eval-every", "1"]
-    assert fit.main([*common, "--seeds", "0"]) == 0
-    lines = [json.loads(line) for line in (out / "seed0" / "fit.jsonl").read_text().splitlines()]
-    assert [line["step"] for line in lines] == [0, 1, 2] and lines[0]["loss"] is None and lines[1]["loss"] > 0
-    assert all(0 < line[split][k] < 1 for line in lines for split in ("train", "val") for k in ("tool", "gui")
-               if k in line[split])
-
-    # the report reads the logs: a second seed's log, written here, enters the mean at the steps both have
-    (out / "seed1").mkdir()
-    shares = {"train": {"tool": 0.9, "gui": 0.1, "separation": 0.8}, "val": {"tool": 0.7, "gui": 0.3, "separation": 0.4}}
-    (out / "seed1" / "fit.jsonl").write_text("\n".join(json.dumps({"step": s, "loss": 0.1, **shares}) for s in (0, 2)))
-    assert fit.main([*common, "--seeds", "0", "1", "--report-only"]) == 0
-    text = doc.read_text()
-    last = next(line for line in lines if line["step"] == 2)
-    sep = (last["val"]["separation"] + 0.4) / 2
-    row = next(r for r in text.splitlines() if r.startswith("| 2 |"))
-    assert f"{last['val']['separation']:+.3f}, +0.400 |" in row and f"{sep:.3f}" in row
-    assert "| 1 |" not in text  # seed 1 has no step 1
-
-
-def test_logprob_patch_tables_are_computed_from_verls_step_metrics(tmp_path, capsys):
-    """scripts/bench/logprob_patch_gpu.py: per-phase seconds of the first and the later GRPO steps, and the SFT
-    runs' median MFU (steps 2 on) against the first run listed, from verl's file-logger lines; a run that logged
-    no step reads "not reached"."""
-    import json
-
-    bench = _script("logprob_patch_gpu")
-
-    def write(run: str, name: str, rows: list[dict]) -> Path:
-        out = tmp_path / run
-        out.mkdir()
-        (out / name).write_text("".join(json.dumps({"step": i + 1, "data": r}) + "\n" for i, r in enumerate(rows)))
-        return out
-
-    phases = lambda gen, old, upd: {"timing_s/gen": gen, "timing_s/old_log_prob": old,  # noqa: E731
-                                    "timing_s/update_actor": upd, "timing_s/step": gen + old + upd}
-    slow = write("slow", "rft_metrics.jsonl", [phases(10, 60, 180), phases(4, 50, 190), phases(6, 52, 196)])
-    fast = write("fast", "rft_metrics.jsonl", [{"val-core/x": 1.0}, phases(16, 3, 7.5), phases(6, 2.5, 7)])
-    (tmp_path / "none").mkdir()
-    loop = write("loop", "sft_metrics.jsonl", [{"train/mfu": 1e-5}, {"train/mfu": 2e-4}, {"train/mfu": 3e-4}, {}])
-    blocks = write("blocks", "sft_metrics.jsonl", [{"train/mfu": 1e-4}, {"train/mfu": 5e-3}, {"train/mfu": 7e-3}])
-    assert bench.main(["--rft", f"loop={slow}", "--rft", f"blocks={fast}", "--rft", f"none={tmp_path / 'none'}",
-                       "--sft", f"loop={loop}", "--sft", f"blocks={blocks}"]) == 0
-    out = capsys.readouterr().out
-    assert "| loop | 3 | 10.0 / 5.0 | 60.0 / 51.0 | 180.0 / 193.0 | 250.0 / 249.0 |" in out
-    assert "| blocks | 2 | 16.0 / 6.0 | 3.0 / 2.5 | 7.5 / 7.0 | 26.5 / 15.5 |" in out
-    assert "| none | 0 | not reached |" in out
-    assert "| loop | 3 | 2.50e-04 | 1.0 |" in out and "| blocks | 3 | 6.00e-03 | 24.0 |" in out
 
 
 def test_tiny_model_step_times_every_attention_checkpointing_and_padding_case(tmp_path, capsys):

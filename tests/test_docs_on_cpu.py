@@ -132,6 +132,13 @@ def _check_command(words: list[str]) -> list[str]:
         source = "\n".join(sh.read_text() for sh in sorted(script.parent.glob("*.sh")))
         problems += [f"{words[1]} has no knob {knob}" for knob in knobs if f"${{{knob}" not in source]
         problems += [f"{words[1]} has no flag {flag}" for flag in words[2:] if flag.startswith("--") and flag not in source]
+    elif words[:2] in (["python", "-m"], ["python3", "-m"]) and words[2].startswith("scripts."):
+        script = REPO / (words[2].replace(".", "/") + ".py")  # a benchmark: python -m scripts.bench.<name>
+        if not script.is_file():
+            return [f"{words[2]} does not exist"]
+        source = script.read_text()
+        problems += [f"{words[2]} has no flag {flag}" for flag in words[3:]
+                     if flag.startswith("--") and f'"{flag.split("=")[0]}"' not in source]
     elif words[:1] == ["verl-ext"] and words[1] != "--version":
         if words[1] not in cli.COMMANDS:
             return [f"verl-ext has no command {words[1]}"]
@@ -158,6 +165,9 @@ def test_a_missing_script_knob_flag_or_fragment_is_caught():
         "recipes/quickstart/run_cpu.sh has no knob NOPE"]
     assert _check_command(["verl-ext", "doctor", "--nope"]) == ["verl-ext doctor has no flag --nope"]
     assert _check_command(["verl-ext", "nope"]) == ["verl-ext has no command nope"]
+    assert _check_command(["python", "-m", "scripts.bench.nope"]) == ["scripts.bench.nope does not exist"]
+    assert _check_command(["python", "-m", "scripts.bench.bench_envs", "--nope"]) == [
+        "scripts.bench.bench_envs has no flag --nope"]
     assert _check_command(["python", "-m", "verl.trainer.main_ppo", "+plugins/advantage=nope"]) == [
         "no fragment advantage/nope"]
 

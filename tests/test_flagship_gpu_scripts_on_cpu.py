@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,15 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 BENCH = REPO / "scripts" / "bench"
 
 
-def _driver():
-    sys.path.insert(0, str(BENCH))
-    try:
-        return importlib.import_module("flagship_gpu_scripts")
-    finally:
-        sys.path.remove(str(BENCH))
-
-
-driver = _driver()
+driver = importlib.import_module("scripts.bench.flagship_gpu_scripts")
 # the GPU machine (scripts/gpu_machine_freeze.txt): no Chromium, no flash-attn wheel. Megatron's
 # modules are taken as present so that its script is composed too (the driver skips it without them).
 GPU_MACHINE = driver.Machine(chromium=False, flash_attn=False)
@@ -153,7 +144,7 @@ def test_docs_section_is_computed_from_the_runs(tmp_path):
     doc = tmp_path / "benchmarks.md"
     doc.write_text("# Benchmarks\n\n## Other\n\nkept\n")
     for _ in range(2):  # replaced in place, not appended again
-        driver.write_section(doc, driver.HEADING, text)
+        driver.publish(doc, driver.HEADING, text)
     assert doc.read_text().count(driver.HEADING) == 1 and "kept" in doc.read_text()
 
 

@@ -14,12 +14,12 @@ from types import SimpleNamespace
 import numpy as np
 from omegaconf import OmegaConf
 
-from .test_bench_scripts_on_cpu import BENCH, _script
+from .test_bench_scripts_on_cpu import _script
 from .test_recipe_scripts import REPO, check_config, dry_run  # noqa: F401 - dry_run is a fixture
 
 
 def _dry_run_specs(out: Path, *extra: str) -> list[dict]:
-    proc = subprocess.run([sys.executable, str(BENCH / "old_logits_gpu_study.py"), "--dry-run", "--out", str(out),
+    proc = subprocess.run([sys.executable, "-m", "scripts.bench.old_logits_gpu_study", "--dry-run", "--out", str(out),
                            *extra], cwd=REPO, capture_output=True, text=True, timeout=120, check=True)
     return [json.loads(line) for line in proc.stdout.splitlines()]
 
@@ -108,7 +108,7 @@ def test_pilot_report_is_computed_from_the_stored_runs(tmp_path):
     study = _script("old_logits_gpu_study")
     results = REPO / "docs" / "bench_results" / "old_logits_gpu_study_h200"
     doc = tmp_path / "benchmarks.md"
-    assert study.main(["--report-only", "--out", str(results), "--seeds", "0", "--doc", str(doc)]) == 0
+    assert study.main(["--report-only", "--out", str(results), "--seeds", "0", "--write", "--doc", str(doc)]) == 0
     text = doc.read_text()
     steps = study.load_steps(results / "warmup6" / "current" / "seed0" / "metrics.jsonl")
     key = "old_logits/correction/masked_stale"  # absent on steps without stale tokens

@@ -8,8 +8,10 @@ alternation, so machine load hits both alike; the loop versions are the test ref
 tests/advantages/loop_reference.py. Prints markdown tables and, with --write, replaces the
 ``## Advantage estimators`` section of docs/results.md.
 
-    python scripts/bench/bench_advantages.py                  # 1k, 10k, 100k, 1M rows + glue
-    python scripts/bench/bench_advantages.py --sizes 1000 10000 --write
+    python -m scripts.bench.bench_advantages                  # 1k, 10k, 100k, 1M rows + glue
+    python -m scripts.bench.bench_advantages --sizes 1000 10000 --write
+
+Docs section (``--write``; printed otherwise): docs/results.md, "## Advantage estimators".
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ import math
 import os
 import platform
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -28,12 +29,10 @@ import torch
 from omegaconf import OmegaConf
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests" / "advantages"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from learning_runs import write_section  # noqa: E402
-from loop_reference import LOOPS  # noqa: E402
-from step_data import BASE, random_steps  # noqa: E402
+from scripts.bench.report import add_write_flags, publish, target
+from tests.advantages.loop_reference import LOOPS
+from tests.advantages.step_data import BASE, random_steps
 
 from verl_ext.advantages import compute, compute_with_returns, grouping  # noqa: E402
 from verl_ext.advantages.verl_glue import compute_token_advantages  # noqa: E402
@@ -240,7 +239,7 @@ def table(rows: list[dict], glue_rows: list[dict], entry_rows: list[dict]) -> st
     lines = [
         HEADING,
         "",
-        f"Measured {time.strftime('%Y-%m-%d', time.gmtime())} with `python scripts/bench/bench_advantages.py` "
+        f"Measured {time.strftime('%Y-%m-%d', time.gmtime())} with `python -m scripts.bench.bench_advantages` "
         f"on a {os.cpu_count()}-core CPU ({cpu}) shared with other engineers' jobs (load average "
         f"{load:.1f} at the end of the run); Python {platform.python_version()}, numpy {np.__version__}.",
         "",
@@ -308,12 +307,9 @@ def _ms(seconds: float) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000, 100_000, 1_000_000])
-    parser.add_argument("--write", action="store_true", help="update docs/results.md")
+    add_write_flags(parser)
     args = parser.parse_args()
-    section = table(bench(args.sizes), bench_glue(), bench_entry_point(args.sizes))
-    print("\n" + section)
-    if args.write:
-        write_section(ROOT / "docs" / "results.md", HEADING, section.rstrip("\n") + "\n\n")
+    publish(target(args), HEADING, table(bench(args.sizes), bench_glue(), bench_entry_point(args.sizes)))
 
 
 if __name__ == "__main__":

@@ -3,12 +3,14 @@
 Runs `verl-ext judge-server` in a subprocess (fake answers, and a tiny random Qwen2 through
 transformers) and the `OpenAIJudge` client in this process, so client and server do not share
 a GIL. Every figure is the median of ``--repeats`` runs. Writes the table to the ``## DVReward``
-section of docs/results.md (other sections are left alone) unless ``--no-write``.
+section of docs/results.md (other sections are left alone) with ``--write``.
 
-    python scripts/bench/bench_dvreward.py [--repeats 5] [--model DIR] [--no-write]
+    python -m scripts.bench.bench_dvreward [--repeats 5] [--model DIR] [--write]
 
 The tiny model measures the server's batching on this machine, not a real judge's speed; the
 throughput of a real MLLM judge on a GPU is measured where one is available.
+
+Docs section (``--write``; printed otherwise): docs/results.md, "## DVReward".
 """
 
 from __future__ import annotations
@@ -23,12 +25,10 @@ import statistics
 import sys
 import tempfile
 import time
-from pathlib import Path
 
 import httpx
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from learning_runs import write_section  # noqa: E402
+from scripts.bench.report import add_write_flags, publish, target
 
 from verl_ext.rewards.dvreward.judge import Artifact, JudgeOptions, OpenAIJudge, parse_choice  # noqa: E402
 from verl_ext.rewards.dvreward.judge_server import spawn  # noqa: E402
@@ -172,7 +172,7 @@ def render(results: dict) -> str:
     lines = [
         "## DVReward",
         "",
-        f"Machine: {results['machine']}. `python scripts/bench/bench_dvreward.py --repeats {results['repeats']}`; "
+        f"Machine: {results['machine']}. `python -m scripts.bench.bench_dvreward --repeats {results['repeats']}`; "
         f"medians of {results['repeats']} runs; {N_QUESTIONS} questions per sample, text artifacts. Client and "
         "`verl-ext judge-server` run in separate processes on 127.0.0.1. Load average (1 min) "
         f"{results['load'][0]:.1f} at the start and {results['load'][1]:.1f} at the end: figures are noisy; "
@@ -226,9 +226,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--model", help="a transformers causal LM for the model rows (default: a tiny random Qwen2)")
-    default_output = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "results.md")
-    parser.add_argument("--output", default=default_output)
-    parser.add_argument("--no-write", action="store_true")
+    add_write_flags(parser)
     args = parser.parse_args(argv)
 
     results: dict = {"machine": machine(), "repeats": args.repeats, "throughput": {}, "samples": {}}
@@ -252,10 +250,7 @@ def main(argv: list[str]) -> int:
             results["samples"]["tiny Qwen2 (transformers, CPU)"] = 8
             results["throughput"]["tiny Qwen2 (transformers, CPU)"] = throughput(url, [1, 4, 16, 64], 8, args.repeats)
     results["load"] = (load_start, os.getloadavg()[0])
-    section = render(results)
-    print(section)
-    if not args.no_write:
-        write_section(Path(os.path.normpath(args.output)), "## DVReward\n", section.rstrip("\n") + "\n\n")
+    publish(target(args), "## DVReward", render(results))
     return 0
 
 

@@ -15,14 +15,15 @@ The server runs in a subprocess (`verl-ext judge-server --model DIR --device cud
 * batched: concurrency 8 / 32 / 64 against ``--max-batch 64``.
 
 Every figure is the median of ``--repeats`` rounds (levels interleaved per round). Writes the JSON
-results; ``--render FILE.json`` writes the ``## DVReward judge on GPU`` section of
-docs/results.md from them.
+results; ``--render FILE.json --write`` writes the docs section from them.
 
-    python scripts/bench/bench_dvreward_gpu.py --sizes 1.5b 7b --json results.json
-    python scripts/bench/bench_dvreward_gpu.py --render results.json
+    python -m scripts.bench.bench_dvreward_gpu --sizes 1.5b 7b --json results.json
+    python -m scripts.bench.bench_dvreward_gpu --render results.json --write
 
 Needs a CUDA torch, transformers and verl-ext's ``judge`` extra (fastapi, uvicorn, httpx); verl is
 not imported, so ``PYTHONPATH=<repo>`` is enough on a GPU machine without verl.
+
+Docs section (``--write``; printed otherwise): docs/results.md, "## DVReward judge on GPU".
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ import argparse
 import asyncio
 import json
 import os
-import re
 import statistics
 import sys
 import tempfile
@@ -39,6 +39,7 @@ import time
 
 import httpx
 
+from scripts.bench.report import add_write_flags, publish, target
 from verl_ext.rewards.dvreward.judge import JUDGE_SYSTEM_PROMPT, Artifact, JudgeOptions, OpenAIJudge
 from verl_ext.rewards.dvreward.judge_server import spawn
 from verl_ext.rewards.dvreward.transport import Endpoint
@@ -195,7 +196,7 @@ def render(results: dict) -> str:
         SECTION,
         "",
         f"Card: **{results['card']}** (torch {results['torch']}, transformers {results['transformers']}, bf16). "
-        "`python scripts/bench/bench_dvreward_gpu.py` on the GPU machine: `verl-ext judge-server --model DIR "
+        "`python -m scripts.bench.bench_dvreward_gpu` on the GPU machine: `verl-ext judge-server --model DIR "
         "--device cuda` (transformers `generate`, greedy) in a subprocess, the `OpenAIJudge` client in the "
         f"benchmark process; random-weight Qwen2.5-architecture models; every prompt ~{results['prompt_tokens']} "
         f"tokens, 4 answer tokens; medians of {results['repeats']} rounds (single batched rounds varied by up to "
@@ -230,45 +231,25 @@ def render(results: dict) -> str:
     return "\n".join(lines)
 
 
-def write_section(path: str, section: str) -> None:
-    """Replace (or append after ``## DVReward``) this section, leaving every other one as it is."""
-    with open(path) as f:
-        text = f.read()
-    section = section.rstrip("\n") + "\n\n"
-    own = re.search(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", text, flags=re.DOTALL | re.MULTILINE)
-    if own:
-        text = text[: own.start()] + section + text[own.end() :]
-    else:
-        cpu = re.search(r"^## DVReward\n.*?(?=^## |\Z)", text, flags=re.DOTALL | re.MULTILINE)
-        at = cpu.end() if cpu else len(text)
-        text = text[:at].rstrip("\n") + "\n\n" + section + text[at:]
-    with open(path, "w") as f:
-        f.write(text.rstrip("\n") + "\n")
-
-
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", nargs="+", choices=sorted(QWEN25), default=["1.5b", "7b"])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--prompt-tokens", type=int, default=400)
     parser.add_argument("--json", help="write the results here")
-    parser.add_argument("--render", metavar="JSON", help="render saved results into docs/results.md and exit")
-    default_output = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "results.md")
-    parser.add_argument("--output", default=default_output)
+    parser.add_argument("--render", metavar="JSON", help="report saved results (no run)")
+    add_write_flags(parser)
     args = parser.parse_args(argv)
     if args.render:
         with open(args.render) as f:
-            section = render(json.load(f))
-        write_section(os.path.normpath(args.output), section)
-        print(section)
-        return 0
-    results = run(args.sizes, args.repeats, args.prompt_tokens)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
-    print(render(results))
+            results = json.load(f)
+    else:
+        results = run(args.sizes, args.repeats, args.prompt_tokens)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(results, f, indent=1)
+    publish(target(args), SECTION, render(results))
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

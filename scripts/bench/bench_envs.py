@@ -4,8 +4,10 @@ Measures reset and step latency (p50/p95), steps/s with 1, 2, 4, 8 parallel envs
 env (RSS and PSS of each env's chromedriver + Chromium processes), and compares them with
 BrowserGym's figures (browsergym-core 0.14.3, measured once on a 2-core machine of the same kind; ≈1.7 s per step including a 0.5 s sleep, ≈1.5 GB RSS per env).
 
-    python scripts/bench/bench_envs.py                      # print the table
-    python scripts/bench/bench_envs.py --write-docs docs/results.md
+    python -m scripts.bench.bench_envs                      # print the table
+    python -m scripts.bench.bench_envs --write
+
+Docs section (``--write``; printed otherwise): docs/results.md, "## Hybrid GUI + tool environments".
 """
 
 from __future__ import annotations
@@ -15,13 +17,11 @@ import os
 import platform
 import re
 import statistics
-import sys
 import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from learning_runs import write_section  # noqa: E402
+from scripts.bench.report import add_write_flags, publish, target
 
 from verl_ext.envs.core import GuiAction, ToolCall  # noqa: E402
 from verl_ext.envs.minidesk.env import list_templates  # noqa: E402
@@ -155,7 +155,7 @@ def report(n_latency: int, episodes: int, parallel: list[int], mem_envs: int) ->
 
 
 def _tables(n_latency: int, episodes: int, parallel: list[int], mem_envs: int) -> list[str]:
-    lines = ["`python scripts/bench/bench_envs.py` (BrowserGym figures: browsergym-core 0.14.3, measured once on the "
+    lines = ["`python -m scripts.bench.bench_envs` (BrowserGym figures: browsergym-core 0.14.3, measured once on the "
              "same kind of machine: reset 0.95-1.36 s, ≈1.7 s per `noop()` step of which "
              f"{BROWSERGYM_PRE_OBSERVATION_DELAY_S} s is its `pre_observation_delay` sleep, left out below (its other "
              "waits were not measured apart, so the step ratio is an upper bound), ≈1.5 GB RSS per env).", "",
@@ -192,12 +192,10 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=6, help="episodes per env in the throughput runs")
     parser.add_argument("--parallel", default="1,2,4,8")
     parser.add_argument("--memory-envs", type=int, default=8)
-    parser.add_argument("--write-docs", type=Path, help="update the section in this markdown file")
+    add_write_flags(parser)
     args = parser.parse_args()
-    section = report(args.latency_runs, args.episodes, [int(x) for x in args.parallel.split(",")], args.memory_envs)
-    print(section)
-    if args.write_docs:
-        write_section(args.write_docs, SECTION, section.rstrip("\n") + "\n\n")
+    publish(target(args), SECTION,
+            report(args.latency_runs, args.episodes, [int(x) for x in args.parallel.split(",")], args.memory_envs))
 
 
 if __name__ == "__main__":

@@ -10,8 +10,10 @@ Times, per model:
   * EWMA swap_in + swap_out (device backup);
   * snapshot save (D2H to pinned host) and load (H2D) through ``SnapshotStore``.
 
-Usage: ``PYTHONPATH=. python scripts/bench/bench_ewma_gpu.py [--out results.json] [--doc docs/results.md]``.
+Usage: ``python -m scripts.bench.bench_ewma_gpu [--out results.json] [--write]``.
 Prints the markdown section (and writes it with ``--doc``); medians of CUDA-event timings after warm-up.
+
+Docs section (``--write``; printed otherwise): docs/results.md, "### GPU: EWMA update and snapshots".
 """
 
 from __future__ import annotations
@@ -19,17 +21,14 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 from collections.abc import Callable
-from pathlib import Path
 
 import torch
 
 from verl_ext.old_logits.ewma import EWMAShadow
 from verl_ext.old_logits.snapshot import SnapshotStore
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from learning_runs import write_section  # noqa: E402
+from scripts.bench.report import add_write_flags, publish, target
 
 # Qwen2 configs (config.json of Qwen/Qwen2-1.5B and Qwen/Qwen2-7B).
 QWEN2 = {
@@ -181,7 +180,7 @@ def render(results: dict) -> str:
     """The docs section: the run's card and bandwidth, one row per model, the fused-path check."""
     lines = [
         HEADING, "",
-        f"`PYTHONPATH=. python scripts/bench/bench_ewma_gpu.py` on **{results['card']}** (torch {results['torch']}); "
+        f"`python -m scripts.bench.bench_ewma_gpu` on **{results['card']}** (torch {results['torch']}); "
         "random bf16 weights with the shapes of " + " / ".join(f"Qwen2-{m}" for m in results["models"]) + ", fp32 "
         f"shadow, medians of CUDA-event timings. Device copy in the same run: **{results['copy_TBps']:.2f} TB/s** "
         "(bytes read + written). Floor = 10 bytes per parameter (read bf16 θ, read and write fp32 shadow) / copy "
@@ -206,7 +205,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default=None)
     parser.add_argument("--models", nargs="+", default=list(QWEN2))
-    parser.add_argument("--doc", default=None, help="write the section into this markdown file (docs/results.md)")
+    add_write_flags(parser)
     args = parser.parse_args()
     bw = copy_bandwidth()
     torch.cuda.empty_cache()
@@ -215,10 +214,7 @@ def main() -> None:
     for m in args.models:
         results["models"][m] = bench_model(m, bw)
         torch.cuda.empty_cache()
-    section = render(results)
-    print(section)
-    if args.doc:
-        write_section(Path(args.doc), HEADING, section)
+    publish(target(args), HEADING, render(results))
     if args.out:
         with open(args.out, "w") as f:
             json.dump(results, f, indent=2)

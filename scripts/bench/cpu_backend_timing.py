@@ -3,8 +3,10 @@ metrics of a quickstart run (``recipes/quickstart/run_cpu.sh``: GRPO, tiny Qwen2
 samples, 16 response tokens). Prints the ``## cpu backend: verl's trainer on 2 CPU cores`` section
 of docs/results.md and, with --write, replaces it there.
 
-    python scripts/bench/cpu_backend_timing.py --write                 # runs the quickstart (about 3 min)
-    python scripts/bench/cpu_backend_timing.py --metrics runs/quickstart/metrics.jsonl   # an earlier run
+    python -m scripts.bench.cpu_backend_timing --write                 # runs the quickstart (about 3 min)
+    python -m scripts.bench.cpu_backend_timing --metrics runs/quickstart/metrics.jsonl   # an earlier run
+
+Docs section (``--write``; printed otherwise): docs/results.md, "## cpu backend: verl's trainer on 2 CPU cores".
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from learning_runs import load_steps, write_section  # noqa: E402
+from scripts.bench.launch import load_steps
+from scripts.bench.report import add_write_flags, publish, target
 
 ROOT = Path(__file__).resolve().parents[2]
 HEADING = "## cpu backend: verl's trainer on 2 CPU cores"
@@ -51,7 +53,7 @@ def section(steps: dict[int, dict], wall_s: float | None, load: float) -> str:
     diffs = [steps[s]["training/rollout_probs_diff_max"] for s in trained if "training/rollout_probs_diff_max" in steps[s]]
     lines = [
         HEADING, "",
-        f"Measured {time.strftime('%Y-%m-%d', time.gmtime())} with `python scripts/bench/cpu_backend_timing.py` on a "
+        f"Measured {time.strftime('%Y-%m-%d', time.gmtime())} with `python -m scripts.bench.cpu_backend_timing` on a "
         f"{os.cpu_count()}-core CPU ({platform.processor() or platform.machine()}, no GPU) shared with other jobs (load "
         f"average {load:.1f} at the end): the quickstart recipe (GRPO, tiny Qwen2, 8 prompts x 4 samples, 16 response "
         f"tokens), verl's own per-step `timing_s/*` metrics, median over steps {steady[0]}-{steady[-1]} (step 1 is "
@@ -75,17 +77,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--metrics", type=Path, help="metrics.jsonl of an earlier quickstart run (no new run)")
     parser.add_argument("--steps", type=int, default=12)
-    parser.add_argument("--write", action="store_true", help="update docs/results.md")
+    add_write_flags(parser)
     args = parser.parse_args()
     wall_s = None
     if args.metrics is None:
         out = Path(tempfile.mkdtemp(prefix="cpu_backend_timing_"))
         wall_s = run_quickstart(out, args.steps)
         args.metrics = out / "metrics.jsonl"
-    text = section(load_steps(args.metrics), wall_s, os.getloadavg()[0])
-    print(text)
-    if args.write:
-        write_section(ROOT / "docs" / "results.md", HEADING, text)
+    publish(target(args), HEADING, section(load_steps(args.metrics), wall_s, os.getloadavg()[0]))
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 """The flagship GPU recipe scripts as written, one after another on one node, with random weights of
 their models' architectures, and their per-step time breakdown for ``docs/results.md``.
 
-    python scripts/bench/flagship_gpu_scripts.py --out runs/flagship --steps 5 --n-gpus 8   # on the GPU machine
-    python scripts/bench/flagship_gpu_scripts.py --results runs/flagship                   # rewrite the docs section
+    python -m scripts.bench.flagship_gpu_scripts --out runs/flagship --steps 5 --n-gpus 8   # on the GPU machine
+    python -m scripts.bench.flagship_gpu_scripts --results runs/flagship                   # rewrite the docs section
 
 Each script in :data:`SCRIPTS` runs as a user runs it, ``bash recipes/<script> <overrides>``; the driver
 sets only what the scripts read from their environment and Hydra overrides they pass on (``"$@"``):
@@ -26,6 +26,8 @@ A finished run is reused when the driver is started again on the same ``--out``,
 run the scripts in several goes (each takes minutes, most of it start-up).
 ``--results`` writes the ``## GPU: flagship scripts`` section from ``machine.json`` and each
 script's ``run.json`` and ``metrics.jsonl``; nothing in it is typed by hand.
+
+Docs section (``--write``; printed otherwise): docs/results.md, "## GPU: flagship scripts".
 """
 
 from __future__ import annotations
@@ -45,9 +47,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPES = REPO / "recipes"
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_step_breakdown import machine_info, median_after_first  # noqa: E402
-from learning_runs import load_steps, write_section  # noqa: E402
+from scripts.bench.gpu_step_breakdown import machine_info, median_after_first
+from scripts.bench.launch import load_steps
+from scripts.bench.report import add_write_flags, publish, target
 
 HEADING = "## GPU: flagship scripts"
 JUDGE_SHARE = 4  # the DVReward script's judge gets 1 GPU in 4 (its default: 6 training + 2 judge)
@@ -295,7 +297,7 @@ def section(results: Path) -> str:
     ran = [s for s in records if metrics[s]]
     lines = [
         HEADING, "",
-        f"`python scripts/bench/flagship_gpu_scripts.py --steps {steps} --n-gpus {info['n_gpus']}` on "
+        f"`python -m scripts.bench.flagship_gpu_scripts --steps {steps} --n-gpus {info['n_gpus']}` on "
         f"**{info['n_gpus']} x {info['card']}** (torch {info['torch']}, vLLM {info['vllm']}, verl {info['verl']}, "
         f"transformers {info['transformers']}): each script run as written, one after another, with random weights "
         "of its models' architectures (`verl_ext.tiny_model`, bf16, the local tokenizer's vocabulary) and the "
@@ -341,7 +343,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                         help="a Hydra override for every script (repeatable), recorded in the table")
     parser.add_argument("--timeout-min", type=float, default=40.0, help="per script, start-up included")
-    parser.add_argument("--doc", type=Path, default=REPO / "docs" / "results.md")
+    add_write_flags(parser)
     parser.add_argument("--context", default="", help="how the run was made, printed under the table")
     args = parser.parse_args(argv)
     if args.out is None and args.results is None:
@@ -368,7 +370,7 @@ def main(argv: list[str]) -> int:
             print(f"[flagship] {s.path}: {record.get('skip') or record.get('exit_code')}", flush=True)
     text = section(args.results or args.out)
     print(text)
-    write_section(args.doc, HEADING, text)
+    publish(target(args), HEADING, text)
     return 0
 
 

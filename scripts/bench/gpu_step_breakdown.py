@@ -1,8 +1,8 @@
 """Per-step time and memory on one GPU: plain verl GRPO vs verl-ext (hgpo + ppo_ewma + ewma) vs
 the same with ``snapshot``, same model, batch and steps, through ``recipes/text_corridor/run_gpu.sh``.
 
-    python scripts/bench/gpu_step_breakdown.py --steps 8 --out /tmp/bench     # on the GPU machine
-    python scripts/bench/gpu_step_breakdown.py --results /tmp/bench            # rewrite the docs table
+    python -m scripts.bench.gpu_step_breakdown --steps 8 --out /tmp/bench     # on the GPU machine
+    python -m scripts.bench.gpu_step_breakdown --results /tmp/bench            # rewrite the docs table
 
 The arms run one after another on the same GPU in one call. Each phase is verl's own
 ``timing_s/*`` (median over the steps after the first); verl-ext's overhead is what its hooks add
@@ -11,6 +11,8 @@ the old-log-prob phase (provider forwards and swaps), the actor update (EWMA upd
 optimizer step) and the weight sync (snapshot save). Memory comes from verl's ``perf/*`` metrics.
 The table goes into ``docs/results.md`` ("GPU: per-step breakdown"); nothing in it is typed by
 hand.
+
+Docs section (``--write``; printed otherwise): docs/results.md, "## GPU: per-step breakdown".
 """
 
 from __future__ import annotations
@@ -24,8 +26,8 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from learning_runs import load_steps, write_section  # noqa: E402
+from scripts.bench.launch import load_steps
+from scripts.bench.report import add_write_flags, publish, target
 
 HEADING = "## GPU: per-step breakdown"
 ARMS = {  # name -> run_gpu.sh environment
@@ -82,7 +84,7 @@ def table(results: Path) -> str:
     steps = sorted(next(iter(runs.values())))
     lines = [
         HEADING, "",
-        f"`python scripts/bench/gpu_step_breakdown.py --steps {len(steps)}` on **{info['card']}** (torch "
+        f"`python -m scripts.bench.gpu_step_breakdown --steps {len(steps)}` on **{info['card']}** (torch "
         f"{info['torch']}, vLLM {info['vllm']}, verl {info['verl']}, transformers {info['transformers']}): "
         f"`recipes/text_corridor/run_gpu.sh`, random weights of Qwen2.5-0.5B's shapes "
         f"({info['parameters'] / 1e6:.0f} M parameters with the local tokenizer's vocabulary), bf16, FSDP2 + vLLM "
@@ -134,7 +136,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--out", type=Path, help="run the arms, writing each run under this folder")
     parser.add_argument("--results", type=Path, help="a folder written by --out: (re)write the docs table")
-    parser.add_argument("--doc", type=Path, default=REPO / "docs" / "results.md")
+    add_write_flags(parser)
     parser.add_argument("--context", default="", help="how the run was made (other load on the host, ...), "
                         "kept with the results and printed under the table")
     args = parser.parse_args(argv)
@@ -143,9 +145,7 @@ def main(argv: list[str]) -> int:
     results = args.results or args.out
     if results is None:
         parser.error("give --out (run) or --results (tabulate)")
-    section = table(results)
-    print(section)
-    write_section(args.doc, HEADING, section)
+    publish(target(args), HEADING, table(results))
     return 0
 
 

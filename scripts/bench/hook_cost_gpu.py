@@ -1,9 +1,9 @@
 """verl-ext's own cost per training step on one H200: every hook's time as a share of
 verl's step, per old-logit provider, at three model sizes, against plain verl with the same estimator.
 
-    python scripts/bench/hook_cost_gpu.py --dry-run                      # print every run's command
-    python scripts/bench/hook_cost_gpu.py --out runs/hook_cost           # run what is not done yet
-    python scripts/bench/hook_cost_gpu.py --results runs/hook_cost       # (re)write the docs table
+    python -m scripts.bench.hook_cost_gpu --dry-run                      # print every run's command
+    python -m scripts.bench.hook_cost_gpu --out runs/hook_cost           # run what is not done yet
+    python -m scripts.bench.hook_cost_gpu --results runs/hook_cost       # (re)write the docs table
 
 What runs. ``recipes/text_corridor/run_gpu.sh`` (FSDP2 training + vLLM rollout on one GPU,
 ``colocate_async`` with batches queued ahead of the trainer, so stale tokens reach every provider),
@@ -65,9 +65,9 @@ On the lent GPU machine (after installing the bundle as the README's "Run on GPU
 command per call, the same each time, with ``runs/hook_cost`` carried in from the last call's
 returned files::
 
-    python scripts/bench/hook_cost_gpu.py --out runs/hook_cost --budget-s 540; cp -r runs/hook_cost "$OUT"/
+    python -m scripts.bench.hook_cost_gpu --out runs/hook_cost --budget-s 540; cp -r runs/hook_cost "$OUT"/
 
-then, here, ``python scripts/bench/hook_cost_gpu.py --results runs/hook_cost --context "..."``.
+then, here, ``python -m scripts.bench.hook_cost_gpu --results runs/hook_cost --context "..."``.
 
 The table. Per model size and arm, from verl's file logger: the hooks' total share of the step
 (``verl_ext/time/share_of_step``, median over the steps after ``--warmup`` of every repeat),
@@ -80,6 +80,8 @@ critical path at most 1% (``snapshot_save``, the worker's compute stream while t
 queued, plus ``snapshot_save_wait``, the optimizer step's wait for them).
 It replaces the section "GPU: per-step breakdown" of ``docs/results.md``; nothing in it is
 typed by hand.
+
+Docs section (``--write``; printed otherwise): docs/results.md, "## GPU: per-step breakdown" (the hook-cost tables).
 """
 
 from __future__ import annotations
@@ -99,9 +101,9 @@ from collections import deque
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_step_breakdown import HEADING  # noqa: E402
-from learning_runs import REPO, load_steps, thread_caps, write_section  # noqa: E402
+from scripts.bench.gpu_step_breakdown import HEADING
+from scripts.bench.launch import REPO, kill_leftovers, load_steps, thread_caps
+from scripts.bench.report import add_write_flags, publish, target
 
 TIME = "verl_ext/time/"
 MEM = "verl_ext/mem/"
@@ -246,24 +248,6 @@ def execute(run: Run, out: Path, models: Path, steps: int, timeout_s: float, kv_
     return ok
 
 
-def kill_leftovers(folder: Path) -> int:
-    """Kills what a killed run left behind: Ray's daemons and workers leave the run's process group,
-    and an orphaned vLLM worker would hold the GPU memory the next run needs. They inherit the run's
-    environment, so its ``OUT`` (``folder``) names them; other runs on the machine (other Ray
-    clusters included) are left alone. Returns how many processes were killed."""
-    import psutil
-
-    killed = 0
-    for proc in psutil.process_iter():
-        try:
-            if proc.environ().get("OUT") == str(folder):
-                proc.kill()
-                killed += 1
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-    return killed
-
-
 def run_all(args: argparse.Namespace) -> int:
     runs = plan(args.points, args.arms, args.repeats)
     if args.dry_run:
@@ -322,17 +306,12 @@ def expected_wall(out: Path, point: str) -> float:
 def describe_machine(context: str) -> dict:
     """The card, the versions and the timer's own cost on this machine, each measured in a child
     process: CUDA initialised here would hold GPU memory through every run."""
-    bench = Path(__file__).resolve().parent
+    def child(*args: str) -> str:  # run from the repository root: scripts.bench is importable there
+        return subprocess.run([sys.executable, *args], check=True, capture_output=True, text=True, cwd=REPO).stdout
 
-    def child(code: str) -> str:
-        return subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(bench)!r}); {code}"],
-                              check=True, capture_output=True, text=True).stdout
-
-    info = json.loads(child(f"import json; from gpu_step_breakdown import machine_info; "
-                            f"print(json.dumps(machine_info({context!r})))"))
-    overhead = subprocess.run([sys.executable, str(bench / "hook_timer_overhead.py"), "--json"], check=True,
-                              capture_output=True, text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
-    info["timer_overhead_us"] = json.loads(overhead.stdout)
+    info = json.loads(child("-c", f"import json; from scripts.bench.gpu_step_breakdown import machine_info; "
+                                  f"print(json.dumps(machine_info({context!r})))"))
+    info["timer_overhead_us"] = json.loads(child("-m", "scripts.bench.hook_timer_overhead", "--json"))
     return info
 
 
@@ -417,7 +396,7 @@ def table(folders: list[Path], warmup: int) -> str:
     """The docs section: what every run is, then each results folder (one machine and code version) in turn."""
     lines = [
         HEADING, "",
-        "`python scripts/bench/hook_cost_gpu.py`: `recipes/text_corridor/run_gpu.sh`, FSDP2 + vLLM "
+        "`python -m scripts.bench.hook_cost_gpu`: `recipes/text_corridor/run_gpu.sh`, FSDP2 + vLLM "
         "on one GPU, `colocate_async` with stale tokens, GRPO and verl's PPO loss in every arm; random weights of "
         "Qwen2.5 shapes. `verl` is verl's own trainer (no verl-ext hook). Shares are medians over the steps after "
         f"step {warmup} of every repeat (repeats interleaved); a hook's share is its `verl_ext/time/<hook>` over "
@@ -554,7 +533,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--dry-run", action="store_true", help="print every run's command and exit")
     parser.add_argument("--results", type=Path, nargs="+",
                         help="folders written by --out (one machine and code version each): (re)write the docs section")
-    parser.add_argument("--doc", type=Path, default=REPO / "docs" / "results.md")
+    add_write_flags(parser)
     parser.add_argument("--context", default="", help="how the runs were made (machine kind, other load), printed "
                         "under the table")
     args = parser.parse_args(argv)
@@ -564,7 +543,7 @@ def main(argv: list[str]) -> int:
         return run_all(args)
     section = table(args.results, args.warmup)
     print(section)
-    write_section(args.doc, HEADING, section)
+    publish(target(args), HEADING, section)
     return 0
 
 

@@ -2,7 +2,9 @@
 of rows at a time, same per-row math), on the packed ``(tokens, vocab)`` logits that verl's FSDP
 engine passes it: forward + backward time and whether outputs and gradients are bitwise equal.
 
-    python scripts/bench/logprob_row_blocks.py --device cuda --tokens 20000 --vocab 512 151936
+    python -m scripts.bench.logprob_row_blocks --device cuda --tokens 20000 --vocab 512 151936
+
+Docs section: none of its own (prints a table the docs quote).
 """
 
 from __future__ import annotations

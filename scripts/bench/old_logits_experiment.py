@@ -22,14 +22,17 @@ PPO clip fraction, |old - exact| errors, the reward of the current policy per st
 (forward rows, extra bytes, time). Medians over seeds are written to docs/results.md
 (section "## Old-logit providers") and docs/img/old_logits_providers.png.
 
-Usage: ``python scripts/bench/old_logits_experiment.py [--seeds 5] [--steps 150] [--regimes 0.1:0.5:2.0 ...]
-[--write-docs]``.
+Usage: ``python -m scripts.bench.old_logits_experiment [--seeds 5] [--steps 150] [--regimes 0.1:0.5:2.0 ...]
+[--write]``.
 
 ``--study`` runs the mechanism study instead (``study`` below): the same task with
 every seed of a cell trained at once (parameters stacked along a leading seed dimension), fair
 arms (same loss and rollout correction, only the old-logit source differs), staleness drawn per
 sequence, heavy-tailed train/inference mismatch, learning rate and epochs as knobs; it writes the
 section ``## Old-logit mechanism study`` of docs/results.md.
+
+Docs section (``--write``; printed otherwise): docs/results.md, "## Old-logit providers"; with ``--study``
+docs/experiments/old_logit_mechanism_study.md, "## Old-logit mechanism study".
 """
 
 from __future__ import annotations
@@ -326,7 +329,7 @@ def markdown(tables: dict[str, dict], stalenesses: list[int], args: argparse.Nam
         "## Old-logit providers",
         "",
         (
-            f"`python scripts/bench/old_logits_experiment.py --seeds {args.seeds} --steps {args.steps} --write-docs` "
+            f"`python -m scripts.bench.old_logits_experiment --seeds {args.seeds} --steps {args.steps} --write` "
             f"(CPU, one thread, {seconds / 60:.0f} min). Tiny MLP policy on a {CONTEXTS}-context, {LENGTH}-token "
             f"task; staleness d versions, {int(args.partial * 100)}% partial rollouts (switch to version n-d+1 "
             f"mid-sequence), inference logit noise σ, {args.minibatches} Adam steps (lr {args.lr}) per version, "
@@ -389,7 +392,7 @@ def main() -> None:
     parser.add_argument("--minibatches", type=int, default=4)
     parser.add_argument("--partial", type=float, default=0.5)
     parser.add_argument("--json", type=Path, default=None)
-    parser.add_argument("--write-docs", action="store_true")
+    parser.add_argument("--write", action="store_true")
     parser.add_argument("--study", action="store_true", help="the mechanism study instead")
     parser.add_argument("--arms", nargs="+", default=list(STUDY_ARMS), help="--study: arms to run")
     parser.add_argument("--contexts", type=int, default=8, help="--study: contexts of the task used")
@@ -416,7 +419,7 @@ def main() -> None:
     print(section)
     if args.json:
         args.json.write_text(json.dumps(tables, indent=1))
-    if args.write_docs:
+    if args.write:
         plot(
             tables,
             args.providers,
@@ -681,7 +684,7 @@ def study_main(args: argparse.Namespace) -> None:
         meta = {"seconds": time.time() - t0, "seeds": args.seeds, "steps": args.steps, "lr": args.lr,
                 "contexts": args.contexts}
         args.json.with_suffix(".meta.json").write_text(json.dumps(meta))
-    if args.write_docs:
+    if args.write:
         study_report(results, json.loads(args.json.with_suffix(".meta.json").read_text()))
 
 
@@ -732,7 +735,7 @@ STUDY_PAIRS = [  # (a, b): paired differences reported in every cell
 
 def _fmt(values, digits: int) -> str:
     """mean ± SE; with ``digits=0`` a count of the per-seed flags (``k/n``)."""
-    from learning_runs import mean_and_se
+    from scripts.bench.stats import mean_and_se
 
     if digits == 0:
         return f"{int(np.nansum(values))}/{len(values)}"
@@ -743,7 +746,7 @@ def _fmt(values, digits: int) -> str:
 def study_checks(results: dict, meta: dict) -> list[str]:
     """The two sanity checks the section states: the baseline shows the failure, the knobs are
     what they claim to be (measured, not assumed)."""
-    from learning_runs import paired_verdict
+    from scripts.bench.stats import paired_verdict
 
     lines = ["**Checks** (computed from the runs below): does the baseline show the failure (the band on "
              "ρ̂ = π_old/μ firing on staleness because `current` recomputes old logits with the current weights, "
@@ -771,11 +774,12 @@ def study_report(results: dict, meta: dict) -> None:
     """Writes ``## Old-logit mechanism study`` of docs/results.md and its learning-curve plot."""
     import platform
 
-    from learning_runs import paired_verdict, write_section
+    from scripts.bench.report import write_section
+    from scripts.bench.stats import paired_verdict
 
     steps = meta["steps"]
-    command = (f"python scripts/bench/old_logits_experiment.py --study --seeds {meta['seeds']} --steps {steps} "
-               f"--lr {meta['lr']:g} --contexts {meta['contexts']} --json runs/old_logits_study.json --write-docs")
+    command = (f"python -m scripts.bench.old_logits_experiment --study --seeds {meta['seeds']} --steps {steps} "
+               f"--lr {meta['lr']:g} --contexts {meta['contexts']} --json runs/old_logits_study.json --write")
     lines = [
         STUDY_HEADING, "",
         f"`{command}`: {meta['seconds'] / 60:.0f} min niced on the shared 2-core machine ({platform.machine()}, "

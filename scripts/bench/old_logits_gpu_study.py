@@ -28,8 +28,10 @@ ratio, collapses, time per step; mean ± SE, differences paired by seed with 2-S
 seeds an arm shares with ``current``). ``--keep-runs SOURCE`` copies the finished runs of a machine's
 ``--out`` into the repository's results folder, cut to the metrics the report reads.
 
-    python scripts/bench/old_logits_gpu_study.py --dry-run        # every unfinished run's command, runs nothing
-    python scripts/bench/old_logits_gpu_study.py --steps 60 --seeds 0 1 2
+    python -m scripts.bench.old_logits_gpu_study --dry-run        # every unfinished run's command, runs nothing
+    python -m scripts.bench.old_logits_gpu_study --steps 60 --seeds 0 1 2
+
+Docs section (``--write``; printed otherwise): docs/results.md, "## GPU: old-logit study".
 """
 
 from __future__ import annotations
@@ -43,7 +45,9 @@ import time
 from pathlib import Path
 
 import numpy as np
-from learning_runs import REPO, gpu_environment, load_steps, mean_and_se, paired_verdict, thread_caps, write_section
+from scripts.bench.launch import REPO, gpu_environment, load_steps, thread_caps
+from scripts.bench.report import add_write_flags, publish, target
+from scripts.bench.stats import mean_and_se, paired_verdict
 
 HEADING = "## GPU: old-logit study"
 SCRIPT = REPO / "recipes/text_corridor/run_gpu.sh"
@@ -310,7 +314,7 @@ def report(args: argparse.Namespace) -> str:
     setting_env, setting_extra = SETTINGS[args.setting]
     lr = setting_env.get("LR", SHARED_ENV["LR"])
     lines = [heading(args.setting), "",
-             f"`python scripts/bench/old_logits_gpu_study.py --steps {args.steps} --seeds "
+             f"`python -m scripts.bench.old_logits_gpu_study --steps {args.steps} --seeds "
              f"{' '.join(map(str, args.seeds))}"
              + ("" if args.setting == "base" else f" --setting {args.setting}")
              + f"`: {card.get('card', 'card not recorded')}; torch {card.get('torch')}, "
@@ -386,7 +390,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--budget-s", type=float, default=float("inf"), help="start no run that would end after this")
     parser.add_argument("--run-s", type=float, default=600.0, help="a run's expected wall time until one has finished")
     parser.add_argument("--out", type=Path, default=REPO / "runs/old_logits_gpu_study")
-    parser.add_argument("--doc", type=Path, default=REPO / "docs/results.md")
+    add_write_flags(parser)
     parser.add_argument("--dry-run", action="store_true", help="print every run's environment and command; run nothing")
     parser.add_argument("--report-only", action="store_true", help="run nothing; report the runs under --out")
     parser.add_argument("--keep-runs", type=Path, metavar="SOURCE",
@@ -407,8 +411,7 @@ def main(argv: list[str]) -> int:
         print(f"kept {len(copied)} runs: {'; '.join(copied) or 'none new'}")
     elif not args.report_only:
         run_all(args)
-    write_section(args.doc, heading(args.setting), report(args))
-    print(f"wrote {args.doc} ({heading(args.setting)!r})")
+    publish(target(args), heading(args.setting), report(args))
     return 0
 
 

@@ -3,9 +3,9 @@ rollout correction removes from fresh and from stale tokens, and what verl-ext's
 verl's own ``separate_async`` step. Writes the section "separate_async: old-logit providers
 (<backend>)" of ``docs/results.md``.
 
-    python scripts/bench/separate_async_providers.py --backend cpu --out runs/separate_async_cpu
-    python scripts/bench/separate_async_providers.py --backend gpu --out runs/separate_async_gpu --parallel 4
-    python scripts/bench/separate_async_providers.py --backend cpu --results runs/separate_async_cpu   # table only
+    python -m scripts.bench.separate_async_providers --backend cpu --out runs/separate_async_cpu
+    python -m scripts.bench.separate_async_providers --backend gpu --out runs/separate_async_gpu --parallel 4
+    python -m scripts.bench.separate_async_providers --backend cpu --results runs/separate_async_cpu   # table only
 
 Arms: ``verl`` (verl's own ``separate_async`` trainer, no verl-ext hook) and every provider under
 ``verl_ext_separate_async`` (``current`` is verl's own anchor, the weights its sync window started
@@ -26,6 +26,8 @@ The table: per arm, over the steps after the first (whose batch holds no stale t
 exact-token share (``old_logits/exact_token_share``), the band's masked fraction of fresh and of stale
 tokens and the truncated fraction of stale tokens (``old_logits/correction/*``), the hooks' share of
 the step (``verl_ext/time/share_of_step``, median) and the median step time against ``verl``'s.
+
+Docs section (``--write``; printed otherwise): docs/results.md, "## separate_async: old-logit providers (<backend>)".
 """
 
 from __future__ import annotations
@@ -33,12 +35,11 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from learning_runs import REPO, gpu_environment, load_steps, publish, run_once, thread_caps  # noqa: E402
+from scripts.bench.launch import gpu_environment, load_steps, run_once, thread_caps
+from scripts.bench.report import add_write_flags, publish, target
 
 PLAIN = "verl"
 ARMS = (PLAIN, "current", "snapshot", "ewma", "loglinear", "rollout", "dedicated", "interrupt")
@@ -113,7 +114,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS))
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--parallel", type=int, default=1, help="arms run side by side (gpu: on one card)")
-    parser.add_argument("--doc", type=Path, default=REPO / "docs" / "results.md")
+    add_write_flags(parser)
     args = parser.parse_args(argv)
     out = args.results or args.out
     if out is None:
@@ -130,7 +131,7 @@ def main(argv: list[str] | None = None) -> None:
 
         with ThreadPoolExecutor(args.parallel) as pool:
             list(pool.map(run, arms))
-    command = (f"python scripts/bench/separate_async_providers.py --backend {args.backend} --steps {args.steps} "
+    command = (f"python -m scripts.bench.separate_async_providers --backend {args.backend} --steps {args.steps} "
                f"--parallel {args.parallel} --arms {' '.join(arms)}")
     recorded = [out / arm / "run.json" for arm in arms if (out / arm / "run.json").exists()]
     first = json.loads(recorded[0].read_text()) if recorded else {}  # the card and versions of a gpu run
@@ -145,7 +146,7 @@ def main(argv: list[str] | None = None) -> None:
         "is staleness left in ρ. Hooks' share: `verl_ext/time/share_of_step`, median over the steps after the "
         "first; step time: median `timing_s/step` against verl's own `separate_async` arm, same settings.",
     ])
-    publish(args.doc, HEADING.format(backend=args.backend), section)
+    publish(target(args), HEADING.format(backend=args.backend), section)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,9 @@ A run whose ``metrics.jsonl`` already reaches the last step is reused, so the sc
 re-run to add seeds or to redraw the table (``--report-only`` runs nothing). Shared machinery:
 ``learning_runs.py``.
 
-    python scripts/bench/text_corridor_learning.py --steps 30 --seeds 0 1
+    python -m scripts.bench.text_corridor_learning --steps 30 --seeds 0 1
+
+Docs section (``--write``; printed otherwise): docs/results.md, "## Stepwise advantages: text corridor learning".
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from learning_runs import REPO, Runs, cell, load_steps, logged_steps, machine_line, plot_curves, run_once, series, \
-    wall_times, write_section
+from scripts.bench.launch import REPO, load_steps, run_once, Runs
+from scripts.bench.learning_runs import cell, logged_steps, machine_line, plot_curves, series, wall_times
+from scripts.bench.report import add_write_flags, publish, target
 
 NOTES = "recipes/text_corridor/learning_notes.md"
 HEADING = "## Stepwise advantages: text corridor learning"
@@ -49,7 +52,7 @@ def report(results: dict[str, Runs], steps: int, runs_info: dict[str, list[dict]
     lines = [
         HEADING, "",
         machine_line(runs_info),
-        f"`python scripts/bench/text_corridor_learning.py --steps {steps} --seeds {' '.join(map(str, seeds))}`: "
+        f"`python -m scripts.bench.text_corridor_learning --steps {steps} --seeds {' '.join(map(str, seeds))}`: "
         "`recipes/text_corridor/run_cpu.sh` (verl's `main_ppo`, v1 `verl_ext_sync` trainer, cpu backend) "
         "with the 107k-parameter random tiny Qwen2, for each estimator with the same seeds (model init, data, "
         f"dataloader) and the same budget: {steps} steps x 8 prompts x 4 rollouts, lr 3e-3, two optimizer steps "
@@ -91,7 +94,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--estimators", nargs="+", default=["grpo", "gigpo", "hgpo"])
     parser.add_argument("--out", type=Path, default=REPO / "runs/text_corridor_bench")
-    parser.add_argument("--doc", type=Path, default=REPO / "docs/results.md")
+    add_write_flags(parser)
     parser.add_argument("--plot", type=Path, default=REPO / "docs/img/text_corridor_learning.png")
     parser.add_argument("--attempts", type=int, default=3, help="tries per run before giving up")
     parser.add_argument("--report-only", action="store_true", help="run nothing; report the runs under --out")
@@ -111,8 +114,7 @@ def main(argv: list[str]) -> int:
     plot_curves(results, args.steps, [(VAL_SUCCESS, "validation success (64 episodes)", False),
                                       (TRAIN_SUCCESS, f"training success ({SMOOTH}-step moving average)", True)],
                 f"TextCorridor, tiny random Qwen2 on the cpu backend ({len(args.seeds)} seed(s))", args.plot, SMOOTH)
-    write_section(args.doc, HEADING, report(results, args.steps, runs_info, args.plot))
-    print(f"wrote {args.doc} ({HEADING!r}) and {args.plot}")
+    publish(target(args), HEADING, report(results, args.steps, runs_info, args.plot))
     return 0
 
 

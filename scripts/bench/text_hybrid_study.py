@@ -19,7 +19,9 @@ exceed it. Runs are sequential and seed-major (a partial sweep still compares ev
 finished run is reused; ``--report-only`` runs nothing and reports exactly the runs found.
 Writes the section ``## text_hybrid study: ...`` of ``docs/results.md`` and PNGs in docs/img/.
 
-    python scripts/bench/text_hybrid_study.py --steps 25 --seeds 0 1 2
+    python -m scripts.bench.text_hybrid_study --steps 25 --seeds 0 1 2
+
+Docs section (``--write``; printed otherwise): docs/results.md, "## text_hybrid study: which plugin earns its place".
 """
 
 from __future__ import annotations
@@ -32,8 +34,10 @@ from itertools import combinations
 from pathlib import Path
 
 import numpy as np
-from learning_runs import (REPO, Runs, machine_line, load_steps, mean_and_se, run_once, series, study_command,
-                           study_parser, write_section)
+from scripts.bench.launch import REPO, load_steps, run_once, Runs
+from scripts.bench.learning_runs import machine_line, series, study_command, study_parser
+from scripts.bench.report import publish, target
+from scripts.bench.stats import mean_and_se
 
 HEADING = "## text_hybrid study: which plugin earns its place"
 SCRIPT = "text_hybrid/run_cpu.sh"
@@ -382,7 +386,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--parts", nargs="+", default=list(PARTS), choices=list(PARTS))
     args = parser.parse_args(argv)
     # the command that makes these runs (``--report-only`` and output paths only re-report them)
-    command = study_command("text_hybrid_study.py", parser, args, always=("steps", "seeds"))
+    command = study_command("text_hybrid_study", parser, args, always=("steps", "seeds"))
     results: dict[str, dict[str, Runs]] = {p: {arm: {} for arm in PARTS[p]} for p in args.parts}
     runs_info: list[dict] = []
     for seed in args.seeds:  # seed-major: a sweep cut short still compares every arm
@@ -417,8 +421,7 @@ def main(argv: list[str]) -> int:
         plot(finished(results["old_logits"], args.steps), [("success", "held-out success"),
                                                            ("steps_per_success", "env steps per success")],
              "text_hybrid, colocate_async: old-logit providers (mean ± SE)", plots["old_logits"])
-    write_section(args.doc, HEADING, report(results, args.steps, command, runs_info, refs, plots))
-    print(f"wrote {args.doc} ({HEADING!r}) and {', '.join(str(p) for p in plots.values())}")
+    publish(target(args), HEADING, report(results, args.steps, command, runs_info, refs, plots))
     return 0
 
 

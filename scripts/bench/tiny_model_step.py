@@ -6,8 +6,10 @@ off (no flash-attn in the offline GPU bundle), so a 3.5k-token decision prompt o
 ``recipes/toolcua_sft_rl`` runs as an 8320-token row; this measures what that padding and gradient
 checkpointing cost against the same rows unpadded.
 
-    python scripts/bench/tiny_model_step.py --device cuda --width 256 --layers 4 \
+    python -m scripts.bench.tiny_model_step --device cuda --width 256 --layers 4 \
         --rows 6 --tokens 3500 --padded-to 8320 --out runs/tiny_model_step.json
+
+Docs section: none of its own (prints a table the docs quote).
 """
 
 from __future__ import annotations
@@ -67,7 +69,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="write the rows as JSON here as well")
     args = parser.parse_args(argv)
 
-    import torch
     from transformers import AutoModelForCausalLM
 
     from verl_ext.tiny_model import make_tiny_model

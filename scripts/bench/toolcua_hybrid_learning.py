@@ -10,7 +10,9 @@ and final checkpoint are then played with ``verl-ext eval``'s engine on unseen t
 of one run is kept in ``recipes/toolcua_hybrid/learning_notes.md`` and only linked. Finished runs are reused;
 ``--report-only`` runs nothing. Shared machinery: ``learning_runs.py``.
 
-    python scripts/bench/toolcua_hybrid_learning.py --steps 30 --seeds 0 1
+    python -m scripts.bench.toolcua_hybrid_learning --steps 30 --seeds 0 1
+
+Docs section (``--write``; printed otherwise): docs/results.md, "## Hybrid GUI + tool agent: toolcua_hybrid learning".
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from learning_runs import REPO, Runs, cell, load_steps, logged_steps, machine_line, plot_curves, run_once, series, \
-    wall_times, write_section
+from scripts.bench.launch import REPO, load_steps, run_once, Runs
+from scripts.bench.learning_runs import cell, logged_steps, machine_line, plot_curves, series, wall_times
+from scripts.bench.report import add_write_flags, publish, target
 
 NOTES = "recipes/toolcua_hybrid/learning_notes.md"
 HEADING = "## Hybrid GUI + tool agent: toolcua_hybrid learning"
@@ -96,7 +99,7 @@ def report(results: dict[str, Runs], steps: int, runs_info: dict[str, list[dict]
     lines = [
         HEADING, "",
         machine_line(runs_info),
-        f"`python scripts/bench/toolcua_hybrid_learning.py --steps {steps} --seeds {' '.join(map(str, seeds))}`: "
+        f"`python -m scripts.bench.toolcua_hybrid_learning --steps {steps} --seeds {' '.join(map(str, seeds))}`: "
         "`recipes/toolcua_hybrid/run_cpu.sh` (verl's `main_ppo`, v1 `verl_ext_sync` trainer, cpu backend, "
         "MiniDesk in headless Chromium) with the 107k-parameter random tiny Qwen2 answering the T/G action "
         "menu, for each config with the same seeds (model init, data, dataloader) and the same budget: "
@@ -148,7 +151,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
     parser.add_argument("--out", type=Path, default=REPO / "runs/toolcua_hybrid_bench")
-    parser.add_argument("--doc", type=Path, default=REPO / "docs/results.md")
+    add_write_flags(parser)
     parser.add_argument("--plot", type=Path, default=REPO / "docs/img/toolcua_hybrid_learning.png")
     parser.add_argument("--attempts", type=int, default=2, help="tries per run before giving up")
     parser.add_argument("--report-only", action="store_true", help="run nothing; report the runs under --out")
@@ -180,8 +183,7 @@ def main(argv: list[str]) -> int:
                                       (TRAIN_TIR, f"training TIR ({SMOOTH}-step moving average)", True)],
                 f"toolcua_hybrid: MiniDesk, tiny random Qwen2 on the cpu backend ({len(args.seeds)} seed(s))",
                 args.plot, SMOOTH)
-    write_section(args.doc, HEADING, report(results, args.steps, runs_info, args.plot, evals, args.eval_seeds))
-    print(f"wrote {args.doc} ({HEADING!r}) and {args.plot}")
+    publish(target(args), HEADING, report(results, args.steps, runs_info, args.plot, evals, args.eval_seeds))
     return 0
 
 

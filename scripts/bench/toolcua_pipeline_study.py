@@ -24,10 +24,12 @@ instead (FSDP2 + vLLM; records the card with each run), and ``--parallel`` start
 (``--stagger-s`` apart: vLLM start-ups on a shared card must not overlap), each later arm as soon as
 the full pipeline's checkpoint it starts from exists.
 
-    python scripts/bench/toolcua_pipeline_study.py --steps 20 --seeds 0 1 2
-    python scripts/bench/toolcua_pipeline_study.py --dry-run      # the runs it would make, and the report of what exists
-    python scripts/bench/toolcua_pipeline_study.py --backend gpu --parallel --width 256 --layers 4 --set N_GPUS=1 \
+    python -m scripts.bench.toolcua_pipeline_study --steps 20 --seeds 0 1 2
+    python -m scripts.bench.toolcua_pipeline_study --dry-run      # the runs it would make, and the report of what exists
+    python -m scripts.bench.toolcua_pipeline_study --backend gpu --parallel --width 256 --layers 4 --set N_GPUS=1 \
         --override actor_rollout_ref.rollout.gpu_memory_utilization=0.06 ...   # one shared card
+
+Docs section (``--write``; printed otherwise): docs/results.md, "## ToolCUA pipeline study: ..." (one heading per backend, or ``--section``).
 """
 
 from __future__ import annotations
@@ -44,9 +46,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
-from learning_runs import (REPO, Runs, gpu_environment, machine_line, load_steps, paired_mean_and_se, run_once,
-                           series, study_command, study_parser, thread_caps, write_section)
-from text_hybrid_study import derived, final, fmt, goal_gap, ratio
+from scripts.bench.launch import REPO, gpu_environment, load_steps, run_once, Runs, thread_caps
+from scripts.bench.learning_runs import machine_line, series, study_command, study_parser
+from scripts.bench.report import publish, target
+from scripts.bench.stats import paired_mean_and_se
+from scripts.bench.text_hybrid_study import derived, final, fmt, goal_gap, ratio
 
 HEADINGS = {"cpu": "## ToolCUA pipeline study: SFT -> RFT -> online RL",  # each backend's runs keep their own section
             "gpu": "## GPU: ToolCUA pipeline study: SFT -> RFT -> online RL"}
@@ -344,7 +348,7 @@ def main(argv: list[str]) -> int:
         key = kv.split("=", 1)[0]
         if key in owned:
             parser.error(f"--set {key}=...: the study sets {key} itself; use {owned[key]}")
-    command = study_command("toolcua_pipeline_study.py", parser, args,
+    command = study_command("toolcua_pipeline_study", parser, args,
                             always=("steps", "seeds", "sft_steps", "rft_steps"))
     selected = {RUN_ARMS[name] for name in args.arms}
     if not (args.report_only or args.dry_run):
@@ -373,11 +377,7 @@ def main(argv: list[str]) -> int:
             if arm == FULL and load_steps(out / "rft_metrics.jsonl"):
                 rft[seed] = load_steps(out / "rft_metrics.jsonl")
     text = report(results, rft, args, command, runs_info)
-    if args.dry_run:
-        print(text)
-        return 0
-    write_section(args.doc, args.section, text)
-    print(f"wrote {args.doc} ({args.section!r})")
+    publish(None if args.dry_run else target(args), args.section, text)
     return 0
 
 

@@ -1,13 +1,15 @@
 """Full weights into a Ray actor: a dict of torch tensors (pickled) against ``wire.named_to_wire``
 (numpy byte views, handed over through Ray's object store without pickling the data).
 
-    python scripts/bench/weight_wire.py [--arch qwen2.5-0.5b] [--repeats 3] [--doc docs/results.md]
+    python -m scripts.bench.weight_wire [--arch qwen2.5-0.5b] [--repeats 3] [--write]
 
 The weights are random tensors of the architecture's parameter shapes in bf16 (as the trainer
 sends them to the ``hf`` rollout server and to the ``dedicated`` scorer, both on this path). Each
 repeat sends both forms to one actor, which rebuilds every tensor and sums an element of each (so
 nothing is skipped), in alternating order; the table gives the medians and their ratio. The
 numbers are this host's (one Ray worker); on a GPU the device-to-host copy comes on top.
+
+Docs section (``--write``; printed otherwise): docs/results.md, "## Weights over Ray: torch tensors vs numpy byte views".
 """
 
 from __future__ import annotations
@@ -17,13 +19,11 @@ import platform
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import ray
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from learning_runs import REPO, write_section  # noqa: E402
+from scripts.bench.report import add_write_flags, publish, target
 
 from verl_ext.backends.cpu.wire import named_from_wire, named_to_wire  # noqa: E402
 from verl_ext.tiny_model import ARCHITECTURES, build_tokenizer  # noqa: E402
@@ -56,7 +56,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--arch", default="qwen2.5-0.5b", choices=sorted(a for a in ARCHITECTURES if "vision" not in ARCHITECTURES[a]))
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--doc", type=Path, default=REPO / "docs" / "results.md")
+    add_write_flags(parser)
     args = parser.parse_args(argv)
 
     shapes = parameter_shapes(args.arch)
@@ -81,7 +81,7 @@ def main(argv: list[str]) -> int:
     medians = {form: statistics.median(t) for form, t in times.items()}
     base = medians["torch tensors"]
     lines = [HEADING, "",
-             f"`python scripts/bench/weight_wire.py --arch {args.arch} --repeats {args.repeats}`: {len(state)} bf16 "
+             f"`python -m scripts.bench.weight_wire --arch {args.arch} --repeats {args.repeats}`: {len(state)} bf16 "
              f"tensors of {args.arch}'s parameter shapes ({n_bytes / 1e9:.2f} GB) sent to one Ray actor, which "
              f"rebuilds them; {platform.machine()}, {torch.get_num_threads()} torch threads, Python "
              f"{platform.python_version()}, Ray {ray.__version__}, shared machine (medians of {args.repeats} "
@@ -90,8 +90,7 @@ def main(argv: list[str]) -> int:
              "| form | median (s) | GB/s | vs torch tensors |", "|---|---|---|---|"]
     for form, median in medians.items():
         lines.append(f"| {form} | {median:.2f} | {n_bytes / 1e9 / median:.2f} | {median / base:.3f}x |")
-    write_section(args.doc, HEADING, "\n".join(lines) + "\n")
-    print(f"wrote {args.doc} ({HEADING!r})")
+    publish(target(args), HEADING, "\n".join(lines) + "\n")
     return 0
 
 

@@ -1,0 +1,53 @@
+"""Docs output of the benchmarks: one flag convention, one section writer, one markdown table renderer."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Iterable, Sequence
+
+REPO = Path(__file__).resolve().parents[2]
+RESULTS = REPO / "docs" / "results.md"
+
+
+def add_write_flags(parser: argparse.ArgumentParser, doc: Path = RESULTS) -> argparse.ArgumentParser:
+    """The one convention of every script: the section is printed; ``--write`` also writes it into
+    ``--doc`` (the script's own page by default)."""
+    parser.add_argument("--write", action="store_true", help="write the section into --doc (default: print only)")
+    parser.add_argument("--doc", type=Path, default=doc, help="the page --write updates")
+    return parser
+
+
+def target(args: argparse.Namespace) -> Path | None:
+    """Where ``publish`` writes for parsed ``add_write_flags`` arguments: the doc with ``--write``, else nowhere."""
+    return args.doc if args.write else None
+
+
+def publish(doc: Path | None, heading: str, section: str) -> None:
+    """Print ``section``; with a ``doc``, also replace its section under ``heading`` there."""
+    print(section)
+    if doc is not None:
+        write_section(doc, heading, section)
+        print(f"wrote {doc} ({heading!r})")
+
+
+def write_section(doc: Path, heading: str, section: str) -> None:
+    """Replace the section under ``heading`` in ``doc`` (up to the next ``## `` heading), or append it."""
+    heading = heading.rstrip("\n")
+    text = doc.read_text() if doc.exists() else "# Results\n"
+    section = section.rstrip("\n") + "\n\n"  # one blank line before the next section
+    start = text.find(heading + "\n")  # the whole heading line: one heading may begin another
+    if start < 0:
+        text = text.rstrip("\n") + "\n\n" + section
+    else:
+        end = text.find("\n## ", start + len(heading))
+        text = text[:start] + section + (text[end + 1:] if end >= 0 else "")
+    doc.write_text(text)
+
+
+def table(header: Sequence[str], rows: Iterable[Sequence[object]], align: str = "") -> str:
+    """A markdown table as the docs write them (``|---|---:|``); ``align`` holds one character a
+    column, ``r`` for right-aligned, anything else (or nothing) left."""
+    rule = "|" + "|".join("---:" if a == "r" else "---" for a in align.ljust(len(header))) + "|"
+    body = ["| " + " | ".join(str(c) for c in row) + " |" for row in [header, *rows]]
+    return "\n".join([body[0], rule, *body[1:]])

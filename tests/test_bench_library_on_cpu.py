@@ -1,0 +1,111 @@
+"""The benchmarks' library (``scripts.bench.launch``, ``report``, ``stats``): statistics against
+known values, the docs section writer and table renderer, the resumable launcher's slots and retries."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from scripts.bench import launch, report, stats
+
+
+@pytest.mark.parametrize("df, expected", [(1, 12.7062), (2, 4.3027), (4, 2.7764), (10, 2.2281), (30, 2.0423),
+                                          (120, 1.9799), (1e6, 1.9600)])
+def test_t_quantile_matches_the_tables(df, expected):
+    assert abs(stats.t_quantile(0.975, df) - expected) < 1e-4
+    assert abs(stats.t_quantile(0.025, df) + expected) < 1e-4
+
+
+def test_t_cdf_and_one_sided_quantiles():
+    assert stats.t_cdf(0.0, 3) == 0.5
+    assert abs(stats.t_quantile(0.95, 5) - 2.0150) < 1e-4 and abs(stats.t_quantile(0.995, 9) - 3.2498) < 1e-4
+    with pytest.raises(ValueError):
+        stats.t_quantile(1.0, 3)
+
+
+def test_mean_se_and_t_interval():
+    assert stats.mean_and_se([1.0, 2.0, 3.0, np.nan]) == (2.0, np.std([1, 2, 3], ddof=1) / np.sqrt(3), 3)
+    assert np.isnan(stats.mean_and_se([0.5])[1]) and stats.mean_and_se([])[2] == 0
+    e = stats.estimate([1.0, 2.0, 3.0])
+    half = 4.302652729911275 * e.se  # t(0.975, 2)
+    assert abs(e.low - (2 - half)) < 1e-9 and abs(e.high - (2 + half)) < 1e-9
+    assert np.isnan(stats.estimate([1.0]).low)
+
+
+def test_paired_difference_uses_the_per_seed_differences():
+    a, b = np.array([1.0, 2.0, 3.0, 4.0]), np.array([0.9, 1.9, 2.9, 3.8])  # spread large, differences tight
+    d = a - b
+    se = d.std(ddof=1) / 2
+    diff = stats.paired_difference(a, b)
+    assert abs(diff.mean - d.mean()) < 1e-12 and abs(diff.se - se) < 1e-12 and diff.n == 4 and diff.exceeds_2se
+    assert diff.low > 0  # the interval of the paired differences excludes 0; unpaired it would not
+    assert stats.paired_verdict(a, b) == f"{d.mean():+.3f} ± {se:.3f} (**exceeds 2 SE**)"
+    assert "within 2 SE" in stats.paired_verdict(a, a[::-1])
+    assert stats.paired_verdict(a[:1], b[:1]) == "n/a"
+    assert stats.paired_mean_and_se([1.0, np.nan, 3.0], [0.0, 1.0, 1.0])[2] == 2  # a seed missing in one arm drops out
+
+
+def test_table_renders_the_docs_markdown():
+    assert report.table(["arm", "n"], [["a", 1], ["b", 2.5]], align="lr") == (
+        "| arm | n |\n|---|---:|\n| a | 1 |\n| b | 2.5 |")
+    assert report.table(["x", "y"], []).splitlines()[1] == "|---|---|"
+
+
+def test_publish_prints_and_writes_only_with_a_doc(tmp_path, capsys):
+    doc = tmp_path / "results.md"
+    doc.write_text("# Results\n\n## A\n\nold\n\n## B\n\nkept\n")
+    report.publish(None, "## A", "## A\n\nnew\n")
+    assert "new" in capsys.readouterr().out and "old" in doc.read_text()
+    report.publish(doc, "## A", "## A\n\nnew\n")
+    assert doc.read_text() == "# Results\n\n## A\n\nnew\n\n## B\n\nkept\n"
+    report.write_section(doc, "## C", "## C\n\nappended")
+    assert doc.read_text().endswith("## B\n\nkept\n\n## C\n\nappended\n\n")
+    parser = report.add_write_flags(argparse.ArgumentParser(), doc)
+    assert report.target(parser.parse_args([])) is None and report.target(parser.parse_args(["--write"])) == doc
+
+
+def _spec(tmp_path: Path, name: str, steps: int = 2) -> launch.RunSpec:
+    return launch.RunSpec(name, str(tmp_path / "recipe.sh"), tmp_path / name, steps)
+
+
+def _finish(spec: launch.RunSpec) -> None:
+    spec.out.mkdir(parents=True, exist_ok=True)
+    (spec.out / "metrics.jsonl").write_text(json.dumps({"step": spec.steps, "data": {"x": 1.0}}) + "\n")
+
+
+def test_launch_runs_what_is_not_done_one_per_slot_with_thread_caps(tmp_path):
+    specs = [_spec(tmp_path, f"r{i}") for i in range(5)]
+    _finish(specs[0])  # done before: resumed past, not run again
+    seen, lock = [], threading.Lock()
+
+    def execute(spec, attempts, env):
+        with lock:
+            seen.append((spec.label, env["CUDA_VISIBLE_DEVICES"], env["OMP_NUM_THREADS"]))
+        if spec.label != "r4":  # r4 fails: reported, the others go on, and it is left to resume
+            _finish(spec)
+
+    left = launch.launch(specs, slots=[{"CUDA_VISIBLE_DEVICES": "0"}, {"CUDA_VISIBLE_DEVICES": "1"}],
+                         execute=execute, cpus=8)
+    assert sorted(label for label, *_ in seen) == ["r1", "r2", "r3", "r4"]
+    assert {threads for *_, threads in seen} == {"4"} and [s.label for s in left] == ["r4"]
+    assert launch.thread_caps(3, 8)["OMP_NUM_THREADS"] == "2" and launch.thread_caps(16, 8)["MKL_NUM_THREADS"] == "1"
+
+
+def test_run_retries_a_crashed_run_and_reuses_a_finished_one(tmp_path):
+    (tmp_path / "recipe.sh").write_text(  # the first attempt crashes, the second logs the last step
+        'if [ ! -f "$OUT/crashed" ]; then touch "$OUT/crashed"; exit 1; fi\n'
+        'echo "{\\"step\\": $STEPS, \\"data\\": {\\"k\\": $EXTRA}}" > "$OUT/metrics.jsonl"\n')
+    spec = launch.RunSpec("r", str(tmp_path / "recipe.sh"), tmp_path / "out", 3, env={"EXTRA": "7"}, info={"card": "c"})
+    assert "EXTRA=7 OUT=" in spec.command() and spec.command().endswith(f"bash recipes/{tmp_path / 'recipe.sh'}")
+    assert launch.run(spec, attempts=2) > 0
+    assert launch.load_steps(spec.out / "metrics.jsonl") == {3: {"k": 7}}
+    assert json.loads((spec.out / "run.json").read_text())["attempt"] == 2
+    assert launch.run(spec) is None  # done: not run again
+    (tmp_path / "fail.sh").write_text("exit 3\n")
+    with pytest.raises(RuntimeError, match="failed 2 times"):
+        launch.run(launch.RunSpec("f", str(tmp_path / "fail.sh"), tmp_path / "f", 1), attempts=2)
