@@ -33,7 +33,7 @@ def test_dry_run_lists_every_arm_warmup_and_seed_with_fair_settings(tmp_path):
     assert {s["warmup"] for s in specs} == {3, 6} and all(s["env"]["STEPS"] == "60" for s in specs)
     by_run = {(s["arm"], s["warmup"], s["seed"]): s for s in specs}
     base = by_run["current", 3, 0]
-    for (arm, warmup, seed), spec in by_run.items():
+    for (arm, warmup, _seed), spec in by_run.items():
         # only the provider (and for the controls the precision) changes; loss and correction never do
         env_diff = {k for k in base["env"].keys() | spec["env"].keys() if base["env"].get(k) != spec["env"].get(k)}
         assert env_diff <= {"PROVIDER", "ROLLOUT_DTYPE", "WARMUP", "BOUND", "SEED", "OUT", "MODEL"}, (arm, env_diff)

@@ -22,6 +22,7 @@ import os
 import platform
 import statistics
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -122,8 +123,8 @@ def bench_entry_point(sizes: list[int], repeats: int = 7) -> list[dict]:
         np.testing.assert_allclose(vectorised, plain_gigpo(**lists, **ENTRY_POINT_GIGPO), rtol=1e-9, atol=1e-9)
         vec, loop = [], []
         for _ in range(repeats):
-            vec.append(timed(lambda: compute("gigpo", **inputs, **ENTRY_POINT_GIGPO)))
-            loop.append(timed(lambda: plain_gigpo(**lists, **ENTRY_POINT_GIGPO)))
+            vec.append(timed(partial(compute, "gigpo", **inputs, **ENTRY_POINT_GIGPO)))
+            loop.append(timed(partial(plain_gigpo, **lists, **ENTRY_POINT_GIGPO)))
         row = dict(n=len(data["uid"]), vec=statistics.median(t[0] for t in vec), loop=statistics.median(t[0] for t in loop),
                    vec_wall=statistics.median(t[1] for t in vec), loop_wall=statistics.median(t[1] for t in loop))
         rows.append(row)
@@ -161,8 +162,8 @@ def bench(sizes: list[int]) -> list[dict]:
                 loop_inputs = {k: v.tolist() for k, v in inputs.items()}  # the loops work on lists
                 vec, loop = [], []
                 for _ in range(repeats_for(n)):  # alternate, so load changes hit both sides
-                    vec.append(timed(lambda: compute_with_returns(name, **inputs, **params)))
-                    loop.append(timed(lambda: LOOPS[name](**loop_inputs, **params)))
+                    vec.append(timed(partial(compute_with_returns, name, **inputs, **params)))
+                    loop.append(timed(partial(LOOPS[name], **loop_inputs, **params)))
                 row = dict(name=name, keys=keys, n=n)
                 for label, times in (("vec", vec), ("loop", loop)):
                     row[label] = statistics.median(t[0] for t in times)
@@ -220,7 +221,7 @@ def bench_glue() -> list[dict]:
         row = dict(label=label, rows=len(batch["uids"]), steps=n_steps_total, length=length)
         for name in ("gigpo", "hgpo"):
             compute_token_advantages(name, algo_config=GLUE_CONFIG, **batch)  # warm-up (imports)
-            times = [timed(lambda: compute_token_advantages(name, algo_config=GLUE_CONFIG, **batch))
+            times = [timed(partial(compute_token_advantages, name, algo_config=GLUE_CONFIG, **batch))
                      for _ in range(11)]
             row[name] = statistics.median(t[0] for t in times)
             row[name + "_wall"] = statistics.median(t[1] for t in times)

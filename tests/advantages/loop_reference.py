@@ -193,7 +193,7 @@ def hiper(uid, traj_uid, step_idx, anchor, step_reward, *, role, values, truncat
                 segments.append([i, []])
             else:
                 segments[-1][1].append(i)
-        for k, (p, execs) in enumerate(segments):
+        for k, (_planner, execs) in enumerate(segments):
             nxt_high = values[segments[k + 1][0]] if k + 1 < len(segments) else None
             running = 0.0
             for j in range(len(execs) - 1, -1, -1):
