@@ -36,6 +36,9 @@ Hooks added on top of verl:
 - group signal (verl's estimators): ``verl_ext/groups/uniform_reward_share``, the share of the batch's
   rollout groups whose rows all got the same reward, so that a group-relative estimator gives them
   advantage 0 (a run that is not learning shows whether GRPO had anything to compare);
+- learning signal (every estimator): ``verl_ext/signal/*``, the shares of rows and tokens whose
+  advantage is 0 and of single-row groups; a step where no row carries signal stops the run with
+  the cause unless ``trainer.v1.verl_ext.stop_on_zero_signal=false`` (``verl_ext.advantages.signal``);
 - verl-ext's own cost: every hook above times itself (``verl_ext.timing``); each step logs
   ``verl_ext/time/<hook>``, ``verl_ext/mem/<what>/*_bytes`` (the workers' reports come back with
   the version-publishing call), ``verl_ext/time/total`` and its ``share_of_step`` of verl's
@@ -269,7 +272,10 @@ class VerlExtTrainerMixin:
             with timed("advantages" if step_aware else None):  # verl's own estimators are verl's time
                 advantages = estimate(data, *args, **kwargs)
             with timed("reward_postprocess"):
-                return validity.zero_out(advantages, invalid)
+                data = validity.zero_out(advantages, invalid)
+            with timed("signal_check"):
+                self._check_signal(data, invalid, metrics)
+            return data
 
         # verl's _compute_advantage does KL-in-reward, rollout correction and the write-back to
         # TransferQueue around one call to `compute_advantage_for_multi_trajectories`; swap in
@@ -277,6 +283,18 @@ class VerlExtTrainerMixin:
         # copying the method.
         with _replace_attr(trainer_base, "compute_advantage_for_multi_trajectories", compute):
             return super()._compute_advantage(batch, metrics)
+
+    def _check_signal(self, data, invalid, metrics: dict) -> None:
+        """Log what carries signal in the step's advantages and stop a step where nothing does
+        (``verl_ext.advantages.signal``), for verl's estimators and verl-ext's alike."""
+        from verl_ext.advantages import signal
+
+        uids = [str(u) for u in data.non_tensor_batch["uid"]]
+        report = signal.measure(data.batch["advantages"], data.batch["response_mask"], uids,
+                                signal.trainable_rows(uids, invalid))
+        metrics.update(report.metrics())
+        if report.rows and not report.has_signal and self.verl_ext_config.get("stop_on_zero_signal", True):
+            raise signal.NoSignalError(report.cause(str(self.config.algorithm.adv_estimator)))
 
     def _build_replay_buffer(self):
         buffer = super()._build_replay_buffer()

@@ -28,7 +28,7 @@ CORE_METRICS = [
 ]
 
 # verl-ext's hooks in a GRPO run with verl's own old log-probs (verl_ext.timing)
-SYNC_HOOKS = ("step_metadata", "reward_postprocess", "failure_check")
+SYNC_HOOKS = ("step_metadata", "reward_postprocess", "signal_check", "failure_check")
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +45,8 @@ def test_sync_run_completes_every_step_with_finite_metrics(sync_run: Path):
         assert_hook_metrics(metrics[step], SYNC_HOOKS)
     for step in (1, 2, 3):
         assert_finite(metrics[step], CORE_METRICS)
+        # verl's GRPO had something to learn from (verl_ext.advantages.signal), and said how much
+        assert 0 <= metrics[step]["verl_ext/signal/zero_advantage_row_share"] < 1
     # validation ran before training (step 0) and at the end
     assert any(k.startswith("val-core/") for k in metrics[0])
     assert any(k.startswith("val-core/") for k in metrics[3])
