@@ -165,9 +165,9 @@ class VerlExtTrainerMixin:
             batch = self.old_logit_provider.compute(host, batch, provider_metrics)
             # rows through old-log-prob forwards over the batch's rows: 1.0 is verl's one pass
             provider_metrics["old_logits/forward_passes"] = host.forwarded_rows / max(1, len(batch))
-            provider_metrics.update(host.rollout_vs_old_metrics(batch))
+            metrics.update(host.rollout_vs_old_metrics(batch))  # verl's training/rollout_probs_diff_*
         if not self.old_logits_config.stale_tokens:
-            # verl's sync trainer: every token is fresh and its old logits exact; nothing to report
+            # verl's sync trainer: every token is fresh and its old logits exact; no old_logits/* to report
             return batch
         metrics.update(provider_metrics)
         # per-token staleness and what the rollout correction removes from fresh vs stale tokens
