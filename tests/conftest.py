@@ -9,6 +9,8 @@
 - ``tests/gpu`` (marker ``gpu``) is collected only where torch sees a CUDA device or
   ``VERL_EXT_GPU_TESTS=1`` is set, so CPU CI never imports it.
 - ``tiny_model_dir``: a tiny model built once per test session (no downloads).
+- timeouts (pytest-timeout): pyproject's default per test; ``e2e`` and ``gpu`` tests get
+  ``LONG_TEST_TIMEOUT_S`` unless they mark their own.
 """
 
 from __future__ import annotations
@@ -79,6 +81,18 @@ def cannot_run_here(reason: str) -> NoReturn:
     if in_ci():
         pytest.fail(f"CI=true and this test cannot run: {reason}")
     pytest.skip(reason)
+
+
+# a trainer run (tests/e2e, tests/gpu) starts Ray and verl's workers; one test may run two (resume)
+LONG_TEST_TIMEOUT_S = 1800
+
+
+@pytest.hookimpl(trylast=True)  # after tests/gpu/conftest.py marks its tests gpu
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        trainer_run = item.get_closest_marker("e2e") or item.get_closest_marker("gpu")
+        if trainer_run and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(LONG_TEST_TIMEOUT_S))
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

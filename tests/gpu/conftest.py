@@ -44,8 +44,11 @@ REQUIRED = {"torch": "torch==2.11.0 (CUDA build)", "vllm": "verl-ext[vllm]", "ra
 
 
 def pytest_collection_modifyitems(items):
+    # a conftest's hook sees every collected item, not only this folder's
+    here = Path(__file__).parent
     for item in items:
-        item.add_marker(pytest.mark.gpu)
+        if here in Path(str(item.path)).parents:
+            item.add_marker(pytest.mark.gpu)
 
 
 @pytest.fixture(scope="session", autouse=True)
