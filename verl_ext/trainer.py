@@ -52,7 +52,6 @@ import logging
 import os
 
 import numpy as np
-import torch
 import transfer_queue as tq
 from omegaconf import open_dict
 from verl.trainer.ppo.v1 import trainer_base
@@ -61,7 +60,7 @@ from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
 from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
-from verl_ext import validation
+from verl_ext import faults, validation
 from verl_ext.rewards.env_rewards import training_batch_metrics
 from verl_ext.old_logits.rollout_client import VersionedFullyAsyncLLMServerClient, VersionedLLMServerClient
 from verl_ext.timing import accumulate, hook_timer, step_metrics, timed
@@ -176,6 +175,7 @@ class VerlExtTrainerMixin:
         return batch
 
     def _update_actor(self, batch, metrics):
+        faults.crash_point("update", self.global_steps)
         if not self._old_logit_needs.worker_state:
             return super()._update_actor(batch, metrics)
         from verl_ext.old_logits.worker_side import publish_worker_version, set_worker_version
@@ -203,24 +203,42 @@ class VerlExtTrainerMixin:
         return os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}", CHECKPOINT_DIR)
 
     def _save_checkpoint(self):
+        """verl-ext's state first, then verl's checkpoint: verl marks a checkpoint complete last
+        (``latest_checkpointed_iteration.txt``), so a complete checkpoint always holds complete
+        verl-ext state and a save cut short anywhere resumes from the one before
+        (``verl_ext.checkpoint_files``; the kill tests stop the trainer at ``verl_ext.faults``)."""
+        from verl_ext.checkpoint_files import save_file, write_manifest
         from verl_ext.old_logits.trainer_side import ROLLOUT_SIDE_FILE
         from verl_ext.old_logits.worker_side import save_worker_state
 
         rollout_side = self._old_logit_host.rollout_side if self._old_logit_host is not None else None
         if rollout_side is not None:
             rollout_side.before_checkpoint()
-        super()._save_checkpoint()
         folder = self._old_logits_checkpoint_folder()
-        if self._old_logit_needs.worker_state:
-            with timed("worker_state_checkpoint"):
-                self._host().on_workers(save_worker_state, folder)
-        state = rollout_side.state_dict() if rollout_side is not None else None
-        if state is not None:  # e.g. interrupt's segment store: restored rows name its segments
-            with timed("worker_state_checkpoint"):
-                os.makedirs(folder, exist_ok=True)
-                torch.save(state, os.path.join(folder, ROLLOUT_SIDE_FILE))
+        records = []
+        with timed("worker_state_checkpoint"):
+            if self._old_logit_needs.worker_state:
+                records += self._host().on_workers(save_worker_state, folder)
+            faults.crash_point("verl_ext_checkpoint", self.global_steps)
+            state = rollout_side.state_dict() if rollout_side is not None else None
+            if state is not None:  # e.g. interrupt's segment store: restored rows name its segments
+                records.append(save_file(state, os.path.join(folder, ROLLOUT_SIDE_FILE)))
+            if records:
+                write_manifest(folder, self.global_steps, records)
+        if not faults.armed("verl_checkpoint"):
+            return super()._save_checkpoint()
+        save_actor = self.actor_rollout_wg.save_checkpoint
+
+        def save_actor_then_crash(*args, **kwargs):
+            result = save_actor(*args, **kwargs)
+            faults.crash_point("verl_checkpoint", self.global_steps)
+            return result
+
+        with _replace_attr(self.actor_rollout_wg, "save_checkpoint", save_actor_then_crash):
+            return super()._save_checkpoint()
 
     def _load_checkpoint(self):
+        from verl_ext.checkpoint_files import load_file, read_manifest
         from verl_ext.old_logits.trainer_side import ROLLOUT_SIDE_FILE
         from verl_ext.old_logits.worker_side import load_worker_state
 
@@ -228,22 +246,29 @@ class VerlExtTrainerMixin:
         if self.global_steps == 0:
             return
         folder = self._old_logits_checkpoint_folder()
+        manifest = read_manifest(folder, self.global_steps)  # refuses a torn or mismatched folder
+        restored = []
         if self._old_logit_needs.worker_state:
             with timed("worker_state_checkpoint"):
-                found = self._host().on_workers(load_worker_state, folder, self.global_steps)
+                found = self._host().on_workers(load_worker_state, folder, self.global_steps, manifest)
+            restored += [f"rank_{rank}.pt {sha[:12]}" for rank, sha in enumerate(found) if sha is not None]
             if not all(found):
                 logger.warning("verl-ext: resumed without old-logit state in %s (policy: %s)", folder,
                                self.old_logits_config.ewma.on_missing_state)
         # dedicated's scores travel with the rows; interrupt's segment store comes back here
-        path = os.path.join(folder, ROLLOUT_SIDE_FILE)
-        if os.path.exists(path):  # handed to the rollout side when on_init_end starts it
-            self._restored_rollout_side = torch.load(path, weights_only=False)
+        if manifest is not None and ROLLOUT_SIDE_FILE in manifest["files"]:
+            # handed to the rollout side when on_init_end starts it
+            self._restored_rollout_side, sha = load_file(folder, ROLLOUT_SIDE_FILE, manifest)
+            restored.append(f"{ROLLOUT_SIDE_FILE} {sha[:12]}")
         elif self.old_logit_provider.rollout_side is not None:
             logger.warning(
                 "verl-ext: resumed without %s: rows generated before the checkpoint may name segments this run "
-                "never scored; their stale tokens meet algorithm.old_logits.%s.on_missing", path,
-                self.old_logit_provider.name,
+                "never scored; their stale tokens meet algorithm.old_logits.%s.on_missing",
+                os.path.join(folder, ROLLOUT_SIDE_FILE), self.old_logit_provider.name,
             )
+        if restored:  # what the kill tests compare with the manifest, bit for bit
+            print(f"verl-ext: restored the state of global_step_{self.global_steps}, verified against its "
+                  f"manifest: {', '.join(restored)}", flush=True)
 
     def _compute_advantage(self, batch, metrics):
         from verl_ext.advantages import ESTIMATORS, validity

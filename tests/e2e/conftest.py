@@ -14,18 +14,43 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 
-def run_recipe(script: str, out: Path, *overrides: str, steps: int, timeout: int = 900) -> subprocess.CompletedProcess:
-    """Run ``recipes/<script>`` with OUT/STEPS set; returns the finished process (output captured)."""
+def run_recipe(script: str, out: Path, *overrides: str, steps: int, timeout: int = 900,
+               crash_at: str | None = None) -> subprocess.CompletedProcess:
+    """Run ``recipes/<script>`` with OUT/STEPS set; returns the finished process (output captured).
+    With ``crash_at`` (``<point>@<step>``, ``verl_ext.faults``) the trainer must kill itself there."""
+    from verl_ext.faults import CRASH_ENV
+
     env = {**os.environ, "OUT": str(out), "STEPS": str(steps), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    if crash_at is not None:
+        env[CRASH_ENV] = crash_at
     proc = subprocess.run(
         ["bash", str(REPO / "recipes" / script), *overrides],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout,
     )
-    (out / "run.log").write_text(proc.stdout + "\n--- stderr ---\n" + proc.stderr)
-    if proc.returncode != 0:
-        tail = (proc.stdout + proc.stderr)[-6000:]
-        pytest.fail(f"{script} exited with {proc.returncode}; log in {out / 'run.log'}\n{tail}")
+    log = proc.stdout + proc.stderr
+    (out / ("crashed_run.log" if crash_at else "run.log")).write_text(proc.stdout + "\n--- stderr ---\n" + proc.stderr)
+    if crash_at is not None:
+        if proc.returncode == 0 or f"{CRASH_ENV}={crash_at}: killing the trainer process" not in log:
+            pytest.fail(f"{script} did not crash at {crash_at} (exit {proc.returncode}); log in {out}\n{log[-6000:]}")
+    elif proc.returncode != 0:
+        pytest.fail(f"{script} exited with {proc.returncode}; log in {out / 'run.log'}\n{log[-6000:]}")
     return proc
+
+
+def assert_restored_from(proc: subprocess.CompletedProcess, checkpoint: Path) -> None:
+    """The resumed run loaded verl-ext's state of ``checkpoint`` (a ``global_step_<n>`` folder) and
+    every file it loaded is, byte for byte, the file that checkpoint's manifest lists."""
+    import json
+
+    from verl_ext.checkpoint_files import MANIFEST, sha256_of
+
+    folder = checkpoint / "verl_ext_old_logits"
+    manifest = json.loads((folder / MANIFEST).read_text())
+    line = next((x for x in proc.stdout.splitlines() if f"restored the state of {checkpoint.name}," in x), None)
+    assert line is not None, f"no restore of {checkpoint.name} logged:\n{proc.stdout[-4000:]}"
+    for name, entry in manifest["files"].items():
+        assert sha256_of(str(folder / name)) == entry["sha256"]  # the manifest describes the files on disk
+        assert f"{name} {entry['sha256'][:12]}" in line, (name, line)  # ... and the run loaded exactly those
 
 
 def run_hybrid_env_job(kind: str, out: Path, model: Path, train_size: int, batch: int, response_length: int) -> str:

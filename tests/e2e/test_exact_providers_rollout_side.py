@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import assert_hook_metrics, read_metrics, run_recipe
+from verl_ext.checkpoint_files import MANIFEST
+
+from .conftest import assert_hook_metrics, assert_restored_from, read_metrics, run_recipe
 
 pytestmark = pytest.mark.e2e
 
@@ -36,15 +38,15 @@ PARTIAL_ROLLOUTS = (
 STEPS = (1, 2, 3)
 
 
-def _run(tmp_path, provider: str) -> dict[int, dict]:
+def _run(tmp_path, provider: str, *overrides: str, crash_at: str | None = None) -> dict[int, dict]:
     run_recipe(
-        "quickstart/run_cpu.sh", tmp_path, *ASYNC, *PARTIAL_ROLLOUTS, f"+plugins/old_logits={provider}",
-        steps=len(STEPS),
+        "quickstart/run_cpu.sh", tmp_path, *ASYNC, *PARTIAL_ROLLOUTS, f"+plugins/old_logits={provider}", *overrides,
+        steps=len(STEPS), crash_at=crash_at,
     )
     metrics = read_metrics(tmp_path / "metrics.jsonl")
-    assert any(metrics[s]["old_logits/stale/version_gap_max"] >= 1 for s in STEPS), "no stale tokens"
-    assert any(metrics[s]["old_logits/stale/partial_frac"] > 0 for s in STEPS), "no rows spanning two versions"
-    for step in STEPS:
+    assert any(metrics[s]["old_logits/stale/version_gap_max"] >= 1 for s in metrics), "no stale tokens"
+    assert any(metrics[s]["old_logits/stale/partial_frac"] > 0 for s in metrics), "no rows spanning two versions"
+    for step in metrics:
         m = metrics[step]
         # rho == 1 on every token: |p_old - p_rollout| and the per-sequence log-ppl gap at float rounding
         assert m["training/rollout_probs_diff_max"] < 1e-6, (step, m["training/rollout_probs_diff_max"])
@@ -65,30 +67,34 @@ def test_dedicated_scorer_gives_exact_old_logits_for_stale_tokens(tmp_path):
     assert sum(metrics[s]["old_logits/dedicated/scorer_segments"] for s in STEPS) > 0
 
 
-def test_interrupt_scores_segments_at_the_sync_for_exact_old_logits_and_resumes(tmp_path):
-    """Then a resumed run for one more step: verl restores the finished trajectories of the
-    checkpoint from TransferQueue, and their ``old_logit_segments`` must resolve against the segment
-    store restored beside it (with the default ``on_missing=error`` an unscored stale token would
-    stop the run)."""
-    metrics = _run(tmp_path, "interrupt")
-    for step in STEPS:
-        m = metrics[step]
+def test_interrupt_scores_segments_at_the_sync_for_exact_old_logits_and_resumes_after_a_kill(tmp_path):
+    """Checkpoints at steps 2 and 3; the trainer is SIGKILLed inside verl-ext's save of step 3,
+    before the segment store and the manifest are written. verl never marked step 3
+    complete, so the resumed run loads step 2, bit for bit: verl restores the checkpoint's finished
+    trajectories from TransferQueue, and their ``old_logit_segments`` must resolve against the
+    segment store restored beside it (with the default ``on_missing=error`` an unscored stale token
+    would stop the run)."""
+    metrics = _run(tmp_path, "interrupt", "trainer.save_freq=2", crash_at="verl_ext_checkpoint@3")
+    assert sorted(metrics) == [1, 2]  # a step's metrics are logged after its checkpoint
+    for m in metrics.values():
         assert m["old_logits/interrupt/filled_by_current_frac"] == 0.0  # every segment scored at a sync
         assert m["old_logits/interrupt/unscorable_segments"] == 0
+        assert m["old_logits/interrupt/late_segments"] == 0
+        assert m["old_logits/interrupt/sync_timeouts"] == 0
     # each sync scores what was served since the one before; whether a given step's interval served any
     # request depends on timing (a CI run with a second job on the machine saw none at one step)
-    assert sum(metrics[s]["old_logits/interrupt/segments"] for s in STEPS) > 0
-    for step in STEPS:
-        assert metrics[step]["old_logits/interrupt/late_segments"] == 0
-        assert metrics[step]["old_logits/interrupt/sync_timeouts"] == 0
-    assert (tmp_path / "checkpoints" / f"global_step_{len(STEPS)}" / "verl_ext_old_logits" / "rollout_side.pt").exists()
+    assert sum(m["old_logits/interrupt/segments"] for m in metrics.values()) > 0
+    torn = tmp_path / "checkpoints" / "global_step_3" / "verl_ext_old_logits"
+    assert not (torn / MANIFEST).exists() and not (torn / "rollout_side.pt").exists()
 
-    run_recipe("quickstart/run_cpu.sh", tmp_path, *ASYNC, *PARTIAL_ROLLOUTS, "+plugins/old_logits=interrupt",
-               "trainer.resume_mode=auto", steps=len(STEPS) + 1)
+    proc = run_recipe("quickstart/run_cpu.sh", tmp_path, *ASYNC, *PARTIAL_ROLLOUTS, "+plugins/old_logits=interrupt",
+                      "trainer.resume_mode=auto", steps=len(STEPS) + 1)
+    assert_restored_from(proc, tmp_path / "checkpoints" / "global_step_2")
     resumed = read_metrics(tmp_path / "metrics.jsonl")
-    assert sorted(resumed) == [len(STEPS) + 1], "the resumed run must start after the checkpoint"
-    m = resumed[len(STEPS) + 1]
+    assert sorted(resumed) == [3, 4], "the resumed run must start after the last complete checkpoint"
+    m = resumed[3]
     # the store came back: it holds the checkpoint's segments besides the ones scored at this sync
     assert m["old_logits/interrupt/stored_segments"] > m["old_logits/interrupt/segments"]
-    assert m["old_logits/interrupt/inexact_frac"] == 0.0
-    assert m["training/rollout_probs_diff_max"] < 1e-6  # fp32 rollout and trainer: rho == 1 on every token
+    for m in resumed.values():
+        assert m["old_logits/interrupt/inexact_frac"] == 0.0
+        assert m["training/rollout_probs_diff_max"] < 1e-6  # fp32 rollout and trainer: rho == 1 on every token

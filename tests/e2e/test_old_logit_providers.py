@@ -9,19 +9,26 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import assert_finite, assert_hook_metrics, read_metrics, run_recipe
+from verl_ext.checkpoint_files import MANIFEST
+
+from .conftest import assert_finite, assert_hook_metrics, assert_restored_from, read_metrics, run_recipe
 
 pytestmark = pytest.mark.e2e
 
 ASYNC = ("trainer.v1.trainer_mode=verl_ext_colocate_async", "trainer.val_before_train=false", "trainer.test_freq=-1")
 
 
-def test_snapshot_provider_recovers_exact_old_logits_for_stale_samples(tmp_path):
-    run_recipe("quickstart/run_cpu.sh", tmp_path, *ASYNC, "+algorithm.old_logits.provider=snapshot", steps=4)
+def test_snapshot_provider_recovers_exact_old_logits_for_stale_samples_and_survives_a_kill(tmp_path):
+    """Checkpoints at steps 2 and 4; the trainer is SIGKILLed inside verl's save of step 4, after
+    verl-ext's state and the actor's files are written and before verl marks the checkpoint
+    complete. The resumed run must load step 2's snapshots, bit for bit, and score exactly."""
+    snapshot = ("+algorithm.old_logits.provider=snapshot", "trainer.save_freq=2")
+    run_recipe("quickstart/run_cpu.sh", tmp_path, *ASYNC, *snapshot, steps=4, crash_at="verl_checkpoint@4")
     metrics = read_metrics(tmp_path / "metrics.jsonl")
-    stale_steps = [s for s in (1, 2, 3, 4) if metrics[s]["training/off_policy/trajectory_staleness/max"] >= 1]
+    assert sorted(metrics) == [1, 2, 3]  # a step's metrics are logged after its checkpoint
+    stale_steps = [s for s in (1, 2, 3) if metrics[s]["training/off_policy/trajectory_staleness/max"] >= 1]
     assert stale_steps, "no stale samples: the async path was not exercised"
-    for step in (1, 2, 3, 4):
+    for step in (1, 2, 3):
         m = metrics[step]
         assert m["training/rollout_probs_diff_max"] < 1e-6, (step, m["training/rollout_probs_diff_max"])
         assert m["old_logits/snapshot/missing_frac"] == 0.0
@@ -31,6 +38,15 @@ def test_snapshot_provider_recovers_exact_old_logits_for_stale_samples(tmp_path)
     for step in stale_steps:  # the versions the tokens came from were seen and scored
         assert metrics[step]["old_logits/stale/version_gap_max"] >= 1
         assert_hook_metrics(metrics[step], ("weight_swap",))  # snapshots swapped in for stale tokens
+    checkpoints = tmp_path / "checkpoints"
+    assert (checkpoints / "global_step_4" / "verl_ext_old_logits" / MANIFEST).exists()  # written before verl's save
+    assert (checkpoints / "latest_checkpointed_iteration.txt").read_text().strip() == "2"  # ... which never ended
+
+    resumed = run_recipe("quickstart/run_cpu.sh", tmp_path, *ASYNC, *snapshot, "trainer.resume_mode=auto", steps=3)
+    assert_restored_from(resumed, checkpoints / "global_step_2")
+    m = read_metrics(tmp_path / "metrics.jsonl")
+    assert sorted(m) == [3]
+    assert m[3]["training/rollout_probs_diff_max"] < 1e-6 and m[3]["old_logits/snapshot/missing_frac"] == 0.0
 
 
 EWMA_HOOKS = ("old_logits", "ewma_update", "version_bookkeeping")
@@ -48,9 +64,13 @@ def assert_ewma_hook_metrics(metrics: dict) -> None:
 PPO_EWMA = ("+plugins/old_logits=ewma", "+plugins/loss=ppo_ewma")
 
 
-def test_ppo_ewma_with_the_ewma_provider_trains_and_resumes(tmp_path):
-    run_recipe("quickstart/run_cpu.sh", tmp_path, *ASYNC, *PPO_EWMA, steps=4)
+def test_ppo_ewma_with_the_ewma_provider_trains_and_resumes_after_a_kill_mid_step(tmp_path):
+    """Four steps and a checkpoint, then the trainer is SIGKILLed in step 5's actor update; the
+    resumed run must load step 4's EWMA state, bit for bit, and train step 5."""
+    run_recipe("quickstart/run_cpu.sh", tmp_path, *ASYNC, *PPO_EWMA, "trainer.save_freq=4", steps=5,
+               crash_at="update@5")
     metrics = read_metrics(tmp_path / "metrics.jsonl")
+    assert sorted(metrics) == [1, 2, 3, 4]
     for step in (1, 2, 3, 4):
         assert_finite(metrics[step], ["actor/pg_loss", "actor/ppo_ewma/approx_kl", "actor/ppo_ewma/prox_lag",
                                       "actor/ppo_ewma/is_weight_mean", "old_logits/ewma/forward_rows",
@@ -67,9 +87,8 @@ def test_ppo_ewma_with_the_ewma_provider_trains_and_resumes(tmp_path):
     for step in stale:
         m = metrics[step]
         assert abs(m["old_logits/ewma/age_steps"] - m["old_logits/token_age_steps/stale_mean"]) <= 0.5, (step, m)
-    state = tmp_path / "checkpoints" / "global_step_4" / "verl_ext_old_logits" / "rank_0.pt"
-    assert state.exists()
-    run_recipe("quickstart/run_cpu.sh", tmp_path, *ASYNC, *PPO_EWMA, "trainer.resume_mode=auto", steps=5)
+    proc = run_recipe("quickstart/run_cpu.sh", tmp_path, *ASYNC, *PPO_EWMA, "trainer.resume_mode=auto", steps=5)
+    assert_restored_from(proc, tmp_path / "checkpoints" / "global_step_4")
     resumed = read_metrics(tmp_path / "metrics.jsonl")
     assert set(resumed) == {5}
     assert resumed[5]["old_logits/ewma/forward_rows"] > 0

@@ -17,6 +17,7 @@ import ray
 import torch
 
 from verl_ext.backends.cpu.wire import to_wire
+from verl_ext.checkpoint_files import load_file, save_file
 from verl_ext.old_logits.config import OldLogitsConfig
 from verl_ext.old_logits.swap import WeightSwap, local_parameters
 from verl_ext.timing import held_bytes, timed
@@ -129,17 +130,20 @@ def calibrate_worker_ewma(ray_self: Any, token_age_versions: float | None, versi
     return _state(ray_self).ewma_calibrate(token_age_versions, version)
 
 
-def save_worker_state(ray_self: Any, folder: str) -> None:
-    rank = int(os.environ.get("RANK", 0))
-    os.makedirs(folder, exist_ok=True)
-    torch.save(_state(ray_self).state_dict(), os.path.join(folder, f"rank_{rank}.pt"))
+def _rank_file() -> str:
+    return f"rank_{int(os.environ.get('RANK', 0))}.pt"
 
 
-def load_worker_state(ray_self: Any, folder: str, version: int) -> bool:
-    """Restore the state saved next to a checkpoint of the weights of ``version``; returns whether a
-    file was found. A missing file is passed on as ``None`` so the EWMA's ``on_missing_state``
-    policy decides."""
-    path = os.path.join(folder, f"rank_{int(os.environ.get('RANK', 0))}.pt")
-    state = torch.load(path, weights_only=False) if os.path.exists(path) else None
+def save_worker_state(ray_self: Any, folder: str) -> dict[str, Any]:
+    """Save this rank's state atomically into ``folder``; returns its manifest record."""
+    return save_file(_state(ray_self).state_dict(), os.path.join(folder, _rank_file()))
+
+
+def load_worker_state(ray_self: Any, folder: str, version: int, manifest: dict[str, Any] | None) -> str | None:
+    """Restore the state saved next to a checkpoint of the weights of ``version``, after checking
+    its bytes against the folder's ``manifest``; returns the file's sha256, or None when nothing
+    was saved (``manifest`` None): the state is then passed on as ``None`` so the EWMA's
+    ``on_missing_state`` policy decides."""
+    state, sha256 = load_file(folder, _rank_file(), manifest) if manifest is not None else (None, None)
     _state(ray_self).load_state_dict(state, version)
-    return state is not None
+    return sha256
