@@ -109,3 +109,35 @@ def test_run_retries_a_crashed_run_and_reuses_a_finished_one(tmp_path):
     (tmp_path / "fail.sh").write_text("exit 3\n")
     with pytest.raises(RuntimeError, match="failed 2 times"):
         launch.run(launch.RunSpec("f", str(tmp_path / "fail.sh"), tmp_path / "f", 1), attempts=2)
+
+
+def test_card_slots_spread_runs_over_the_cards():
+    assert launch.card_slots([0, 1]) == [{"CUDA_VISIBLE_DEVICES": "0"}, {"CUDA_VISIBLE_DEVICES": "1"}]
+    assert [s["CUDA_VISIBLE_DEVICES"] for s in launch.card_slots([0, 3], 5)] == ["0", "3", "0", "3", "0"]
+    assert launch.card_slots([], 3) == [{}, {}, {}] and launch.card_slots([]) == [{}]  # no list: every card
+
+
+def test_launch_waits_for_ready_runs_and_stops_at_the_budget(tmp_path):
+    first, second, third = (_spec(tmp_path, name) for name in ("first", "second", "third"))
+    order = []
+
+    def execute(spec, attempts, env):
+        order.append((spec.label, spec.timeout_s))
+        _finish(spec)
+
+    # `second` waits for `first`'s output although it comes first and two slots are free
+    ready = {second.out: lambda: first.done()}
+    left = launch.launch([second, first], slots=[{}, {}], execute=execute, poll_s=0.01,
+                         ready=lambda s: ready.get(s.out, lambda: True)())
+    assert [label for label, _ in order] == ["first", "second"] and left == []
+    order.clear()  # a budget of 100 s: the 60 s run starts (killed when the budget is spent), the 150 s one does not
+    left = launch.launch([third, _spec(tmp_path, "fourth")], execute=execute, budget_s=100.0,
+                         expected_s=lambda s: 60.0 if s.label == "third" else 150.0)
+    assert [label for label, _ in order] == ["third"] and 99 < order[0][1] <= 100 and [s.label for s in left] == ["fourth"]
+
+
+def test_a_failed_run_says_how_it_ended(tmp_path):
+    (tmp_path / "slow.sh").write_text("sleep 30\n")
+    with pytest.raises(launch.RunFailed) as failed:
+        launch.run(launch.RunSpec("s", str(tmp_path / "slow.sh"), tmp_path / "s", 1, timeout_s=0.5), attempts=1)
+    assert failed.value.timed_out and failed.value.returncode < 0 and failed.value.log.name == "run1.log"

@@ -108,7 +108,7 @@ def test_hook_cost_timeout_kills_only_the_processes_of_its_own_run(tmp_path):
     import os
     import subprocess
 
-    bench = _script("hook_cost_gpu")
+    bench = _script("launch")
     mine, other = tmp_path / "0.5b" / "current_r0", tmp_path / "0.5b" / "verl_r0"
     # stand-ins for a Ray daemon that left the run's process group, and for another run's process
     procs = {folder: subprocess.Popen(["sleep", "60"], env={**os.environ, "OUT": str(folder)}, start_new_session=True)
@@ -413,15 +413,15 @@ def test_hook_cost_runs_side_by_side_one_per_card_each_run_once(tmp_path, monkey
     seen, lock, started = [], threading.Lock(), set()
     both_cards_busy = threading.Barrier(2)  # each card's first run waits for the other's: side by side
 
-    def run_gpu_sh(run, out, models_dir, steps, timeout_s, kv_cache_bytes=0, extra_env=None):  # stands in for the recipe
+    def run_gpu_sh(spec, attempts, extra_env):  # stands in for the recipe
+        arm, repeat = spec.out.name.rsplit("_r", 1)
         with lock:
-            seen.append((run.arm, run.repeat, extra_env["CUDA_VISIBLE_DEVICES"], extra_env["OMP_NUM_THREADS"]))
+            seen.append((arm, int(repeat), extra_env["CUDA_VISIBLE_DEVICES"], extra_env["OMP_NUM_THREADS"]))
             first = extra_env["CUDA_VISIBLE_DEVICES"] not in started
             started.add(extra_env["CUDA_VISIBLE_DEVICES"])
         if first:
             both_cards_busy.wait(timeout=30)
-        _synthetic_run(run.folder(out), [{} for _ in range(steps)])
-        return True
+        _synthetic_run(spec.out, [{} for _ in range(spec.steps)])
 
     monkeypatch.setattr(bench, "execute", run_gpu_sh)
     assert bench.main(["--points", "0.5b", "--repeats", "2", "--steps", "8", "--gpus", "0", "1",
@@ -429,7 +429,7 @@ def test_hook_cost_runs_side_by_side_one_per_card_each_run_once(tmp_path, monkey
     assert sorted((arm, repeat) for arm, repeat, _, _ in seen) == sorted(
         (arm, r) for arm in bench.DEFAULT_ARMS for r in range(2))
     assert {card for _, _, card, _ in seen} == {"0", "1"}
-    assert {threads for *_, threads in seen} == {bench.thread_caps(2, os.cpu_count() or 1)["OMP_NUM_THREADS"]}
+    assert {threads for *_, threads in seen} == {_script("launch").thread_caps(2, os.cpu_count() or 1)["OMP_NUM_THREADS"]}
     # run again: everything is done, nothing runs
     seen.clear()
     assert bench.main(["--points", "0.5b", "--repeats", "2", "--steps", "8", "--gpus", "0", "1",

@@ -88,21 +88,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
-import shlex
-import signal
 import statistics
 import subprocess
 import sys
-import threading
-import time
-from collections import deque
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from scripts.bench.gpu_step_breakdown import HEADING
-from scripts.bench.launch import REPO, kill_leftovers, load_steps, thread_caps
+from scripts.bench.launch import REPO, RunSpec, card_slots, finished_walls, launch, load_steps, run
 from scripts.bench.report import add_write_flags, publish, target
 
 TIME = "verl_ext/time/"
@@ -130,6 +124,7 @@ TARGET_SHARE = {"current": 0.03, "ewma": 0.03, "loglinear": 0.03}  # by provider
 DEVICE_ONLY = ("weight_swap_gpu",)
 SNAPSHOT_SAVE_TARGET = 0.01  # the save's time left on the critical path: queueing the copies + waiting for them
 SAVE_HOOKS = ("snapshot_save", "snapshot_save_wait")
+SCRIPT = "text_corridor/run_gpu.sh"
 COMMON_ENV = {"ADV": "grpo", "LOSS": "vanilla", "MODE": "colocate_async", "ROLLOUT": "vllm", "N_GPUS": "1"}
 # every arm: no checkpoint (a 7B one is ~100 GB and no part of a step)
 COMMON_OVERRIDES = ("trainer.save_freq=-1",)
@@ -189,9 +184,9 @@ class Run:
     def overrides(self) -> list[str]:
         return [*COMMON_OVERRIDES, *POINTS[self.point].overrides, *ARM_OVERRIDES.get(self.arm, ())]
 
-    def command(self, out: Path, models: Path, steps: int, kv_cache_bytes: int = 0) -> str:
-        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env(out, models, steps, kv_cache_bytes).items())
-        return f"{env} bash recipes/text_corridor/run_gpu.sh {' '.join(map(shlex.quote, self.overrides()))}"
+    def spec(self, out: Path, models: Path, steps: int, kv_cache_bytes: int = 0) -> RunSpec:
+        return RunSpec(f"{self.point} {self.arm} repeat {self.repeat}", SCRIPT, self.folder(out), steps,
+                       self.env(out, models, steps, kv_cache_bytes), self.overrides())
 
 
 def plan(points: list[str], arms: list[str], repeats: int) -> list[Run]:
@@ -215,46 +210,32 @@ def model_command(point: str, models: Path) -> list[str]:
             "--dtype", "bfloat16", "--seed", "0", "--device", POINTS[point].init_device]
 
 
-def is_done(run: Run, out: Path, steps: int) -> bool:
-    return steps in load_steps(run.folder(out) / "metrics.jsonl")
-
-
-def execute(run: Run, out: Path, models: Path, steps: int, timeout_s: float, kv_cache_bytes: int = 0,
-            extra_env: dict[str, str] | None = None) -> bool:
-    """One run (``extra_env``: its card and thread caps); keeps ``metrics.jsonl``, ``run.json`` and
-    the log's tail. False if it failed or ran out of time (its folder is then cleared so that the next
-    call starts it again)."""
-    folder = run.folder(out)
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "metrics.jsonl").unlink(missing_ok=True)  # verl's file logger appends
-    env = {**os.environ, **(extra_env or {}), **run.env(out, models, steps, kv_cache_bytes)}
-    start = time.perf_counter()
-    proc = subprocess.Popen(["bash", str(REPO / "recipes/text_corridor/run_gpu.sh"), *run.overrides()], cwd=REPO,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+def execute(spec: RunSpec, attempts: int, env: dict[str, str]) -> None:
+    """``run``, keeping ``metrics.jsonl``, ``run.json`` and the log's tail only, so that the results
+    folder stays small enough to carry between machines; a failed run keeps no metrics (the table
+    would count it)."""
+    print(f"[hook_cost] {spec.label} {env.get('CUDA_VISIBLE_DEVICES', '')}", flush=True)
     try:
-        log, _ = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)  # the run's own process group
-        log, _ = proc.communicate()
-        kill_leftovers(folder)
-    wall = time.perf_counter() - start
-    (folder / "run_tail.log").write_bytes(log[-200_000:])
-    subprocess.run(["rm", "-rf", str(folder / "data"), str(folder / "checkpoints")], check=False)
-    ok = proc.returncode == 0 and is_done(run, out, steps)
-    if ok:
-        (folder / "run.json").write_text(json.dumps({"wall_s": wall, "load_avg_5min": os.getloadavg()[1]}))
-    else:
-        (folder / "metrics.jsonl").unlink(missing_ok=True)
-    return ok
+        run(spec, attempts, env)
+    except RuntimeError:
+        (spec.out / "metrics.jsonl").unlink(missing_ok=True)
+        raise
+    finally:
+        logs = sorted(spec.out.glob("run[0-9]*.log"))
+        if logs:
+            (spec.out / "run_tail.log").write_bytes(logs[-1].read_bytes()[-200_000:])
+        for path in [*logs, spec.out / "data", spec.out / "checkpoints"]:
+            subprocess.run(["rm", "-rf", str(path)], check=False)
 
 
 def run_all(args: argparse.Namespace) -> int:
     runs = plan(args.points, args.arms, args.repeats)
+    specs = [r.spec(args.out, args.models, args.steps, args.kv_cache_bytes) for r in runs]
     if args.dry_run:
         for command in dict.fromkeys(" ".join(model_command(point, args.models)) for point in args.points):
             print(command)  # once per model folder: points of one architecture share it
-        for run in runs:
-            print(run.command(args.out, args.models, args.steps, args.kv_cache_bytes))
+        for spec in specs:
+            print(spec.command())
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
     if not (args.out / "machine.json").exists():
@@ -263,35 +244,9 @@ def run_all(args: argparse.Namespace) -> int:
         if not (model_dir(point, args.models) / "config.json").exists():
             subprocess.run(model_command(point, args.models), check=True)
         _record_parameters(args.out, point, args.models)
-    todo = deque(run for run in runs if not is_done(run, args.out, args.steps))
-    cards = args.gpus or [None]
-    caps = thread_caps(len(cards), os.cpu_count() or 1) if len(cards) > 1 else {}
-    lock = threading.Lock()
-    start = time.perf_counter()
-
-    def worker(card: int | None) -> None:
-        """Runs the plan's next run on ``card`` until the plan or the budget is used up."""
-        extra_env = {**caps, **({"CUDA_VISIBLE_DEVICES": str(card)} if card is not None else {})}
-        where = "" if card is None else f" (card {card})"
-        while True:
-            with lock:
-                left = args.budget_s - (time.perf_counter() - start)
-                if not todo or left < expected_wall(args.out, todo[0].point) * 1.2 or left < 60:
-                    return
-                run = todo.popleft()
-            print(f"[hook_cost] {run.point} {run.arm} repeat {run.repeat}{where}", flush=True)
-            t0 = time.perf_counter()
-            ok = execute(run, args.out, args.models, args.steps, timeout_s=left, kv_cache_bytes=args.kv_cache_bytes,
-                         extra_env=extra_env)
-            print(f"[hook_cost]   {run.point} {run.arm} repeat {run.repeat}{where}: "
-                  f"{'done' if ok else 'FAILED or out of time'} in {time.perf_counter() - t0:.0f} s", flush=True)
-
-    workers = [threading.Thread(target=worker, args=(card,)) for card in cards]
-    for thread in workers:
-        thread.start()
-    for thread in workers:
-        thread.join()
-    left = [r for r in runs if not is_done(r, args.out, args.steps)]
+    # one attempt: a failed run is started again by the next call of the same command
+    left = launch(specs, card_slots(args.gpus), attempts=1, execute=execute, budget_s=args.budget_s,
+                  expected_s=lambda spec: max(60.0, 1.2 * expected_wall(args.out, spec.out.parent.name)))
     print(f"[hook_cost] {len(runs) - len(left)} of {len(runs)} runs done"
           + (f"; {len(left)} left: run the same command again" if left else ""))
     return 0
@@ -299,8 +254,7 @@ def run_all(args: argparse.Namespace) -> int:
 
 def expected_wall(out: Path, point: str) -> float:
     """How long a run of ``point`` takes: the longest finished one there (any point's, else 0)."""
-    walls = {p: [json.loads(f.read_text())["wall_s"] for f in (out / p).glob("*/run.json")] for p in POINTS}
-    return max(walls[point] or [w for ws in walls.values() for w in ws] or [0.0])
+    return max(finished_walls(out / point) or finished_walls(out) or [0.0])
 
 
 def describe_machine(context: str) -> dict:
