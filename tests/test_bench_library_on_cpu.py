@@ -94,6 +94,7 @@ def test_launch_runs_what_is_not_done_one_per_slot_with_thread_caps(tmp_path):
     assert sorted(label for label, *_ in seen) == ["r1", "r2", "r3", "r4"]
     assert {threads for *_, threads in seen} == {"4"} and [s.label for s in left] == ["r4"]
     assert launch.thread_caps(3, 8)["OMP_NUM_THREADS"] == "2" and launch.thread_caps(16, 8)["MKL_NUM_THREADS"] == "1"
+    assert launch.thread_caps(16, 64) == {"OMP_NUM_THREADS": "4", "OPENBLAS_NUM_THREADS": "4", "MKL_NUM_THREADS": "4"}
 
 
 def test_run_retries_a_crashed_run_and_reuses_a_finished_one(tmp_path):

@@ -197,7 +197,7 @@ def launch(specs: Iterable[RunSpec], slots: Iterable[dict[str, str]] = ({},), at
             return True
         todo.remove(spec)
         last_start[0] = now
-        if budget_s is not None:
+        if budget_s is not None and budget_s < float("inf"):
             left = budget_s - (now - began)
             if left < (expected_s(spec) if expected_s else 0.0):
                 print(f"budget: {len(todo) + 1} runs not started (the same command continues them)", flush=True)
