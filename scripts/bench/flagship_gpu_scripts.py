@@ -35,23 +35,20 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-RECIPES = REPO / "recipes"
 from scripts.bench.gpu_step_breakdown import machine_info, median_after_first
-from scripts.bench.launch import load_steps
+from scripts.bench.launch import REPO, RunFailed, RunSpec, load_steps, run
 from scripts.bench.report import add_write_flags, publish, target
 
 HEADING = "## GPU: flagship scripts"
+RECIPES = REPO / "recipes"
 JUDGE_SHARE = 4  # the DVReward script's judge gets 1 GPU in 4 (its default: 6 training + 2 judge)
 PARALLEL_KEYS = ("TP", "PP", "ROLLOUT_TP")
 # verl 0.9.1 builds Megatron models with TransformerEngine; its torch extension has no wheel
@@ -248,36 +245,31 @@ def processor_problem(model: str) -> str | None:
 
 
 def run_script(script: Script, p: Plan, steps: int, timeout_s: int) -> dict:
-    """Run one script (or reuse a finished run) and write ``run.json``."""
-    out = Path(p.env["OUT"])
-    out.mkdir(parents=True, exist_ok=True)
-    record_path = out / "run.json"
-    if steps in load_steps(out / "metrics.jsonl") and record_path.exists():
+    """Run one script once (or reuse a finished run) and write its record, ``run.json``."""
+    spec = RunSpec(script.path, script.path, Path(p.env["OUT"]), steps, p.env, p.overrides, timeout_s=timeout_s)
+    record_path = spec.out / "run.json"
+    if spec.done() and record_path.exists():
         return json.loads(record_path.read_text())
+    spec.out.mkdir(parents=True, exist_ok=True)
     record = {"script": script.path, **asdict(p), "steps": steps}
     if p.skip is None and "JUDGE_MODEL" not in p.env and "agent_loops_vl" in script.text:
         p.skip = processor_problem(p.env["MODEL"])
         record["skip"] = p.skip
     if p.skip is None:
-        (out / "metrics.jsonl").unlink(missing_ok=True)  # verl's file logger appends
-        env = {**os.environ, **p.env, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-        start = time.perf_counter()
-        with open(out / "run.log", "w") as log:
-            # its own process group: a run past the timeout goes with its Ray workers
-            proc = subprocess.Popen(["bash", str(RECIPES / script.path), *p.overrides], cwd=REPO, env=env,
-                                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-            try:
-                record["exit_code"] = proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                record["exit_code"] = f"killed after {timeout_s} s"
-        # free the GPUs for the next script (a killed or crashed run can leave Ray workers behind)
-        subprocess.run([sys.executable, "-m", "ray.scripts.scripts", "stop", "--force"], capture_output=True)
-        record["wall_s"] = time.perf_counter() - start
-        if record["exit_code"] != 0:
-            record["error"] = failure_line((out / "run.log").read_text(errors="replace"))
+        try:
+            record.update(exit_code=0, wall_s=run(spec, attempts=1))
+        except RunFailed as failed:
+            record.update(exit_code=f"killed after {timeout_s} s" if failed.timed_out else failed.returncode,
+                          wall_s=failed.wall_s, error=failure_line(failed.log.read_text(errors="replace")))
+        finally:
+            stop_ray()
     record_path.write_text(json.dumps(record, indent=1))
     return record
+
+
+def stop_ray() -> None:
+    """Frees the GPUs for the next script: a crashed run can leave Ray workers behind."""
+    subprocess.run([sys.executable, "-m", "ray.scripts.scripts", "stop", "--force"], capture_output=True)
 
 
 def failure_line(log: str) -> str:
