@@ -22,7 +22,7 @@ The model each seed starts from is ``verl-ext make-tiny-model --seed S --hidden-
 ``--override`` adds a ``main_ppo`` override of stages 2 and 3. ``--backend gpu`` runs ``run_gpu.sh``
 instead (FSDP2 + vLLM; records the card with each run), and ``--parallel`` starts every seed at once
 (``--stagger-s`` apart: vLLM start-ups on a shared card must not overlap), each later arm as soon as
-the full pipeline's checkpoint it starts from exists.
+the full pipeline's stage it starts from has finished.
 
     python -m scripts.bench.toolcua_pipeline_study --steps 20 --seeds 0 1 2
     python -m scripts.bench.toolcua_pipeline_study --dry-run      # the runs it would make, and the report of what exists
@@ -36,17 +36,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import subprocess
 import sys
-import threading
-import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
-from scripts.bench.launch import REPO, gpu_environment, load_steps, run_once, Runs, thread_caps
+from scripts.bench.launch import REPO, RunSpec, Runs, card_slots, gpu_environment, launch, load_steps, run
 from scripts.bench.learning_runs import machine_line, series, study_command, study_parser
 from scripts.bench.report import publish, target
 from scripts.bench.stats import paired_mean_and_se
@@ -75,7 +71,7 @@ METRICS = {  # derived() name -> column title
 
 def settings(args) -> dict[str, str]:
     """Environment of every run: the budget, the held-out validation and the ``--set`` knobs
-    (``run_once`` adds STEPS and OUT). REUSE_STAGES=1: a run's second attempt (``--attempts``) resumes
+    (``RunSpec`` adds STEPS and OUT). REUSE_STAGES=1: a run's second attempt (``--attempts``) resumes
     at the stage that failed (on a shared card vLLM's start-up can fail when another run frees memory)."""
     return {"REUSE_STAGES": "1", "RL_TEST_FREQ": str(args.steps), "RL_VAL_SIZE": str(args.val_size),
             "RFT_STEPS": str(args.rft_steps), "SFT_STEPS": str(args.sft_steps), "TEMPLATES": args.templates,
@@ -253,59 +249,44 @@ def rft_lines(rft: Runs) -> list[str]:
     return lines + [""]
 
 
-def run_arm(args, arm: str, out: Path, env: dict[str, str], seed: int, info: dict) -> None:
-    """One arm of one seed, unless it cannot start: a later arm needs the full pipeline's checkpoint."""
-    start = env.get(START_MODEL[args.backend])
-    if arm != FULL and not Path(start).is_dir():
-        print(f"{arm} seed {seed}: not run: no full-pipeline checkpoint {start} (run --arms full first)", flush=True)
-        return
-    if arm == FULL:
-        make_fresh_model(args, seed)
-    if info:  # the card, kept from the start: a run cut short (a lease that ends) still names it
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "card.json").write_text(json.dumps(info))
-    try:
-        wall = run_once(SCRIPTS[args.backend], env, args.steps, out, args.attempts, f"{arm} seed {seed}",
-                        script_args=args.override, info=info)
-    except RuntimeError as err:  # one broken run must not cost the others
-        print(err, flush=True)
-        return
-    print(f"{arm} seed {seed}: " + ("reused" if wall is None else f"{wall:.0f} s"), flush=True)
-
-
-def run_parallel(args, selected: set[str], info: dict) -> None:
-    """Every seed at once, ``--stagger-s`` apart; in a seed, ``no RFT`` starts when the full pipeline's
-    SFT stage has finished and ``per-decision tool term`` when its RFT stage has (or gives up when
-    the full pipeline's run ends without it). ``--max-runs``: at most that many runs at a time."""
-    runs_in_all = len(args.seeds) * len(selected)
-    at_once = min(runs_in_all, args.max_runs or runs_in_all)
-    caps = thread_caps(at_once, os.cpu_count() or 1)
-    slots = threading.Semaphore(at_once)
-
-    def limited_run(arm: str, out: Path, env: dict[str, str], seed: int) -> None:
-        with slots:  # a run waits for a slot here, never while it holds one (no run waits on another's slot)
-            run_arm(args, arm, out, {**env, **caps}, seed, info)
-
-    def seed_runs(index: int, seed: int) -> None:
-        time.sleep(index * args.stagger_s)
+def run_all(args, selected: set[str], info: dict) -> None:
+    """The selected runs through ``launch``, seed-major: one at a time, or with ``--parallel`` up to
+    ``--max-runs`` at once, ``--stagger-s`` apart (vLLM start-ups on a shared card must not overlap).
+    A later arm starts once the full pipeline's stage it starts from has finished (``no RFT``: SFT,
+    ``per-decision tool term``: RFT), or once that run has ended without it."""
+    specs, needs, ended = [], {}, set()
+    for seed in args.seeds:
         runs = plan(args, seed)
-        with ThreadPoolExecutor(len(runs)) as pool:
-            arm, out, env = runs[0]
-            full = pool.submit(limited_run, arm, out, env, seed) if FULL in selected else None
-            started = [full] if full else []
-            for (arm, out, env), needs in zip(runs[1:], ("sft", "rft")):
-                if arm not in selected:
-                    continue
-                while full is not None and not full.done() and not stage_done(runs[0][1], needs):
-                    time.sleep(POLL_S)
-                time.sleep(args.stagger_s)  # not at the moment the full pipeline's next stage starts vLLM
-                started.append(pool.submit(limited_run, arm, out, env, seed))
-        for future in started:  # an error outside run_once's (e.g. making the tiny model) is raised, not dropped
-            future.result()
+        for (arm, out, env), stage in zip(runs, (None, "sft", "rft")):
+            if arm in selected:
+                specs.append(RunSpec(f"{arm} seed {seed}", SCRIPTS[args.backend], out, args.steps, env, args.override,
+                                     info))
+                if stage:
+                    needs[out] = (runs[0][1], stage)
+    running_full = {s.out for s in specs if s.out not in needs and not s.done()}
 
-    with ThreadPoolExecutor(len(args.seeds)) as pool:
-        for future in [pool.submit(seed_runs, i, seed) for i, seed in enumerate(args.seeds)]:
-            future.result()
+    def ready(spec: RunSpec) -> bool:
+        full, stage = needs.get(spec.out, (None, ""))
+        return full is None or full not in running_full or full in ended or stage_done(full, stage)
+
+    def execute(spec: RunSpec, attempts: int, env: dict[str, str]) -> None:
+        try:
+            start = spec.env[START_MODEL[args.backend]]
+            if spec.out in needs and not Path(start).is_dir():
+                print(f"{spec.label}: not run: no full-pipeline checkpoint {start} (run --arms full first)", flush=True)
+                return
+            if spec.out not in needs:
+                make_fresh_model(args, int(spec.env["SEED"]))
+            if info:  # the card, kept from the start: a run cut short still names it
+                spec.out.mkdir(parents=True, exist_ok=True)
+                (spec.out / "card.json").write_text(json.dumps(info))
+            print(f"{spec.label}: {run(spec, attempts, env):.0f} s", flush=True)
+        finally:
+            ended.add(spec.out)
+
+    at_once = min(len(specs), args.max_runs or len(specs)) if args.parallel else 1
+    launch(specs, card_slots([], max(1, at_once)), args.attempts, execute, ready=ready,
+           start_gap_s=args.stagger_s if args.parallel else 0.0, poll_s=POLL_S)
 
 
 def main(argv: list[str]) -> int:
@@ -352,14 +333,7 @@ def main(argv: list[str]) -> int:
                             always=("steps", "seeds", "sft_steps", "rft_steps"))
     selected = {RUN_ARMS[name] for name in args.arms}
     if not (args.report_only or args.dry_run):
-        info = gpu_environment() if args.backend == "gpu" else {}
-        if args.parallel:
-            run_parallel(args, selected, info)
-        else:
-            for seed in args.seeds:  # seed-major: the later arms start from the full pipeline's checkpoints
-                for arm, out, env in plan(args, seed):
-                    if arm in selected:
-                        run_arm(args, arm, out, env, seed, info)
+        run_all(args, selected, gpu_environment() if args.backend == "gpu" else {})
     results: dict[str, Runs] = {FULL: {}, NO_RFT: {}, PER_DECISION: {}}
     rft: Runs = {}
     runs_info: list[dict] = []
