@@ -63,6 +63,9 @@ def test_publish_prints_and_writes_only_with_a_doc(tmp_path, capsys):
     assert "new" in capsys.readouterr().out and "old" in doc.read_text()
     report.publish(doc, "## A", "## A\n\nnew\n")
     assert doc.read_text() == "# Results\n\n## A\n\nnew\n\n## B\n\nkept\n"
+    doc.write_text(doc.read_text().replace("\n## B", "\n### A.1\n\nother script's\n\n## B"))
+    report.write_section(doc, "## A", "## A\n\nnewer\n", until="\n#")  # its subsection written elsewhere stays
+    assert doc.read_text() == "# Results\n\n## A\n\nnewer\n\n### A.1\n\nother script's\n\n## B\n\nkept\n"
     report.write_section(doc, "## C", "## C\n\nappended")
     assert doc.read_text().endswith("## B\n\nkept\n\n## C\n\nappended\n\n")
     parser = report.add_write_flags(argparse.ArgumentParser(), doc)

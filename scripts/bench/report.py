@@ -23,16 +23,17 @@ def target(args: argparse.Namespace) -> Path | None:
     return args.doc if args.write else None
 
 
-def publish(doc: Path | None, heading: str, section: str) -> None:
-    """Print ``section``; with a ``doc``, also replace its section under ``heading`` there."""
+def publish(doc: Path | None, heading: str, section: str, until: str = "\n## ") -> None:
+    """Print ``section``; with a ``doc``, also replace its section under ``heading`` there (``write_section``)."""
     print(section)
     if doc is not None:
-        write_section(doc, heading, section)
+        write_section(doc, heading, section, until)
         print(f"wrote {doc} ({heading!r})")
 
 
-def write_section(doc: Path, heading: str, section: str) -> None:
-    """Replace the section under ``heading`` in ``doc`` (up to the next ``## `` heading), or append it."""
+def write_section(doc: Path, heading: str, section: str, until: str = "\n## ") -> None:
+    """Replace the section under ``heading`` in ``doc`` (up to the next ``until``: a ``## `` heading, or
+    ``"\n#"`` to keep the subsections other scripts write under it), or append it."""
     heading = heading.rstrip("\n")
     text = doc.read_text() if doc.exists() else "# Results\n"
     section = section.rstrip("\n") + "\n\n"  # one blank line before the next section
@@ -40,7 +41,7 @@ def write_section(doc: Path, heading: str, section: str) -> None:
     if start < 0:
         text = text.rstrip("\n") + "\n\n" + section
     else:
-        end = text.find("\n## ", start + len(heading))
+        end = text.find(until, start + len(heading))
         text = text[:start] + section + (text[end + 1:] if end >= 0 else "")
     doc.write_text(text)
 
