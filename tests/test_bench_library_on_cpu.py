@@ -145,3 +145,11 @@ def test_a_failed_run_says_how_it_ended(tmp_path):
     with pytest.raises(launch.RunFailed) as failed:
         launch.run(launch.RunSpec("s", str(tmp_path / "slow.sh"), tmp_path / "s", 1, timeout_s=0.5), attempts=1)
     assert failed.value.timed_out and failed.value.returncode < 0 and failed.value.log.name == "run1.log"
+
+
+def test_report_cells_and_two_se_verdicts():
+    assert stats.fmt_mean_se([1.0, 2.0, 3.0, np.nan]) == "2.00 ± 0.58" and stats.fmt_mean_se([0.5], 3) == "0.500"
+    assert stats.fmt_mean_se([]) == "n/a" and stats.fmt_mean_se(np.array([1.0, 0.0, 1.0]), 0) == "2/3"
+    assert stats.two_se_verdict(0.3, 0.07) == "+0.30 (2 SE = 0.14): **exceeds** 2 SE"
+    assert stats.two_se_verdict(-0.1, 0.07, n=3) == "-0.10 (2 SE = 0.14, 3 seeds): within 2 SE"
+    assert stats.two_se_verdict(0.1, float("nan")) == "+0.10 (2 SE = n/a): SE undefined (fewer than 2 seeds)"

@@ -56,7 +56,7 @@ from verl.utils.config import omega_conf_to_dataclass
 import verl_ext.losses.registration  # noqa: F401  (registers ppo_ewma)
 from scripts.bench.report import RESULTS, add_write_flags, publish
 from scripts.bench.report import table as table_md
-from scripts.bench.stats import mean_and_se, paired_verdict
+from scripts.bench.stats import fmt_mean_se, paired_verdict
 from verl_ext.old_logits import OldLogitsConfig, OldLogitWorkerState, build_provider
 from verl_ext.old_logits.local_host import LocalPolicyHost
 from verl_ext.old_logits.metrics import approximation_errors, discrepancy_mask_by_cause
@@ -641,14 +641,6 @@ STUDY_PAIRS = [  # (a, b): paired differences reported in every cell
 ]
 
 
-def _fmt(values, digits: int) -> str:
-    """mean ± SE; with ``digits=0`` a count of the per-seed flags (``k/n``)."""
-    if digits == 0:
-        return f"{int(np.nansum(values))}/{len(values)}"
-    m, se, n = mean_and_se(values)
-    return "n/a" if n == 0 else f"{m:.{digits}f} ± {se:.{digits}f}"
-
-
 def study_checks(results: dict, meta: dict) -> list[str]:
     """The two sanity checks the section states: the baseline shows the failure, the knobs are
     what they claim to be (measured, not assumed)."""
@@ -659,7 +651,7 @@ def study_checks(results: dict, meta: dict) -> list[str]:
     for key, runs in results.items():
         if "current" in runs and "snapshot" in runs and "sigma=0 " not in key:
             rows = study_rows(runs, meta["steps"])
-            lines.append(f"- Baseline failure, {key}: `current` masks {_fmt(rows['current']['masked_staleness'], 4)} "
+            lines.append(f"- Baseline failure, {key}: `current` masks {fmt_mean_se(rows['current']['masked_staleness'], 4)} "
                          f"of the tokens *because of staleness* (band on ρ̂ out, on exact ρ in); snapshot − current "
                          f"masked fraction: {paired_verdict(rows['snapshot']['masked'], rows['current']['masked'], 4)} "
                          "(the failure is present where this difference exceeds 2 SE).")
@@ -668,8 +660,8 @@ def study_checks(results: dict, meta: dict) -> list[str]:
         arm = rows.get("ewma calibrated, no fresh_exact")
         if arm is not None:
             gap = np.abs(arm["ewma_age_steps"] - arm["token_age_steps"])
-            lines.append(f"- Knobs, {key}: mean token age {_fmt(arm['token_age_steps'], 2)} optimizer steps; the "
-                         f"calibrated EWMA's age {_fmt(arm['ewma_age_steps'], 2)} (|difference| {_fmt(gap, 2)}; "
+            lines.append(f"- Knobs, {key}: mean token age {fmt_mean_se(arm['token_age_steps'], 2)} optimizer steps; the "
+                         f"calibrated EWMA's age {fmt_mean_se(arm['ewma_age_steps'], 2)} (|difference| {fmt_mean_se(gap, 2)}; "
                          "calibration: com := the tokens' mean lag); the old default's com = bound × steps per version.")
     return lines + [""]
 
@@ -710,7 +702,7 @@ def study_report(results: dict, meta: dict, doc: Path | None) -> None:
     for key, runs in results.items():
         rows = study_rows(runs, steps)
         lines += [f"### {key}", "", table_md(["arm", *(c for c, _, _ in STUDY_COLUMNS)],
-                                              [[arm, *(_fmt(row[k], d) for _, k, d in STUDY_COLUMNS)]
+                                              [[arm, *(fmt_mean_se(row[k], d) for _, k, d in STUDY_COLUMNS)]
                                                for arm, row in rows.items()])]
         lines += ["", "Paired differences (final reward; reward AUC; masked fraction):", ""]
         for a, b in STUDY_PAIRS:

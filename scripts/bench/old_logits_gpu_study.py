@@ -45,7 +45,7 @@ from pathlib import Path
 import numpy as np
 from scripts.bench.launch import REPO, RunSpec, card_slots, finished_walls, gpu_environment, launch, load_steps, run
 from scripts.bench.report import add_write_flags, publish, target
-from scripts.bench.stats import mean_and_se, paired_verdict
+from scripts.bench.stats import fmt_mean_se, paired_verdict
 
 HEADING = "## GPU: old-logit study"
 SCRIPT = "text_corridor/run_gpu.sh"  # under recipes/
@@ -236,15 +236,6 @@ def load_results(args: argparse.Namespace) -> tuple[dict, list[dict]]:
     return results, infos
 
 
-def cell(values: np.ndarray, digits: int) -> str:
-    if digits == 0:
-        return f"{int(np.nansum(values))}/{len(values)}"
-    m, se, n = mean_and_se(values)
-    if n < 2:
-        return "n/a" if n == 0 else f"{m:.{digits}f}"
-    return f"{m:.{digits}f} ± {se:.{digits}f}"
-
-
 def report(args: argparse.Namespace) -> str:
     results, infos = load_results(args)
     card = infos[0] if infos else {}
@@ -273,7 +264,7 @@ def report(args: argparse.Namespace) -> str:
         lines += [f"### num_warmup_batches = {warmup} (staleness bound {2 * warmup})", "",
                   "| arm | seeds | " + " | ".join(c for c, _ in columns) + " |", "|---" * (len(columns) + 2) + "|"]
         for arm, row in rows.items():
-            lines.append(f"| {arm} | {len(arms[arm])} | " + " | ".join(cell(row[c], d) for c, d in columns) + " |")
+            lines.append(f"| {arm} | {len(arms[arm])} | " + " | ".join(fmt_mean_se(row[c], d) for c, d in columns) + " |")
         lines += ["", f"Masked and truncated fractions, clip fraction, max IS ratio and time per step: means over "
                   f"steps 1-{args.phase_steps} (the learning phase). Differences paired by seed (final success; "
                   "success AUC; masked, stale tokens):", ""]

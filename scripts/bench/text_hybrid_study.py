@@ -37,7 +37,7 @@ import numpy as np
 from scripts.bench.launch import REPO, load_steps, run_once, Runs
 from scripts.bench.learning_runs import machine_line, series, study_command, study_parser
 from scripts.bench.report import publish, target
-from scripts.bench.stats import mean_and_se
+from scripts.bench.stats import fmt_mean_se, mean_and_se, two_se_verdict
 
 HEADING = "## text_hybrid study: which plugin earns its place"
 SCRIPT = "text_hybrid/run_cpu.sh"
@@ -107,13 +107,6 @@ def derived(runs: Runs, steps: list[int], max_steps: int = MAX_STEPS, val: str =
 
 
 # --- statistics ------------------------------------------------------------------------------------
-def fmt(values: np.ndarray, digits: int = 2) -> str:
-    m, se, n = mean_and_se(values)
-    if n == 0:
-        return "n/a"
-    return f"{m:.{digits}f}" if n == 1 else f"{m:.{digits}f} ± {se:.{digits}f}"
-
-
 @dataclass(frozen=True)
 class Comparison:
     a: str
@@ -152,14 +145,8 @@ def compare(arms: dict[str, np.ndarray], episodes: int | None = None) -> list[Co
 def comparison_lines(metric: str, arms: dict[str, np.ndarray], digits: int = 2,
                      episodes: int | None = None) -> list[str]:
     """One bullet per pair: the difference, 2 SE, and whether it exceeds them."""
-    lines = []
-    for c in compare(arms, episodes):
-        if not np.isfinite(c.diff):
-            continue
-        verdict = ("**exceeds** 2 SE" if c.exceeds else "within 2 SE" if np.isfinite(c.se)
-                   else "SE undefined (fewer than 2 seeds)")
-        lines.append(f"- {metric}, {c.a} - {c.b}: {c.diff:+.{digits}f} (2 SE = {2 * c.se:.{digits}f}): {verdict}")
-    return lines
+    return [f"- {metric}, {c.a} - {c.b}: {two_se_verdict(c.diff, c.se, digits)}"
+            for c in compare(arms, episodes) if np.isfinite(c.diff)]
 
 
 def final(values: np.ndarray) -> np.ndarray:
@@ -191,7 +178,7 @@ def _step_table(results: dict[str, Runs], name: str, steps: list[int], digits: i
     lines = ["| step | " + " | ".join(arms) + " |", "|---" * (len(arms) + 1) + "|"]
     values = {arm: derived(results[arm], steps)[name] for arm in arms}
     for j, s in enumerate(steps):
-        lines.append(f"| {s} | " + " | ".join(fmt(values[arm][:, j], digits) for arm in arms) + " |")
+        lines.append(f"| {s} | " + " | ".join(fmt_mean_se(values[arm][:, j], digits) for arm in arms) + " |")
     return lines
 
 
@@ -259,7 +246,7 @@ def estimators_section(results: dict[str, Runs], steps: int, refs: dict[str, flo
     ]
     for arm, d in last.items():
         for j in sorted({0, len(vs) - 1}) if vs else []:
-            cells = [fmt(d[k][:, j]) for k in ("tool_when_beneficial", "tool_when_not", "decision_tool_when_shorter",
+            cells = [fmt_mean_se(d[k][:, j]) for k in ("tool_when_beneficial", "tool_when_not", "decision_tool_when_shorter",
                                                "decision_tool_when_gui_shorter")]
             met = goal_met(d["decision_tool_when_shorter"][:, j], d["decision_tool_when_gui_shorter"][:, j])
             lines.append(f"| {arm} | {vs[j]} | " + " | ".join(cells) + f" | {met} |")
@@ -302,12 +289,12 @@ def old_logits_section(results: dict[str, Runs], steps: int, plot: str) -> list[
         "trainer are both fp32 unless `actor_rollout_ref.rollout.dtype=bfloat16`. Mean ± standard error "
         "over seeds; training metrics averaged over the steps (staleness: maximum).", "",
         "| metric | " + " | ".join(arms) + " |", "|---" * (len(arms) + 1) + "|",
-        f"| held-out success, step {vs[-1] if vs else '-'} | " + " | ".join(fmt(success[a]) for a in arms) + " |",
+        f"| held-out success, step {vs[-1] if vs else '-'} | " + " | ".join(fmt_mean_se(success[a]) for a in arms) + " |",
     ]
     for label, (key, how) in ASYNC_KEYS.items():
         values = {a: reduce_steps(results[a], key, how) for a in arms}
         digits = 3 if "fraction" in label or "KL" in label else 2
-        lines.append(f"| {label} | " + " | ".join(fmt(values[a], digits) for a in arms) + " |")
+        lines.append(f"| {label} | " + " | ".join(fmt_mean_se(values[a], digits) for a in arms) + " |")
     speed = {arm: np.nanmean(derived(runs, vs)["success"], axis=1) for arm, runs in results.items()}
     lines += ["", "**Differences**, computed by the script (as in (a)):", "",
               *comparison_lines("final success", success, episodes=VAL_EPISODES),

@@ -45,8 +45,8 @@ import numpy as np
 from scripts.bench.launch import REPO, RunSpec, Runs, card_slots, gpu_environment, launch, load_steps, run
 from scripts.bench.learning_runs import machine_line, series, study_command, study_parser
 from scripts.bench.report import publish, target
-from scripts.bench.stats import paired_mean_and_se
-from scripts.bench.text_hybrid_study import derived, final, fmt, goal_gap, ratio
+from scripts.bench.stats import fmt_mean_se, paired_mean_and_se, two_se_verdict
+from scripts.bench.text_hybrid_study import derived, final, goal_gap, ratio
 
 HEADINGS = {"cpu": "## ToolCUA pipeline study: SFT -> RFT -> online RL",  # each backend's runs keep their own section
             "gpu": "## GPU: ToolCUA pipeline study: SFT -> RFT -> online RL"}
@@ -147,12 +147,7 @@ def rft_decisions(rft: Runs, step: int) -> dict[str, np.ndarray]:
 def paired_bullet(title: str, a: np.ndarray, b: np.ndarray) -> tuple[str, int]:
     """``- title: mean (2 SE = .., n seeds): verdict`` of the per-seed differences ``a - b``, and n."""
     mean, se, n = paired_mean_and_se(a, b)
-    if n < 2:
-        verdict = "SE undefined (fewer than 2 paired seeds)"
-    else:
-        verdict = "**exceeds** 2 SE" if abs(mean) > 2 * se else "within 2 SE"
-    two_se = f"{2 * se:.2f}" if np.isfinite(se) else "n/a"
-    return f"- {title}: {mean:+.2f} (2 SE = {two_se}, {n} seeds): {verdict}", n
+    return f"- {title}: {two_se_verdict(mean, se, n=n)}", n
 
 
 def verdict_lines(values: dict[str, dict[str, np.ndarray]]) -> list[str]:
@@ -213,7 +208,7 @@ def report(results: dict[str, Runs], rft: Runs, args, command: str, runs_info: l
         digits = {name: 1 if name == "steps_per_success" else 2 for name in METRICS}
         for arm in arms:
             gap = goal_gap(values[arm]["decision_tool_when_shorter"], values[arm]["decision_tool_when_gui_shorter"])
-            lines.append(f"| {arm} | " + " | ".join(fmt(values[arm][n], digits[n]) for n in METRICS) + f" | {gap} |")
+            lines.append(f"| {arm} | " + " | ".join(fmt_mean_se(values[arm][n], digits[n]) for n in METRICS) + f" | {gap} |")
         lines += ["", "Paired differences to the full pipeline (per seed, then mean and standard error over seeds):", "",
                   *verdict_lines(values), ""]
     else:  # e.g. runs cut during the RFT stage: its held-out decisions below are all there is
@@ -237,9 +232,9 @@ def rft_lines(rft: Runs) -> list[str]:
         tool, gui = rates["T where tools shorter"], rates["T where GUI shorter"]
         measured = int(np.isfinite(tool).sum())  # a seed whose run was cut before this validation has none
         mean = "mean" if measured == len(rft) else f"mean of {measured}"
-        lines.append(f"| {step} | {mean} | " + " | ".join(fmt(v) for v in rates.values()) + f" | {goal_gap(tool, gui)} |")
+        lines.append(f"| {step} | {mean} | " + " | ".join(fmt_mean_se(v) for v in rates.values()) + f" | {goal_gap(tool, gui)} |")
         for i, seed in enumerate(rft):
-            lines.append(f"| {step} | {seed} | " + " | ".join(fmt(v[i:i + 1]) for v in rates.values())
+            lines.append(f"| {step} | {seed} | " + " | ".join(fmt_mean_se(v[i:i + 1]) for v in rates.values())
                          + f" | {goal_gap(tool[i:i + 1], gui[i:i + 1])} |")
     lines += ["", f"Paired change over the RFT stage (step {logged[-1]} - step {logged[0]}, per seed):", ""]
     for name in first:
