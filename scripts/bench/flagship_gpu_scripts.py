@@ -45,7 +45,7 @@ from pathlib import Path
 
 from scripts.bench.gpu_step_breakdown import machine_info, median_after_first
 from scripts.bench.launch import REPO, RunFailed, RunSpec, load_steps, run
-from scripts.bench.report import add_write_flags, publish, target
+from scripts.bench.report import add_write_flags, publish, table, target
 
 HEADING = "## GPU: flagship scripts"
 RECIPES = REPO / "recipes"
@@ -300,17 +300,14 @@ def section(results: Path) -> str:
     if ran:
         phases = sorted({k.removeprefix("timing_s/") for s in ran for m in metrics[s].values() for k in m
                          if k.startswith("timing_s/")}, key=lambda phase: (phase == "step", phase))
-        lines += ["| phase (verl's `timing_s/*`) | " + " | ".join(f"`{s.path}`" for s in ran) + " |",
-                  "|---|" + "---|" * len(ran)]
-        for phase in phases:
-            cells = [median_after_first(metrics[s], f"timing_s/{phase}") for s in ran]
-            lines.append(f"| {phase} | " + " | ".join("-" if c != c else f"{c:.1f}" for c in cells) + " |")
-        for key in WORK_KEYS:
-            cells = [median_after_first(metrics[s], key) for s in ran]
-            if any(c == c for c in cells):
-                lines.append(f"| `{key}` | " + " | ".join("-" if c != c else f"{c:.3g}" for c in cells) + " |")
-        lines.append("| steps logged | " + " | ".join(str(max(metrics[s])) for s in ran) + " |")
-        lines.append("| wall time of the run (s) | " + " | ".join(f"{records[s]['wall_s']:.0f}" for s in ran) + " |")
+        def cells(key: str, spec: str) -> list[str]:
+            return ["-" if c != c else f"{c:{spec}}" for c in (median_after_first(metrics[s], key) for s in ran)]
+
+        rows = [[phase, *cells(f"timing_s/{phase}", ".1f")] for phase in phases]
+        rows += [[f"`{key}`", *cells(key, ".3g")] for key in WORK_KEYS if set(cells(key, ".3g")) != {"-"}]
+        rows += [["steps logged", *(max(metrics[s]) for s in ran)],
+                 ["wall time of the run (s)", *(f"{records[s]['wall_s']:.0f}" for s in ran)]]
+        lines.append(table(["phase (verl's `timing_s/*`)", *(f"`{s.path}`" for s in ran)], rows))
         lines.append("")
     lines += ["Changed against the scripts as written (everything else is the script's):", ""]
     lines += [f"* `{s.path}`: " + "; ".join(r["changes"]) + "." for s, r in records.items() if not r["skip"]]

@@ -98,6 +98,7 @@ from pathlib import Path
 from scripts.bench.gpu_step_breakdown import HEADING
 from scripts.bench.launch import REPO, RunSpec, card_slots, finished_walls, launch, load_steps, run
 from scripts.bench.report import add_write_flags, publish, target
+from scripts.bench.report import table as md_table  # table() below is the docs section
 
 TIME = "verl_ext/time/"
 MEM = "verl_ext/mem/"
@@ -391,9 +392,8 @@ def folder_lines(results: Path, warmup: int, missed: list[str]) -> list[str]:
         fp32 = 4.0 * parameters[point]
         plain_old = median_of(steps.get(PLAIN, []), lambda m: m.get("timing_s/old_log_prob"))
         lines += ["", f"#### {point}: {parameters[point] / 1e6:.0f} M parameters ({POINTS[point].arch})"
-                  + (f"; {POINTS[point].note}" if POINTS[point].note else ""), "",
-                  "| arm | runs x steps | step (s) | verl-ext hooks, share of step | target | old_log_prob (s) "
-                  "| vs plain verl | GPU memory | host memory | stale tokens |", "|---|---|---|---|---|---|---|---|---|---|"]
+                  + (f"; {POINTS[point].note}" if POINTS[point].note else ""), ""]
+        rows = []
         hooks = sorted({k.removeprefix(TIME) for s in steps.values() for m in s for k in m
                         if k.startswith(TIME) and k not in (SHARE, TOTAL)})
         for arm, arm_steps in steps.items():
@@ -408,27 +408,25 @@ def folder_lines(results: Path, warmup: int, missed: list[str]) -> list[str]:
                 missed.append(f"{results.name} {point} {arm}: {miss} (largest hook: {top}, "
                               f"{_pct(mean_of(arm_steps, hook_share(top)))} of the step on average)")
             old = median_of(arm_steps, lambda m: m.get("timing_s/old_log_prob"))
-            lines.append(
-                f"| {arm} | {len(runs[arm])} x {len(arm_steps) // max(1, len(runs[arm]))} "
-                f"| {median_of(arm_steps, lambda m: m.get('timing_s/step')):.2f} | {_pct(share)} | {cell} "
-                f"| {old:.3f} | {_ratio(old, plain_old)} | {_bytes(memory(arm_steps, 'gpu'), fp32)} "
-                f"| {_bytes(memory(arm_steps, 'host'), fp32)} | {_pct(stale) if stale == stale else '—'} |"
-            )
+            rows.append([arm, f"{len(runs[arm])} x {len(arm_steps) // max(1, len(runs[arm]))}",
+                         f"{median_of(arm_steps, lambda m: m.get('timing_s/step')):.2f}", _pct(share), cell,
+                         f"{old:.3f}", _ratio(old, plain_old), _bytes(memory(arm_steps, "gpu"), fp32),
+                         _bytes(memory(arm_steps, "host"), fp32), _pct(stale) if stale == stale else "—"])
         failures = failed_arms(results / point, runs)
         for arm, reason in failures.items():
-            lines.append(f"| {arm} | 0 finished | — | — | not measured: the run failed (below) | — | — | — | — | — |")
+            rows.append([arm, "0 finished", "—", "—", "not measured: the run failed (below)", *["—"] * 5])
             if ARMS[arm] in TARGET_SHARE or ARMS[arm] == "snapshot":
                 missed.append(f"{results.name} {point} {arm}: the run failed ({reason}): its target is not measured")
+        lines.append(md_table(["arm", "runs x steps", "step (s)", "verl-ext hooks, share of step", "target",
+                            "old_log_prob (s)", "vs plain verl", "GPU memory", "host memory", "stale tokens"], rows))
         for arm, reason in failures.items():
             lines += ["", f"`{arm}` failed: {reason} (its folder's `run_tail.log`)."]
         ext_arms = [a for a in steps if a != PLAIN]
+        share_rows = [[hook, *(_pct(mean_of(steps[a], hook_share(hook))) for a in ext_arms)] for hook in hooks]
+        share_rows.append(["**all hooks**", *(_pct(mean_of(steps[a], lambda m: m.get(SHARE))) for a in ext_arms)])
         lines += ["", "Each hook's share of the step, **mean** over the same steps (a hook that runs on some "
                   "steps only has a median of 0); the last row, their sum, is the mean of the total share:", "",
-                  "| hook: share of step (mean) | " + " | ".join(ext_arms) + " |", "|---|" + "---|" * len(ext_arms)]
-        for hook in hooks:
-            lines.append(f"| {hook} | " + " | ".join(_pct(mean_of(steps[a], hook_share(hook))) for a in ext_arms) + " |")
-        lines.append("| **all hooks** | " + " | ".join(_pct(mean_of(steps[a], lambda m: m.get(SHARE))) for a in ext_arms)
-                     + " |")
+                  md_table(["hook: share of step (mean)", *ext_arms], share_rows)]
         for arm in (a for a in ext_arms if any(f"{TIME}{h}" in m for h in DEVICE_ONLY for m in steps[a])):
             without = median_of(steps[arm], lambda m: (m[SHARE] - sum(m.get(f"{TIME}{h}", 0.0) for h in DEVICE_ONLY)
                                                       / m["timing_s/step"]) if SHARE in m else None)

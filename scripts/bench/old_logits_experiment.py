@@ -55,7 +55,7 @@ from verl.utils.config import omega_conf_to_dataclass
 
 import verl_ext.losses.registration  # noqa: F401  (registers ppo_ewma)
 from scripts.bench.report import RESULTS, add_write_flags, publish
-from scripts.bench.report import table as table_md
+from scripts.bench.report import table as md_table
 from scripts.bench.stats import fmt_mean_se, paired_verdict
 from verl_ext.old_logits import OldLogitsConfig, OldLogitWorkerState, build_provider
 from verl_ext.old_logits.local_host import LocalPolicyHost
@@ -371,7 +371,7 @@ def markdown(tables: dict[str, dict], stalenesses: list[int], args: argparse.Nam
                  f"{r['final_reward']:.3f} ({r['final_reward_min']:.2f}–{r['final_reward_max']:.2f})",
                  f"{r['forward_rows']:.2f}", f"{r['extra_mem']:.1f}"]
                 for provider in args.providers for d in stalenesses for r in [table[f"{provider}/{d}"]]]
-        lines += [f"**σ = {noise}, band [{lo}, {hi}]**", "", table_md(header, rows), ""]
+        lines += [f"**σ = {noise}, band [{lo}, {hi}]**", "", md_table(header, rows), ""]
     lines += ["![old-logit providers](img/old_logits_providers.png)", ""]
     return "\n".join(lines)
 
@@ -701,7 +701,7 @@ def study_report(results: dict, meta: dict, doc: Path | None) -> None:
     lines += study_checks(results, meta)
     for key, runs in results.items():
         rows = study_rows(runs, steps)
-        lines += [f"### {key}", "", table_md(["arm", *(c for c, _, _ in STUDY_COLUMNS)],
+        lines += [f"### {key}", "", md_table(["arm", *(c for c, _, _ in STUDY_COLUMNS)],
                                               [[arm, *(fmt_mean_se(row[k], d) for _, k, d in STUDY_COLUMNS)]
                                                for arm, row in rows.items()])]
         lines += ["", "Paired differences (final reward; reward AUC; masked fraction):", ""]

@@ -44,7 +44,7 @@ from pathlib import Path
 
 import numpy as np
 from scripts.bench.launch import REPO, RunSpec, card_slots, finished_walls, gpu_environment, launch, load_steps, run
-from scripts.bench.report import add_write_flags, publish, target
+from scripts.bench.report import add_write_flags, publish, table, target
 from scripts.bench.stats import fmt_mean_se, paired_verdict
 
 HEADING = "## GPU: old-logit study"
@@ -262,9 +262,8 @@ def report(args: argparse.Namespace) -> str:
     for warmup, arms in sorted(results.items()):
         rows = {arm: summary(runs, args.steps, args.phase_steps) for arm, runs in arms.items()}
         lines += [f"### num_warmup_batches = {warmup} (staleness bound {2 * warmup})", "",
-                  "| arm | seeds | " + " | ".join(c for c, _ in columns) + " |", "|---" * (len(columns) + 2) + "|"]
-        for arm, row in rows.items():
-            lines.append(f"| {arm} | {len(arms[arm])} | " + " | ".join(fmt_mean_se(row[c], d) for c, d in columns) + " |")
+                  table(["arm", "seeds", *(c for c, _ in columns)],
+                        [[arm, len(arms[arm]), *(fmt_mean_se(row[c], d) for c, d in columns)] for arm, row in rows.items()])]
         lines += ["", f"Masked and truncated fractions, clip fraction, max IS ratio and time per step: means over "
                   f"steps 1-{args.phase_steps} (the learning phase). Differences paired by seed (final success; "
                   "success AUC; masked, stale tokens):", ""]

@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 from scripts.bench.launch import REPO, load_steps, run_once, Runs
 from scripts.bench.learning_runs import machine_line, series, study_command, study_parser
-from scripts.bench.report import publish, target
+from scripts.bench.report import publish, table, target
 from scripts.bench.stats import fmt_mean_se, mean_and_se, two_se_verdict
 
 HEADING = "## text_hybrid study: which plugin earns its place"
@@ -174,12 +174,9 @@ def val_steps(results: dict[str, Runs]) -> list[int]:
 
 
 def _step_table(results: dict[str, Runs], name: str, steps: list[int], digits: int = 2) -> list[str]:
-    arms = list(results)
-    lines = ["| step | " + " | ".join(arms) + " |", "|---" * (len(arms) + 1) + "|"]
-    values = {arm: derived(results[arm], steps)[name] for arm in arms}
-    for j, s in enumerate(steps):
-        lines.append(f"| {s} | " + " | ".join(fmt_mean_se(values[arm][:, j], digits) for arm in arms) + " |")
-    return lines
+    values = {arm: derived(results[arm], steps)[name] for arm in results}
+    return table(["step", *results], [[s, *(fmt_mean_se(v[:, j], digits) for v in values.values())]
+                                      for j, s in enumerate(steps)]).splitlines()
 
 
 def seeds_ran(results: dict[str, Runs], steps: int) -> str:
@@ -240,16 +237,14 @@ def estimators_section(results: dict[str, Runs], steps: int, refs: dict[str, flo
         "strictly shorter to the end of the task from the state the policy reached (ties and decisions "
         "without a tool left out). Validation episodes, so an episode cut short by an invalid answer "
         "counts its decisions so far.", "",
-        "| arm | step | tool use, tools help (task) | tool use, tools do not help (task) | T where tools "
-        "shorter (decision) | T where GUI shorter (decision) | goal met (decision) |",
-        "|---|---|---|---|---|---|---|",
+        table(["arm", "step", "tool use, tools help (task)", "tool use, tools do not help (task)",
+               "T where tools shorter (decision)", "T where GUI shorter (decision)", "goal met (decision)"],
+              [[arm, vs[j], *(fmt_mean_se(d[k][:, j]) for k in ("tool_when_beneficial", "tool_when_not",
+                                                                "decision_tool_when_shorter",
+                                                                "decision_tool_when_gui_shorter")),
+                goal_met(d["decision_tool_when_shorter"][:, j], d["decision_tool_when_gui_shorter"][:, j])]
+               for arm, d in last.items() for j in (sorted({0, len(vs) - 1}) if vs else [])]),
     ]
-    for arm, d in last.items():
-        for j in sorted({0, len(vs) - 1}) if vs else []:
-            cells = [fmt_mean_se(d[k][:, j]) for k in ("tool_when_beneficial", "tool_when_not", "decision_tool_when_shorter",
-                                               "decision_tool_when_gui_shorter")]
-            met = goal_met(d["decision_tool_when_shorter"][:, j], d["decision_tool_when_gui_shorter"][:, j])
-            lines.append(f"| {arm} | {vs[j]} | " + " | ".join(cells) + f" | {met} |")
     lines += ["", *comparison_lines("T where tools shorter minus T where GUI shorter (final, per seed)", {
         a: final(d["decision_tool_when_shorter"]) - final(d["decision_tool_when_gui_shorter"]) for a, d in last.items()})]
     lines += ["", f"![text_hybrid estimators]({plot})", ""]
@@ -288,13 +283,11 @@ def old_logits_section(results: dict[str, Runs], steps: int, plot: str) -> list[
         "`ewma_bound`: com = staleness bound, the earlier fixed decay). On this backend rollout and "
         "trainer are both fp32 unless `actor_rollout_ref.rollout.dtype=bfloat16`. Mean ± standard error "
         "over seeds; training metrics averaged over the steps (staleness: maximum).", "",
-        "| metric | " + " | ".join(arms) + " |", "|---" * (len(arms) + 1) + "|",
-        f"| held-out success, step {vs[-1] if vs else '-'} | " + " | ".join(fmt_mean_se(success[a]) for a in arms) + " |",
+        table(["metric", *arms], [[f"held-out success, step {vs[-1] if vs else '-'}",
+                                   *(fmt_mean_se(success[a]) for a in arms)]]
+              + [[label, *(fmt_mean_se(reduce_steps(results[a], key, how), 3 if "fraction" in label or "KL" in label
+                                       else 2) for a in arms)] for label, (key, how) in ASYNC_KEYS.items()]),
     ]
-    for label, (key, how) in ASYNC_KEYS.items():
-        values = {a: reduce_steps(results[a], key, how) for a in arms}
-        digits = 3 if "fraction" in label or "KL" in label else 2
-        lines.append(f"| {label} | " + " | ".join(fmt_mean_se(values[a], digits) for a in arms) + " |")
     speed = {arm: np.nanmean(derived(runs, vs)["success"], axis=1) for arm, runs in results.items()}
     lines += ["", "**Differences**, computed by the script (as in (a)):", "",
               *comparison_lines("final success", success, episodes=VAL_EPISODES),

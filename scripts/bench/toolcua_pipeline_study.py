@@ -44,7 +44,7 @@ from pathlib import Path
 import numpy as np
 from scripts.bench.launch import REPO, RunSpec, Runs, card_slots, gpu_environment, launch, load_steps, run
 from scripts.bench.learning_runs import machine_line, series, study_command, study_parser
-from scripts.bench.report import publish, target
+from scripts.bench.report import publish, table, target
 from scripts.bench.stats import fmt_mean_se, paired_mean_and_se, two_se_verdict
 from scripts.bench.text_hybrid_study import derived, final, goal_gap, ratio
 
@@ -166,19 +166,20 @@ def verdict_lines(values: dict[str, dict[str, np.ndarray]]) -> list[str]:
 def sft_lines(args) -> list[str]:
     """Per seed, what the SFT checkpoint every arm starts from writes on held-out transcripts
     (``verl-ext eval-sft``, ``sft_eval.json``): the later stages can only sharpen calls it can write."""
-    lines = []
+    rows = []
     for seed in args.seeds:
         path = args.out / f"seed{seed}" / "full" / "sft_eval.json"
         if path.exists():
             sft = json.loads(path.read_text())
             gui = sft.get("gui_turn_call_rate")  # absent from evaluations older than the column
-            lines.append(f"| {seed} | {sft['turns']} | {sft['valid_call_rate']:.2f} | {sft['exact_call_rate']:.2f} "
-                         f"| {sft['tool_turn_call_rate']:.2f} | {'n/a' if gui is None else f'{gui:.2f}'} |")
-    if not lines:
+            rows.append([seed, sft["turns"], *(f"{sft[k]:.2f}" for k in ("valid_call_rate", "exact_call_rate",
+                                                                          "tool_turn_call_rate")),
+                         "n/a" if gui is None else f"{gui:.2f}"])
+    if not rows:
         return []
     return ["**SFT checkpoint, held-out transcripts** (`verl-ext eval-sft`, greedy; every arm of a seed starts "
-            "from it):", "", "| seed | turns | one parseable call | the oracle's call | the oracle's call where it "
-            "is a tool | `computer_use` where the oracle's call is |", "|---|---|---|---|---|---|", *lines, ""]
+            "from it):", "", table(["seed", "turns", "one parseable call", "the oracle's call", "the oracle's call "
+                                    "where it is a tool", "`computer_use` where the oracle's call is"], rows), ""]
 
 
 def report(results: dict[str, Runs], rft: Runs, args, command: str, runs_info: list[dict]) -> str:
@@ -204,11 +205,10 @@ def report(results: dict[str, Runs], rft: Runs, args, command: str, runs_info: l
         "",
     ]
     if arms:
-        lines += ["| arm | " + " | ".join(METRICS.values()) + " | goal (decision) |", "|---" * (len(METRICS) + 2) + "|"]
-        digits = {name: 1 if name == "steps_per_success" else 2 for name in METRICS}
-        for arm in arms:
-            gap = goal_gap(values[arm]["decision_tool_when_shorter"], values[arm]["decision_tool_when_gui_shorter"])
-            lines.append(f"| {arm} | " + " | ".join(fmt_mean_se(values[arm][n], digits[n]) for n in METRICS) + f" | {gap} |")
+        lines.append(table(["arm", *METRICS.values(), "goal (decision)"], [
+            [arm, *(fmt_mean_se(values[arm][n], 1 if n == "steps_per_success" else 2) for n in METRICS),
+             goal_gap(values[arm]["decision_tool_when_shorter"], values[arm]["decision_tool_when_gui_shorter"])]
+            for arm in arms]))
         lines += ["", "Paired differences to the full pipeline (per seed, then mean and standard error over seeds):", "",
                   *verdict_lines(values), ""]
     else:  # e.g. runs cut during the RFT stage: its held-out decisions below are all there is
@@ -225,18 +225,17 @@ def rft_lines(rft: Runs) -> list[str]:
     if not logged:
         return []
     first, last = rft_decisions(rft, logged[0]), rft_decisions(rft, logged[-1])
-    lines = ["**RFT stage, held-out decisions** (greedy, before and after single-turn RL; seeds "
-             f"{', '.join(map(str, rft))}):", "",
-             "| step | seed | " + " | ".join(first) + " | goal (decision) |", "|---" * 7 + "|"]
+    rows = []
     for step, rates in ((logged[0], first), (logged[-1], last)):
         tool, gui = rates["T where tools shorter"], rates["T where GUI shorter"]
         measured = int(np.isfinite(tool).sum())  # a seed whose run was cut before this validation has none
-        mean = "mean" if measured == len(rft) else f"mean of {measured}"
-        lines.append(f"| {step} | {mean} | " + " | ".join(fmt_mean_se(v) for v in rates.values()) + f" | {goal_gap(tool, gui)} |")
-        for i, seed in enumerate(rft):
-            lines.append(f"| {step} | {seed} | " + " | ".join(fmt_mean_se(v[i:i + 1]) for v in rates.values())
-                         + f" | {goal_gap(tool[i:i + 1], gui[i:i + 1])} |")
-    lines += ["", f"Paired change over the RFT stage (step {logged[-1]} - step {logged[0]}, per seed):", ""]
+        rows.append([step, "mean" if measured == len(rft) else f"mean of {measured}",
+                     *map(fmt_mean_se, rates.values()), goal_gap(tool, gui)])
+        rows += [[step, seed, *(fmt_mean_se(v[i:i + 1]) for v in rates.values()), goal_gap(tool[i:i + 1], gui[i:i + 1])]
+                 for i, seed in enumerate(rft)]
+    lines = ["**RFT stage, held-out decisions** (greedy, before and after single-turn RL; seeds "
+             f"{', '.join(map(str, rft))}):", "", table(["step", "seed", *first, "goal (decision)"], rows), "",
+             f"Paired change over the RFT stage (step {logged[-1]} - step {logged[0]}, per seed):", ""]
     for name in first:
         line, n = paired_bullet(name, last[name], first[name])
         if n >= 2:
