@@ -153,3 +153,16 @@ def test_report_cells_and_two_se_verdicts():
     assert stats.two_se_verdict(0.3, 0.07) == "+0.30 (2 SE = 0.14): **exceeds** 2 SE"
     assert stats.two_se_verdict(-0.1, 0.07, n=3) == "-0.10 (2 SE = 0.14, 3 seeds): within 2 SE"
     assert stats.two_se_verdict(0.1, float("nan")) == "+0.10 (2 SE = n/a): SE undefined (fewer than 2 seeds)"
+
+
+def test_every_script_docstring_opens_with_one_line_and_names_its_docs_section():
+    import ast
+
+    library = {"__init__", "launch", "report", "stats", "learning_runs"}
+    for path in sorted((Path(launch.__file__).parent).glob("*.py")):
+        if path.stem in library:
+            continue
+        doc = ast.get_docstring(ast.parse(path.read_text()), clean=False) or ""
+        lines = doc.splitlines()
+        assert lines and (len(lines) == 1 or lines[1] == ""), f"{path.name}: the purpose is one line"
+        assert "Docs section" in doc, f"{path.name}: name the docs section it writes (or 'none of its own')"

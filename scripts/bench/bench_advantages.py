@@ -1,12 +1,10 @@
-"""Benchmark: vectorised step-aware advantage estimators vs straightforward Python loops (the public
-entry point ``verl_ext.advantages.compute`` against a plain per-row loop of the same GiGPO math, and
-every estimator against the test reference loops), and the verl glue (``compute_token_advantages``: per-row metadata in, token advantages out) on batches of
-realistic shapes.
+"""Speed of the vectorised step-aware advantage estimators and their verl glue against plain Python loops.
 
-Both sides get the same random step batch (tests/advantages/step_data.py) and are timed in
-alternation, so machine load hits both alike; the loop versions are the test references in
-tests/advantages/loop_reference.py. Prints markdown tables and, with --write, replaces the
-``## Advantage estimators`` section of docs/results.md.
+The public entry point ``verl_ext.advantages.compute`` against a plain per-row loop of the same GiGPO math,
+every estimator against the test reference loops (tests/advantages/loop_reference.py), and
+``compute_token_advantages`` (per-row metadata in, token advantages out) on batches of realistic shapes.
+Both sides get the same random step batch (tests/advantages/step_data.py) and are timed in alternation,
+so machine load hits both alike.
 
     python -m scripts.bench.bench_advantages                  # 1k, 10k, 100k, 1M rows + glue
     python -m scripts.bench.bench_advantages --sizes 1000 10000 --write

@@ -1,14 +1,10 @@
-"""Benchmark the DVReward judge path: client overhead, throughput vs concurrency, cache effect.
+"""The DVReward judge path on CPU: client overhead, throughput against concurrency, the cache's effect.
 
-Runs `verl-ext judge-server` in a subprocess (fake answers, and a tiny random Qwen2 through
-transformers) and the `OpenAIJudge` client in this process, so client and server do not share
-a GIL. Every figure is the median of ``--repeats`` runs. Writes the table to the ``## DVReward``
-section of docs/results.md (other sections are left alone) with ``--write``.
+Runs ``verl-ext judge-server`` in a subprocess (fake answers, and a tiny random Qwen2 through transformers)
+and the ``OpenAIJudge`` client in this process, so client and server do not share a GIL. Every figure is the
+median of ``--repeats`` runs. The tiny model measures the server's batching, not a real judge's speed.
 
     python -m scripts.bench.bench_dvreward [--repeats 5] [--model DIR] [--write]
-
-The tiny model measures the server's batching on this machine, not a real judge's speed; the
-throughput of a real MLLM judge on a GPU is measured where one is available.
 
 Docs section (``--write``; printed otherwise): docs/results.md, "## DVReward".
 """

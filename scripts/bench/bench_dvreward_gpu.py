@@ -1,27 +1,18 @@
-"""GPU judge throughput of `verl-ext judge-server`, batched vs unbatched, with random-weight models
-of real sizes (Qwen2.5-1.5B and Qwen2.5-7B architectures, bf16), built on the GPU machine.
+"""GPU judge throughput of ``verl-ext judge-server``, batched vs unbatched, with random-weight models of real sizes.
 
-Random weights cost the same FLOPs and memory traffic as trained ones; nothing is downloaded. The
-tokenizer is the tiny model's local BPE (`verl_ext.tiny_model`), so token counts, not characters,
-are what is held fixed: every judge prompt (system prompt + artifact + question) is about
-``--prompt-tokens`` long and every answer is ``max_tokens=4`` greedy tokens (a random model
-rarely stops early), as the DVReward client asks for them.
+Qwen2.5-1.5B and Qwen2.5-7B architectures in bf16, built on the GPU machine: random weights cost the same
+FLOPs and memory traffic as trained ones, and nothing is downloaded. The tokenizer is the tiny model's local
+BPE, so token counts are held fixed: every judge prompt is about ``--prompt-tokens`` long and every answer
+``max_tokens=4`` greedy tokens, as the DVReward client asks for them. Server in a subprocess, client here:
 
-The server runs in a subprocess (`verl-ext judge-server --model DIR --device cuda`), the
-`OpenAIJudge` client in this process, as in `bench_dvreward.py`:
-
-* unbatched: client concurrency 1 (one request at a time), and concurrency 32 against a server
-  started with ``--max-batch 1`` (requests queue, each runs alone);
+* unbatched: client concurrency 1, and concurrency 32 against a server with ``--max-batch 1``;
 * batched: concurrency 8 / 32 / 64 against ``--max-batch 64``.
 
-Every figure is the median of ``--repeats`` rounds (levels interleaved per round). Writes the JSON
-results; ``--render FILE.json --write`` writes the docs section from them.
+Every figure is the median of ``--repeats`` rounds (levels interleaved per round). Needs a CUDA torch,
+transformers and verl-ext's ``judge`` extra; verl is not imported.
 
     python -m scripts.bench.bench_dvreward_gpu --sizes 1.5b 7b --json results.json
     python -m scripts.bench.bench_dvreward_gpu --render results.json --write
-
-Needs a CUDA torch, transformers and verl-ext's ``judge`` extra (fastapi, uvicorn, httpx); verl is
-not imported, so ``PYTHONPATH=<repo>`` is enough on a GPU machine without verl.
 
 Docs section (``--write``; printed otherwise): docs/results.md, "## DVReward judge on GPU".
 """

@@ -1,17 +1,12 @@
 """GPU timings of the PPO-EWMA shadow update and of weight snapshots to pinned host memory.
 
-Random bf16 weights shaped like Qwen2-1.5B / Qwen2-7B (no download), an fp32 shadow, on one GPU.
-Times, per model:
-  * device copy bandwidth (bytes read + written by a large D2D copy) and from it the EWMA
-    floor: 10 bytes/param (read bf16 θ, read fp32 shadow, write fp32 shadow);
-  * EWMA update: naive per-tensor ``mul_``/``add_``; ``torch._foreach_lerp_`` (needs an fp32
-    copy of θ, cast per layer); ``verl_ext.old_logits.ewma.EWMAShadow.update`` (scaled-sum form),
-    with its portable ``torch._foreach_add_`` path and its fused Triton path (checked equal);
-  * EWMA swap_in + swap_out (device backup);
-  * snapshot save (D2H to pinned host) and load (H2D) through ``SnapshotStore``.
+Random bf16 weights shaped like Qwen2-1.5B / Qwen2-7B (no download), an fp32 shadow, on one GPU. Times,
+per model: device copy bandwidth and from it the EWMA floor (10 bytes/param: read bf16 θ, read and write the
+fp32 shadow); the EWMA update (naive per-tensor ``mul_``/``add_``, ``torch._foreach_lerp_``, and
+``EWMAShadow.update``'s portable and fused Triton paths, checked equal); EWMA swap_in + swap_out; snapshot
+save (D2H to pinned host) and load (H2D) through ``SnapshotStore``. Medians of CUDA-event timings after warm-up.
 
-Usage: ``python -m scripts.bench.bench_ewma_gpu [--out results.json] [--write]``.
-Prints the markdown section (and writes it with ``--doc``); medians of CUDA-event timings after warm-up.
+    python -m scripts.bench.bench_ewma_gpu [--out results.json] [--write]
 
 Docs section (``--write``; printed otherwise): docs/results.md, "### GPU: EWMA update and snapshots".
 """

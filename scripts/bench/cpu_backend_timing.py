@@ -1,7 +1,6 @@
-"""Per-phase time of one verl training step on the cpu backend, from verl's own ``timing_s/*``
-metrics of a quickstart run (``recipes/quickstart/run_cpu.sh``: GRPO, tiny Qwen2, 8 prompts x 4
-samples, 16 response tokens). Prints the ``## cpu backend: verl's trainer on 2 CPU cores`` section
-of docs/results.md and, with --write, replaces it there.
+"""Per-phase time of one verl training step on the cpu backend, from verl's own ``timing_s/*`` metrics.
+
+A quickstart run (``recipes/quickstart/run_cpu.sh``: GRPO, tiny Qwen2, 8 prompts x 4 samples, 16 response tokens).
 
     python -m scripts.bench.cpu_backend_timing --write                 # runs the quickstart (about 3 min)
     python -m scripts.bench.cpu_backend_timing --metrics runs/quickstart/metrics.jsonl   # an earlier run

@@ -1,31 +1,23 @@
-"""The flagship GPU recipe scripts as written, one after another on one node, with random weights of
-their models' architectures, and their per-step time breakdown for ``docs/results.md``.
+"""The flagship GPU recipe scripts as written, one after another on one node with random weights: their per-step time breakdown.
 
     python -m scripts.bench.flagship_gpu_scripts --out runs/flagship --steps 5 --n-gpus 8   # on the GPU machine
     python -m scripts.bench.flagship_gpu_scripts --results runs/flagship                   # rewrite the docs section
 
 Each script in :data:`SCRIPTS` runs as a user runs it, ``bash recipes/<script> <overrides>``; the driver
-sets only what the scripts read from their environment and Hydra overrides they pass on (``"$@"``):
+sets only what the scripts read from their environment and the Hydra overrides they pass on (``"$@"``):
 
-* ``MODEL`` (and the judge's ``JUDGE_MODEL``): random weights of the script's architecture, built first
-  under ``--out`` (``verl_ext.tiny_model``; nothing is downloaded), ``DATA_DIR``: the script's own
-  ``verl-ext prepare-data`` call, made first, ``OUT``: a folder per script;
+* ``MODEL`` (and the judge's ``JUDGE_MODEL``): random weights of the script's architecture, built under
+  ``--out`` (nothing is downloaded); ``DATA_DIR``: the script's own ``verl-ext prepare-data`` call;
 * the run: ``trainer.total_training_steps``, no checkpoints, no validation;
-* the GPUs: ``N_GPUS`` (the DVReward script: training and judge GPUs in its 6:2 ratio), and a
-  parallel size (``TP``, ``PP``, ``ROLLOUT_TP``) only where the script's default does not divide it;
-* what this machine lacks, each change recorded: no Chromium -> the browserless ``text_hybrid`` tasks
-  instead of MiniDesk (and, for the VL scripts, their agent loop with ``screenshots: false``, since
-  text_hybrid renders no screenshot); no flash-attn -> verl's sdpa attention (the VL scripts also
-  without remove-padding, whose Qwen2.5-VL attention calls flash-attn directly).
+* the GPUs: ``N_GPUS`` (the DVReward script: training and judge GPUs in its 6:2 ratio), and a parallel
+  size (``TP``, ``PP``, ``ROLLOUT_TP``) only where the script's default does not divide it;
+* what this machine lacks, each change recorded: no Chromium -> the browserless ``text_hybrid`` tasks (VL
+  scripts: their agent loop with ``screenshots: false``); no flash-attn -> verl's sdpa attention (VL
+  scripts: also without remove-padding, whose Qwen2.5-VL attention calls flash-attn directly).
 
-A script that cannot run here (the Megatron one without TransformerEngine's torch extension; a VL
-script where verl cannot build the model's processor, which it would otherwise drop silently) is
-recorded with the reason; a run that fails is recorded with its error and the next one starts.
-``--only`` picks scripts, ``--override KEY=VALUE`` adds an override to every script (recorded).
-A finished run is reused when the driver is started again on the same ``--out``, so a later call can
-run the scripts in several goes (each takes minutes, most of it start-up).
-``--results`` writes the ``## GPU: flagship scripts`` section from ``machine.json`` and each
-script's ``run.json`` and ``metrics.jsonl``; nothing in it is typed by hand.
+A script that cannot run here (Megatron without TransformerEngine's torch extension; a VL script whose
+processor verl cannot build) is recorded with the reason; a failed run with its error. ``--only`` picks
+scripts, ``--override KEY=VALUE`` adds an override to every script (recorded). Finished runs are reused.
 
 Docs section (``--write``; printed otherwise): docs/results.md, "## GPU: flagship scripts".
 """

@@ -1,16 +1,13 @@
-"""Per-step time and memory on one GPU: plain verl GRPO vs verl-ext (hgpo + ppo_ewma + ewma) vs
-the same with ``snapshot``, same model, batch and steps, through ``recipes/text_corridor/run_gpu.sh``.
+"""Per-step time and memory on one GPU: plain verl GRPO vs verl-ext (hgpo + ppo_ewma + ewma, and with ``snapshot``).
 
     python -m scripts.bench.gpu_step_breakdown --steps 8 --out /tmp/bench     # on the GPU machine
     python -m scripts.bench.gpu_step_breakdown --results /tmp/bench            # rewrite the docs table
 
-The arms run one after another on the same GPU in one call. Each phase is verl's own
-``timing_s/*`` (median over the steps after the first); verl-ext's overhead is what its hooks add
-to the phases they run in, measured against the plain arm: the advantage phase (step-aware glue),
-the old-log-prob phase (provider forwards and swaps), the actor update (EWMA update after every
-optimizer step) and the weight sync (snapshot save). Memory comes from verl's ``perf/*`` metrics.
-The table goes into ``docs/results.md`` ("GPU: per-step breakdown"); nothing in it is typed by
-hand.
+Same model, batch and steps through ``recipes/text_corridor/run_gpu.sh``, the arms one after another on the
+same GPU. Each phase is verl's own ``timing_s/*`` (median over the steps after the first); verl-ext's
+overhead is what its hooks add to the phases they run in, against the plain arm: the advantage phase, the
+old-log-prob phase, the actor update (EWMA update) and the weight sync (snapshot save). Memory comes from
+verl's ``perf/*`` metrics.
 
 Docs section (``--write``; printed otherwise): docs/results.md, "## GPU: per-step breakdown".
 """

@@ -1,85 +1,33 @@
-"""verl-ext's own cost per training step on one H200: every hook's time as a share of
-verl's step, per old-logit provider, at three model sizes, against plain verl with the same estimator.
+"""verl-ext's own cost per training step on one H200: every hook's share of verl's step, per old-logit provider.
 
-    python -m scripts.bench.hook_cost_gpu --dry-run                      # print every run's command
-    python -m scripts.bench.hook_cost_gpu --out runs/hook_cost           # run what is not done yet
-    python -m scripts.bench.hook_cost_gpu --results runs/hook_cost       # (re)write the docs table
+    python -m scripts.bench.hook_cost_gpu --dry-run                                 # every run's command
+    python -m scripts.bench.hook_cost_gpu --out runs/hook_cost --budget-s 540       # run what is not done yet
+    python -m scripts.bench.hook_cost_gpu --results runs/hook_cost --context "..."  # (re)write the docs section
 
-What runs. ``recipes/text_corridor/run_gpu.sh`` (FSDP2 training + vLLM rollout on one GPU,
-``colocate_async`` with batches queued ahead of the trainer, so stale tokens reach every provider),
-GRPO and verl's PPO loss in every arm, random weights of Qwen2.5-0.5B's, 1.5B's and 7B's shapes
-(``verl-ext make-tiny-model --arch ...``, bf16 checkpoint, fp32 FSDP2 shards). Arms: the
-providers ``current``, ``snapshot``, ``ewma``, ``loglinear`` (verl-ext's trainer) and ``verl``
-(verl's own ``colocate_async`` trainer, no verl-ext hook). Each arm runs ``--repeats`` times;
-repeats are interleaved (every arm once, in a rotated order, before any arm again) so that host
-noise hits every arm alike. ``dedicated`` and ``interrupt`` (their rollout side on vLLM)
-are arms too but not in the default set: ``--arms current snapshot dedicated interrupt verl
---points 0.5b`` gives their side-by-side cost (their hooks: ``segment_scoring``,
-``scorer_weight_sync``; the scorer's GPU memory: ``verl_ext/mem/dedicated_scorer/gpu_bytes``).
-``ewma_device`` and ``snapshot_device`` are ``ewma`` and ``snapshot`` with the live weights waiting on
-the GPU during a swap (``algorithm.old_logits.swap_backup=device``) instead of in host memory;
-``ewma_one_pass`` is ``ewma_device`` with ``algorithm.old_logits.ewma.fresh_exact=false`` (one forward,
-under the EWMA weights, in place of verl's own: its cost without the extra forward that is most of
-``ewma_device``'s 5.5% at 1.5B); ``snapshot_bf16`` is ``snapshot`` with
-``algorithm.old_logits.snapshot.dtype=bf16`` (copies in bfloat16: half the host memory and copy time).
+What runs. ``recipes/text_corridor/run_gpu.sh`` (FSDP2 training + vLLM rollout on one GPU, ``colocate_async``
+with batches queued ahead of the trainer, so stale tokens reach every provider), GRPO and verl's PPO loss in
+every arm, random weights of Qwen2.5-0.5B's, 1.5B's and 7B's shapes (``POINTS``). Arms (``ARMS``): the
+providers ``current``, ``snapshot``, ``ewma``, ``loglinear`` and ``verl`` (verl's own trainer, no verl-ext
+hook); on request ``dedicated``, ``interrupt`` and the variants of ``ARM_OVERRIDES`` (live weights waiting on
+the GPU during a swap, the one-pass EWMA, bf16 snapshots). Each arm runs ``--repeats`` times, interleaved
+(every arm once, in a rotated order, before any arm again), so host noise hits every arm alike; ``--gpus 0 1``
+runs one run per card side by side, thread pools capped to each run's share of the cores.
 
-The 7B point on one 139 GB card: FSDP2's fp32 parameters (30 GB), gradients (30 GB) and Adam
-state (61 GB) plus the EWMA's fp32 shadow (30 GB) do not fit beside vLLM, so the 7B point sets
-``actor_rollout_ref.actor.fsdp_config.optimizer_offload=true`` (Adam state in host memory) in
-every arm, plain verl included. Host memory then holds the Adam state, one fp32 snapshot per
-version kept and the live shards while a swap is in: the 7B point lets a trajectory span at most
-two weight versions (``BOUND=2``, ``WARMUP=1``: one stale version; ``snapshot`` keeps two copies, as
-many as the bound).
-verl's ``max_off_policy_threshold`` counts the versions a trajectory spans, so ``BOUND=1`` (the
-earlier runs) evicted every stale sample and left the providers nothing stale to do;
-the table's "stale tokens" column shows it and marks such a target "not measured". A save runs at
-every version whether or not a batch holds stale tokens, so point ``7b_bound1`` (``BOUND=1``, one
-snapshot copy) measures the save's cost alone. The ``snapshot`` arm at 7B does not fit a 128 GiB
-host even at ``BOUND=1``: the actor process holds the offloaded Adam state (52 GB), one exact
-snapshot copy (26 GB; 49 GB before the copies became one registered buffer, see
-``scripts/bench/snapshot_pinning_gpu.py``) and what it loaded, and died in its first update at
-113 GB resident with 0.35 GB of the host left (2026-11-29, one H200 with 125 GiB of host memory; the
-``BOUND=1`` run of 2026-11-28 finished on a 4-card host with 503 GB). Run it on a host with more memory (e.g. ``--points
-7b`` on an ``nvidia-h200-x2`` machine with ``CUDA_VISIBLE_DEVICES=0``) and say so with ``--context``.
-The ``ewma``
-arm does not fit one card even so (2026-11-28): verl brings the offloaded Adam state back to the GPU
-for the optimizer step, and there, beside the parameters, gradients and the shadow, the multi-tensor
-Adam's temporaries ran out of memory (136.7 GiB allocated). On N cards FSDP2 shards all of it, the
-shadow included, to 1/N per card: point ``7b_2gpu`` is the 7B point on two cards (``N_GPUS=2``, run
-it with two cards visible); the table lists a failed arm with the error its log ends with.
+The 7B point on one 139 GB card: FSDP2's fp32 parameters, gradients and Adam state plus the EWMA's fp32
+shadow do not fit beside vLLM, so every arm offloads the Adam state to host memory and lets a trajectory
+span at most two weight versions (``BOUND=2``: verl's ``max_off_policy_threshold`` counts the versions
+spanned, so ``BOUND=1`` evicts every stale sample; point ``7b_bound1`` uses that to time the snapshot save
+alone). At 7B the ``snapshot`` arm needs more than a 128 GiB host and ``ewma`` more than one card (point
+``7b_2gpu`` shards it over two); a failed arm is listed with the error its log ends with.
 
-Several cards. ``--gpus 0 1 2 3`` runs one run per card at a time, side by side, each card taking
-the plan's next run (the repeats stay interleaved across cards), with each run's OpenMP / BLAS
-thread pools capped to its share of the host's cores; a run never shares its card, so its step
-time is its own, while host noise hits the runs that run together alike.
+Runs done in ``--out`` are skipped and ``--budget-s`` starts no run that would not finish in time, so the
+same command continues where the last one stopped. Run folders keep ``metrics.jsonl``, ``run.json`` and the
+log's tail only, small enough to carry between machines.
 
-Time. A run takes minutes (vLLM and FSDP start-up, then ``--steps``); all of them take
-hours. ``--budget-s`` stops before a run that would not finish in the time left; runs already
-done in ``--out`` (their ``metrics.jsonl`` reaches the last step) are skipped, so the same
-command, run again with the same ``--out``, continues where the last one stopped and prints how
-many runs are left. Run folders keep ``metrics.jsonl``, ``run.json`` and the log's tail only
-(checkpoints are off; the data and the models live outside ``--out``), so the results folder stays
-small enough to carry between machines.
-
-On the lent GPU machine (after installing the bundle as the README's "Run on GPUs" says), one
-command per call, the same each time, with ``runs/hook_cost`` carried in from the last call's
-returned files::
-
-    python -m scripts.bench.hook_cost_gpu --out runs/hook_cost --budget-s 540; cp -r runs/hook_cost "$OUT"/
-
-then, here, ``python -m scripts.bench.hook_cost_gpu --results runs/hook_cost --context "..."``.
-
-The table. Per model size and arm, from verl's file logger: the hooks' total share of the step
-(``verl_ext/time/share_of_step``, median over the steps after ``--warmup`` of every repeat),
-each hook's share, verl's ``timing_s/old_log_prob`` against the plain arm's (the old-log-prob
-phase; ``snapshot``'s extra forwards, one per weight version present, against verl's own
-forward, their floor), and the bytes verl-ext's state holds (``verl_ext/mem/*``, largest over the
-steps) in GPU and host memory and as a multiple of the fp32 parameter bytes. Targets:
-``current``, ``ewma``, ``loglinear`` at most 3% of the step; what ``snapshot``'s save leaves on the
-critical path at most 1% (``snapshot_save``, the worker's compute stream while the save's copies are
-queued, plus ``snapshot_save_wait``, the optimizer step's wait for them).
-It replaces the section "GPU: per-step breakdown" of ``docs/results.md``; nothing in it is
-typed by hand.
+The table, per model size and arm: the hooks' share of the step (median over the steps after ``--warmup`` of
+every repeat), each hook's share (mean), verl's ``timing_s/old_log_prob`` against the plain arm's, and the
+bytes verl-ext's state holds in GPU and host memory. Targets: ``current``, ``ewma``, ``loglinear`` at most 3%
+of the step; ``snapshot``'s save at most 1% on the critical path.
 
 Docs section (``--write``; printed otherwise): docs/results.md, "## GPU: per-step breakdown" (the hook-cost tables).
 """

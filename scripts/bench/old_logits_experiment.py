@@ -1,4 +1,4 @@
-"""Controlled experiment: which old logits keep the discrepancy thresholds meaning "numerics"?
+"""Controlled CPU experiment: which old logits keep the discrepancy thresholds meaning "numerics"?
 
 A tiny softmax policy (one-hidden-layer MLP over (context, position, previous token)) learns a
 short token-sequence task: for each of C contexts emit a hidden target sequence of T tokens;
@@ -19,17 +19,15 @@ asynchronous pipeline is simulated exactly:
 For each provider and d it records the fraction of tokens masked by the band (and whether
 numerics or staleness caused it, against the exact old logits), the TIS-truncated fraction, the
 PPO clip fraction, |old - exact| errors, the reward of the current policy per step, and the cost
-(forward rows, extra bytes, time). Medians over seeds are written to docs/results.md
-(section "## Old-logit providers") and docs/img/old_logits_providers.png.
+(forward rows, extra bytes, time): medians over seeds, and docs/img/old_logits_providers.png.
 
 Usage: ``python -m scripts.bench.old_logits_experiment [--seeds 5] [--steps 150] [--regimes 0.1:0.5:2.0 ...]
 [--write]``.
 
-``--study`` runs the mechanism study instead (``study`` below): the same task with
-every seed of a cell trained at once (parameters stacked along a leading seed dimension), fair
-arms (same loss and rollout correction, only the old-logit source differs), staleness drawn per
-sequence, heavy-tailed train/inference mismatch, learning rate and epochs as knobs; it writes the
-section ``## Old-logit mechanism study`` of docs/results.md.
+``--study`` runs the mechanism study instead: the same policy with every seed of a cell trained at once
+(the model's seed dimension), fair arms (same loss and rollout correction, only the old-logit source
+differs), staleness drawn per sequence, heavy-tailed train/inference mismatch, learning rate and epochs
+as knobs.
 
 Docs section (``--write``; printed otherwise): docs/results.md, "## Old-logit providers"; with ``--study``
 docs/experiments/old_logit_mechanism_study.md, "## Old-logit mechanism study".

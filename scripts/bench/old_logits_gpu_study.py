@@ -1,34 +1,26 @@
-"""Old-logit providers end to end on one H200: bf16 vLLM rollout against the
-FSDP2 trainer, a real train/inference mismatch, under real staleness.
-
-``recipes/text_corridor/run_gpu.sh`` (verl's ``main_ppo``, colocate_async, FSDP2 + vLLM) with a tiny
-random Qwen2 (hidden 256, 4 layers: head dim 64 for vLLM's FlashAttention) at the cpu runs'
-learning rate, for every arm of a fair comparison: the same ``ppo_ewma`` loss and the same rollout
-correction (token IS truncated at 2 + token_k1 band [0.5, 2]); only the old-logit source differs
-(``ARMS``), plus fp32-rollout controls for ``current`` and ``snapshot`` (vLLM and trainer in fp32:
-almost no mismatch). Staleness from ``num_warmup_batches`` 3 and 6 (bound 2x), ``--steps`` (>= 60)
-steps, ``--seeds`` (>= 3) seeds per arm. Runs share the card, at most ``--parallel`` at a time. Each
-vLLM engine gets a fixed KV cache (``--kv-cache-bytes``, vLLM's ``kv_cache_memory_bytes``: ``run_gpu.sh``'s
-``KV_CACHE_BYTES``): vLLM then skips the start-up memory profiling that failed
-when three engines profiled at once while other processes freed memory, so runs start
-``--start-gap-s`` apart. With ``--kv-cache-bytes 0`` vLLM profiles, and runs start ``--stagger-s`` apart. Host
-memory bounds how many runs share a machine: with verl's defaults a run held ~10 GB of host memory
-and ~13 GB while it started (Ray, 8 TransferQueue storage units and 8 reward workers, the FSDP
-worker, the vLLM engine); nine runs on one 128 GB H200 host reached 120 GB and Ray's memory monitor
-killed workers of several runs (2026-11-28). The study runs 2 storage units and 2 reward workers
-(about 5 GB less per run by Ray's per-actor figures, not yet measured whole), and a run starts only
-while ``--min-free-gb`` are available.
-
-Each run writes ``metrics.jsonl`` and ``run.json`` (wall time, card, versions) under
-``--out/<warmup>/<arm>/seed<k>``; finished runs are reused. The report (``--report-only`` to
-re-write it) is the section ``## GPU: old-logit study`` of docs/results.md: success curve, area
-under it, steps to 0.8, masked fraction by cause (fresh = numerics, stale), clip fraction, max IS
-ratio, collapses, time per step; mean ± SE, differences paired by seed with 2-SE verdicts (over the
-seeds an arm shares with ``current``). ``--keep-runs SOURCE`` copies the finished runs of a machine's
-``--out`` into the repository's results folder, cut to the metrics the report reads.
+"""Old-logit providers end to end on one H200: bf16 vLLM rollout against the FSDP2 trainer, under real staleness.
 
     python -m scripts.bench.old_logits_gpu_study --dry-run        # every unfinished run's command, runs nothing
     python -m scripts.bench.old_logits_gpu_study --steps 60 --seeds 0 1 2
+
+``recipes/text_corridor/run_gpu.sh`` (verl's ``main_ppo``, colocate_async, FSDP2 + vLLM) with a tiny random
+Qwen2 (hidden 256, 4 layers: head dim 64 for vLLM's FlashAttention) for every arm of a fair comparison: the
+same ``ppo_ewma`` loss and rollout correction (token IS truncated at 2 + token_k1 band [0.5, 2]); only the
+old-logit source differs (``ARMS``), plus fp32-rollout controls for ``current`` and ``snapshot``. Staleness
+from ``num_warmup_batches`` 3 and 6 (bound 2x), ``--steps`` (>= 60) steps, ``--seeds`` (>= 3) seeds per arm.
+
+Runs share the card, at most ``--parallel`` at a time. Each vLLM engine gets a fixed KV cache
+(``--kv-cache-bytes``): vLLM then skips the start-up memory profiling that fails when engines profile at
+once while other processes free memory, and runs start ``--start-gap-s`` apart (``--stagger-s`` without a
+fixed cache). Host memory bounds how many runs share a machine (a run holds ~10 GB, ~13 GB while it
+starts; below ~5% free, Ray's memory monitor kills workers of every run): the study runs 2 TransferQueue
+storage units and 2 reward workers, and a run starts only while ``--min-free-gb`` are available.
+
+Each run writes ``metrics.jsonl`` and ``run.json`` under ``--out/<warmup>/<arm>/seed<k>``; finished runs are
+reused. The report (``--report-only``): success curve, area under it, steps to 0.8, masked fraction by
+cause (fresh = numerics, stale), clip fraction, max IS ratio, collapses, time per step; mean ± SE, paired
+differences with 2-SE verdicts over the seeds an arm shares with ``current``. ``--keep-runs SOURCE`` copies
+a machine's finished runs into ``--out``, cut to the metrics the report reads.
 
 Docs section (``--write``; printed otherwise): docs/results.md, "## GPU: old-logit study".
 """

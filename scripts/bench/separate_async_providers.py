@@ -1,31 +1,23 @@
-"""Old-logit providers under verl's ``separate_async`` trainer: how exact each one is, what verl's
-rollout correction removes from fresh and from stale tokens, and what verl-ext's hooks cost against
-verl's own ``separate_async`` step. Writes the section "separate_async: old-logit providers
-(<backend>)" of ``docs/results.md``.
+"""Old-logit providers under verl's ``separate_async`` trainer: how exact each is, what the correction removes, what the hooks cost.
 
     python -m scripts.bench.separate_async_providers --backend cpu --out runs/separate_async_cpu
     python -m scripts.bench.separate_async_providers --backend gpu --out runs/separate_async_gpu --parallel 4
     python -m scripts.bench.separate_async_providers --backend cpu --results runs/separate_async_cpu   # table only
 
 Arms: ``verl`` (verl's own ``separate_async`` trainer, no verl-ext hook) and every provider under
-``verl_ext_separate_async`` (``current`` is verl's own anchor, the weights its sync window started
-from, with the hooks around it). Every arm the same seed, verl's PPO loss, GRPO and the same rollout
-correction: token IS truncated at 2 and a token_k1 rejection band [0.998, 1.002] on ρ = π_old/μ, tight
-enough to fire on bf16 numerics, with a bf16 rollout against the trainer (cpu: the ``hf`` server in
-bf16 against the fp32 trainer; gpu: vLLM against the FSDP2 trainer), so the band's rate on fresh
-tokens is the numerics rate and what it adds on stale tokens is staleness left in ρ. Partial
-rollouts span windows (responses decoded 8 at a time, verl's ``wait`` sampler, bound 2).
+``verl_ext_separate_async`` (``current`` is verl's own anchor, the weights its sync window started from,
+with the hooks around it). Every arm: the same seed, verl's PPO loss, GRPO and the same rollout correction
+(token IS truncated at 2, token_k1 band [0.998, 1.002] on ρ = π_old/μ, tight enough to fire on bf16
+numerics), a bf16 rollout against the trainer, so the band's rate on fresh tokens is the numerics rate and
+what it adds on stale tokens is staleness left in ρ. Partial rollouts span windows (bound 2).
 
-- cpu: ``recipes/quickstart/run_cpu.sh`` (tiny random model, arithmetic), a standalone ``hf`` replica
-  on a fake GPU of its own, weights through host memory; runs one at a time.
-- gpu: ``recipes/text_corridor/run_gpu.sh`` with ``MODE=separate_async SHARE_CARD=1``: trainer and
-  standalone vLLM on one card. ``--parallel N`` runs N arms side by side on the card (each with a
-  fixed KV cache), so host noise hits them alike; step times are compared within one such batch.
+- cpu: ``recipes/quickstart/run_cpu.sh``, a standalone ``hf`` replica on a fake GPU of its own; one run at a time.
+- gpu: ``recipes/text_corridor/run_gpu.sh`` with ``MODE=separate_async SHARE_CARD=1``; ``--parallel N`` runs
+  N arms side by side on the card (each with a fixed KV cache), and step times are compared within one batch.
 
-The table: per arm, over the steps after the first (whose batch holds no stale token), the mean
-exact-token share (``old_logits/exact_token_share``), the band's masked fraction of fresh and of stale
-tokens and the truncated fraction of stale tokens (``old_logits/correction/*``), the hooks' share of
-the step (``verl_ext/time/share_of_step``, median) and the median step time against ``verl``'s.
+The table, per arm over the steps after the first: the exact-token share, the band's masked fraction of
+fresh and stale tokens, the truncated fraction of stale tokens, the hooks' share of the step and the
+median step time against ``verl``'s.
 
 Docs section (``--write``; printed otherwise): docs/results.md, "## separate_async: old-logit providers (<backend>)".
 """

@@ -1,28 +1,20 @@
-"""What a snapshot save costs the host and the step, by how its pinned host buffers are allocated
-(the 7B ``snapshot`` arm's save left 0.476 s a step on the critical path and ran a
-125 GiB host out of memory).
+"""What a snapshot save costs the host and the step, by how its pinned host buffers are allocated.
 
     python -m scripts.bench.snapshot_pinning_gpu --out runs/pinning.json          # on a CUDA machine
     python -m scripts.bench.snapshot_pinning_gpu --results runs/pinning.json --context "..."
 
-What runs. For each architecture (fp32 tensors of Qwen2.5-1.5B's and 7B's parameter shapes, the
-vocabulary of the hook-cost runs' local tokenizer, on the GPU) and each allocation, in a fresh
-process: ``SnapshotStore(max_versions=1)`` saves the weights ``--saves`` times the way the trainer
-does (``begin_save``, then ``wait_saved`` before the next write), each save begun before a fixed
-compute load is queued on the current stream (bf16 matmuls standing in for the actor update's
-forward and backward), as ``set_version`` begins it before the update's work. Allocations: ``one_buffer`` (verl-ext's: one buffer of the
-weights' exact bytes per copy, page-locked with ``cudaHostRegister``) and ``per_tensor`` (the
-earlier code: one ``torch.empty(pin_memory=True)`` per tensor through PyTorch's caching host
-allocator, which rounds each to a power of two) and ``one_buffer_bf16`` (``one_buffer`` with
-``algorithm.old_logits.snapshot.dtype=bf16``: the copy narrowed to bfloat16 on the GPU; its resident
-multiple is of the fp32 weights' bytes, 0.5x at best).
+For each architecture (fp32 tensors of Qwen2.5-1.5B's and 7B's parameter shapes, on the GPU) and each
+allocation, in a fresh process: ``SnapshotStore(max_versions=1)`` saves the weights ``--saves`` times as the
+trainer does (``begin_save``, then ``wait_saved`` before the next write), each save begun before a fixed
+compute load (bf16 matmuls standing in for the actor update) is queued on the current stream. Allocations:
+``one_buffer`` (one buffer of the weights' exact bytes per copy, page-locked with ``cudaHostRegister``),
+``per_tensor`` (one ``torch.empty(pin_memory=True)`` per tensor through PyTorch's caching host allocator,
+which rounds each to a power of two) and ``one_buffer_bf16`` (the copy narrowed to bfloat16 on the GPU).
 
-Per save: ``host_s``, the host's time inside ``begin_save``; ``stream_s``, the compute stream's
-time across it (what ``verl_ext/time/snapshot_save`` reads in the trainer); ``added_s``, the
-save-plus-load time to the end of ``wait_saved``'s stream wait minus the load alone (median of
-``--saves`` loads without a save): the save's share of the critical path. Memory: the process's
-resident host bytes after the saves minus before them. The first save allocates; the table
-gives it apart and the median of the later ones.
+Per save: ``host_s``, the host's time inside ``begin_save``; ``stream_s``, the compute stream's time across
+it (what ``verl_ext/time/snapshot_save`` reads); ``added_s``, the save's share of the critical path
+(save-plus-load time minus the load alone). Memory: the process's resident host bytes added by the saves.
+The first save allocates; the table gives it apart from the median of the later ones.
 
 Docs section (``--write``; printed otherwise): docs/results.md, "## GPU: snapshot host buffers, ...".
 """

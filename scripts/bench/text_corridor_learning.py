@@ -1,19 +1,10 @@
 """Does the tiny model learn TextCorridor? grpo vs gigpo vs hgpo through verl's real trainer.
 
-Runs ``recipes/text_corridor/run_cpu.sh`` once per (estimator, seed), sequentially (one trainer
-at a time on a 2-core machine), with the same seeds and the same budget, then reads verl's per-step
-metrics from each run's JSONL file logger and writes:
-
-- the section ``## Stepwise advantages: text corridor learning`` of ``docs/results.md``
-  (replaced in place; the rest of the file is left alone);
-- ``docs/img/text_corridor_learning.png``: validation and training success over steps.
-
-The tables are generated; a hand-written reading of one run is kept in
-``recipes/text_corridor/learning_notes.md`` and only linked from the section.
-
-A run whose ``metrics.jsonl`` already reaches the last step is reused, so the script can be
-re-run to add seeds or to redraw the table (``--report-only`` runs nothing). Shared machinery:
-``learning_runs.py``.
+Runs ``recipes/text_corridor/run_cpu.sh`` once per (estimator, seed), one at a time, with the same seeds
+and budget, then tabulates verl's per-step metrics and plots validation and training success
+(``docs/img/text_corridor_learning.png``). A hand-written reading of one run is kept in
+``recipes/text_corridor/learning_notes.md`` and only linked. Finished runs are reused; ``--report-only``
+runs nothing. Shared machinery: ``learning_runs.py``.
 
     python -m scripts.bench.text_corridor_learning --steps 30 --seeds 0 1
 

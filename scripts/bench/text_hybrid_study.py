@@ -1,23 +1,18 @@
-"""Does each plugin earn its place? The text_hybrid study: the tiny model on the
-browserless hybrid GUI + tool apps, one T/G decision per subgoal, through verl's real trainer
-(``recipes/text_hybrid/run_cpu.sh``), same seeds and budget for every arm.
+"""Does each plugin earn its place? The tiny model on the browserless hybrid GUI + tool apps through verl's trainer.
+
+``recipes/text_hybrid/run_cpu.sh``, one T/G decision per subgoal, same seeds and budget for every arm:
 
 - ``estimators`` (synchronous, verl's PPO loss): grpo vs gigpo vs hgpo: held-out success, steps per
-  successful episode, and *when to switch*: the tool-use rate where tools are strictly shorter vs
-  where the GUI is, per task (any tool call on a tool-beneficial task) and per decision.
-- ``old_logits`` (verl's colocate_async, batches queued 3 ahead, hgpo): fair arms: every
-  arm trains with the same decoupled loss (``ppo_ewma``) and the same rollout correction (token IS
-  truncated at 2 + the token_k1 band of ``recipes/async_agentic``), only the old-logit source
-  differs: ``current`` (verl's recomputation), ``rollout`` (bypass), ``snapshot`` (exact), ``ewma``
-  (calibrated), ``ewma_bound`` (the earlier fixed decay), ``loglinear``: final success, PPO
-  clip fraction, what the correction removes from fresh and stale tokens, per-token staleness, the
-  EWMA's age, time per step.
+  successful episode, and *when to switch*: the tool-use rate where tools are strictly shorter vs where the
+  GUI is, per task and per decision.
+- ``old_logits`` (verl's colocate_async, batches queued 3 ahead, hgpo): fair arms with the same loss
+  (``ppo_ewma``) and rollout correction, only the old-logit source differs (``current``, ``rollout``,
+  ``snapshot``, ``ewma``, ``ewma_bound``, ``loglinear``): final success, clip fraction, what the correction
+  removes from fresh and stale tokens, per-token staleness, the EWMA's age, time per step.
 
-Mean and standard error over seeds per arm; every pairwise difference of an arm's final value is
-tested against two standard errors of the difference (``compare``), and the section says which
-exceed it. Runs are sequential and seed-major (a partial sweep still compares every arm); a
-finished run is reused; ``--report-only`` runs nothing and reports exactly the runs found.
-Writes the section ``## text_hybrid study: ...`` of ``docs/results.md`` and PNGs in docs/img/.
+Mean and standard error over seeds per arm; every pairwise difference of final values is tested against
+two standard errors of the difference (``compare``). Runs are seed-major (a partial sweep still compares
+every arm); finished runs are reused; ``--report-only`` reports exactly the runs found.
 
     python -m scripts.bench.text_hybrid_study --steps 25 --seeds 0 1 2
 

@@ -1,14 +1,11 @@
-"""Does the tiny model learn when to use tools? The flagship cpu recipe (``recipes/toolcua_hybrid``)
-through verl's real trainer: grpo vs gigpo vs hgpo (all with PPO-EWMA), and hgpo with verl's vanilla
-PPO loss vs PPO-EWMA, with the same seeds and budget.
+"""Does the tiny model learn when to use tools? The flagship cpu recipe through verl's trainer, per estimator and loss.
 
-Runs ``recipes/toolcua_hybrid/run_cpu.sh`` once per (config, seed), sequentially, reads verl's
-per-step metrics and writes the section ``## Hybrid GUI + tool agent: toolcua_hybrid learning``
-of ``docs/results.md`` plus ``docs/img/toolcua_hybrid_learning.png``. Each run's initial model
-and final checkpoint are then played with ``verl-ext eval``'s engine on unseen task instances
-(``--eval-seeds``), split by whether tools help the task. A hand-written reading
-of one run is kept in ``recipes/toolcua_hybrid/learning_notes.md`` and only linked. Finished runs are reused;
-``--report-only`` runs nothing. Shared machinery: ``learning_runs.py``.
+Runs ``recipes/toolcua_hybrid/run_cpu.sh`` once per (config, seed), one at a time: grpo vs gigpo vs hgpo
+(all with PPO-EWMA), and hgpo with verl's vanilla PPO loss vs PPO-EWMA, same seeds and budget; plots
+``docs/img/toolcua_hybrid_learning.png``. Each run's initial model and final checkpoint are played with
+``verl-ext eval``'s engine on unseen task instances (``--eval-seeds``), split by whether tools help. A
+hand-written reading of one run is kept in ``recipes/toolcua_hybrid/learning_notes.md`` and only linked.
+Finished runs are reused; ``--report-only`` runs nothing. Shared machinery: ``learning_runs.py``.
 
     python -m scripts.bench.toolcua_hybrid_learning --steps 30 --seeds 0 1
 

@@ -1,33 +1,26 @@
-"""What each stage of ToolCUA's pipeline earns: does single-turn RL on critical switching
-steps teach the tiny model *when* to switch between the GUI and tools? Arms of
-``recipes/toolcua_sft_rl/run_cpu.sh`` (SFT -> RFT -> online RL, function calls on TextHybrid),
-paired by seed (one SFT per seed, shared by every arm of that seed):
+"""What each stage of ToolCUA's pipeline (SFT -> RFT -> online RL) earns in when the tiny model switches between GUI and tools.
+
+Arms of ``recipes/toolcua_sft_rl/run_cpu.sh`` (function calls on TextHybrid), paired by seed (one SFT per
+seed, shared by every arm of that seed):
 
 - ``full pipeline``: SFT -> RFT -> online RL, path reward with ToolCUA's per-task tool term;
-- ``no RFT``: online RL from the SFT checkpoint (same SFT run);
-- ``no online RL``: the RFT checkpoint itself, i.e. the full pipeline's greedy validation before its
-  online stage (same held-out tasks, same run: no extra run);
+- ``no RFT``: online RL from the SFT checkpoint;
+- ``no online RL``: the RFT checkpoint itself (the full pipeline's validation before its online stage);
 - ``per-decision tool term``: online RL from the same RFT checkpoint with ``TOOL_TERM=decision``.
 
-Metrics on held-out task instances (greedy validation of the online stage, ``val-aux/verl_ext/
-text_hybrid/*``): per-decision T rate where tools are strictly shorter and where the GUI is (the
-decisions ``menu.DecisionFollower`` attributes the calls to), per-task tool use where tools help /
-do not, success, env steps per success; and the RFT stage's own held-out decisions (T rate by which
-way is shorter). Each ablation is compared with the full pipeline seed by seed: mean paired
-difference vs two standard errors of it. Goal: T >= 0.8 where tools are shorter and
-<= 0.2 where the GUI is, success no lower than without RFT; the table says by how much it is missed.
+Metrics on held-out task instances (greedy validation, ``val-aux/verl_ext/text_hybrid/*``): the tool rate
+per decision where tools / the GUI are strictly shorter, per-task tool use, success, env steps per success,
+and the RFT stage's own held-out decisions. Each ablation is compared with the full pipeline seed by seed
+(mean paired difference against two standard errors). Goal: T >= 0.8 where tools are shorter, <= 0.2 where
+the GUI is; the table says by how much it is missed.
 
-The model each seed starts from is ``verl-ext make-tiny-model --seed S --hidden-size W --layers L``
-(made here); ``--set KEY=VALUE`` sets a recipe knob of every run (``RFT_WARMUP_STEPS=300``) and
-``--override`` adds a ``main_ppo`` override of stages 2 and 3. ``--backend gpu`` runs ``run_gpu.sh``
-instead (FSDP2 + vLLM; records the card with each run), and ``--parallel`` starts every seed at once
-(``--stagger-s`` apart: vLLM start-ups on a shared card must not overlap), each later arm as soon as
-the full pipeline's stage it starts from has finished.
+``--set KEY=VALUE`` sets a recipe knob of every run, ``--override`` adds a ``main_ppo`` override of stages 2
+and 3. ``--backend gpu`` runs ``run_gpu.sh`` (FSDP2 + vLLM), and ``--parallel`` starts every seed at once
+(``--stagger-s`` apart, at most ``--max-runs``), each later arm once the full pipeline's stage it starts
+from has finished.
 
     python -m scripts.bench.toolcua_pipeline_study --steps 20 --seeds 0 1 2
     python -m scripts.bench.toolcua_pipeline_study --dry-run      # the runs it would make, and the report of what exists
-    python -m scripts.bench.toolcua_pipeline_study --backend gpu --parallel --width 256 --layers 4 --set N_GPUS=1 \
-        --override actor_rollout_ref.rollout.gpu_memory_utilization=0.06 ...   # one shared card
 
 Docs section (``--write``; printed otherwise): docs/results.md, "## ToolCUA pipeline study: ..." (one heading per backend, or ``--section``).
 """

@@ -1,12 +1,10 @@
-"""Full weights into a Ray actor: a dict of torch tensors (pickled) against ``wire.named_to_wire``
-(numpy byte views, handed over through Ray's object store without pickling the data).
+"""Full weights into a Ray actor: a dict of torch tensors (pickled) against ``wire.named_to_wire``'s numpy byte views.
 
     python -m scripts.bench.weight_wire [--arch qwen2.5-0.5b] [--repeats 3] [--write]
 
-The weights are random tensors of the architecture's parameter shapes in bf16 (as the trainer
-sends them to the ``hf`` rollout server and to the ``dedicated`` scorer, both on this path). Each
-repeat sends both forms to one actor, which rebuilds every tensor and sums an element of each (so
-nothing is skipped), in alternating order; the table gives the medians and their ratio. The
+Random bf16 tensors of the architecture's parameter shapes (as the trainer sends them to the ``hf`` rollout
+server and the ``dedicated`` scorer). Each repeat sends both forms to one actor, which rebuilds every tensor
+and sums an element of each, in alternating order; the table gives the medians and their ratio. The
 numbers are this host's (one Ray worker); on a GPU the device-to-host copy comes on top.
 
 Docs section (``--write``; printed otherwise): docs/results.md, "## Weights over Ray: torch tensors vs numpy byte views".
