@@ -14,7 +14,6 @@ Docs section (``--write``; printed otherwise): docs/results.md, "## Advantage es
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import platform
@@ -29,7 +28,7 @@ from omegaconf import OmegaConf
 
 ROOT = Path(__file__).resolve().parents[2]
 
-from scripts.bench.report import add_write_flags, publish, target
+from scripts.bench.report import script_parser, publish, target
 from tests.advantages.loop_reference import LOOPS
 from tests.advantages.step_data import BASE, random_steps
 
@@ -304,9 +303,8 @@ def _ms(seconds: float) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = script_parser(__doc__)
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000, 100_000, 1_000_000])
-    add_write_flags(parser)
     args = parser.parse_args()
     publish(target(args), HEADING, table(bench(args.sizes), bench_glue(), bench_entry_point(args.sizes)))
 

@@ -11,7 +11,6 @@ Docs section (``--write``; printed otherwise): docs/results.md, "## DVReward".
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -24,7 +23,7 @@ import time
 
 import httpx
 
-from scripts.bench.report import add_write_flags, publish, target
+from scripts.bench.report import script_parser, publish, target
 
 from verl_ext.rewards.dvreward.judge import Artifact, JudgeOptions, OpenAIJudge, parse_choice  # noqa: E402
 from verl_ext.rewards.dvreward.judge_server import spawn  # noqa: E402
@@ -219,10 +218,9 @@ def render(results: dict) -> str:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = script_parser(__doc__)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--model", help="a transformers causal LM for the model rows (default: a tiny random Qwen2)")
-    add_write_flags(parser)
     args = parser.parse_args(argv)
 
     results: dict = {"machine": machine(), "repeats": args.repeats, "throughput": {}, "samples": {}}

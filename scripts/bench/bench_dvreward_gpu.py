@@ -19,7 +19,6 @@ Docs section (``--write``; printed otherwise): docs/results.md, "## DVReward jud
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -30,7 +29,7 @@ import time
 
 import httpx
 
-from scripts.bench.report import add_write_flags, publish, target
+from scripts.bench.report import script_parser, publish, target
 from verl_ext.rewards.dvreward.judge import JUDGE_SYSTEM_PROMPT, Artifact, JudgeOptions, OpenAIJudge
 from verl_ext.rewards.dvreward.judge_server import spawn
 from verl_ext.rewards.dvreward.transport import Endpoint
@@ -223,13 +222,12 @@ def render(results: dict) -> str:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = script_parser(__doc__)
     parser.add_argument("--sizes", nargs="+", choices=sorted(QWEN25), default=["1.5b", "7b"])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--prompt-tokens", type=int, default=400)
     parser.add_argument("--json", help="write the results here")
     parser.add_argument("--render", metavar="JSON", help="report saved results (no run)")
-    add_write_flags(parser)
     args = parser.parse_args(argv)
     if args.render:
         with open(args.render) as f:

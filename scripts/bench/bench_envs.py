@@ -12,7 +12,6 @@ Docs section (``--write``; printed otherwise): docs/results.md, "## Hybrid GUI +
 
 from __future__ import annotations
 
-import argparse
 import os
 import platform
 import re
@@ -21,7 +20,7 @@ import threading
 import time
 from pathlib import Path
 
-from scripts.bench.report import add_write_flags, publish, target
+from scripts.bench.report import script_parser, publish, target
 
 from verl_ext.envs.core import GuiAction, ToolCall  # noqa: E402
 from verl_ext.envs.minidesk.env import list_templates  # noqa: E402
@@ -187,12 +186,11 @@ def _tables(n_latency: int, episodes: int, parallel: list[int], mem_envs: int) -
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = script_parser(__doc__)
     parser.add_argument("--latency-runs", type=int, default=40)
     parser.add_argument("--episodes", type=int, default=6, help="episodes per env in the throughput runs")
     parser.add_argument("--parallel", default="1,2,4,8")
     parser.add_argument("--memory-envs", type=int, default=8)
-    add_write_flags(parser)
     args = parser.parse_args()
     publish(target(args), SECTION,
             report(args.latency_runs, args.episodes, [int(x) for x in args.parallel.split(",")], args.memory_envs))

@@ -13,7 +13,6 @@ Docs section (``--write``; printed otherwise): docs/results.md, "### GPU: EWMA u
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 from collections.abc import Callable
@@ -23,7 +22,7 @@ import torch
 from verl_ext.old_logits.ewma import EWMAShadow
 from verl_ext.old_logits.snapshot import SnapshotStore
 
-from scripts.bench.report import add_write_flags, publish, target
+from scripts.bench.report import script_parser, publish, target
 
 # Qwen2 configs (config.json of Qwen/Qwen2-1.5B and Qwen/Qwen2-7B).
 QWEN2 = {
@@ -197,10 +196,9 @@ def render(results: dict) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = script_parser(__doc__)
     parser.add_argument("--out", default=None)
     parser.add_argument("--models", nargs="+", default=list(QWEN2))
-    add_write_flags(parser)
     args = parser.parse_args()
     bw = copy_bandwidth()
     torch.cuda.empty_cache()

@@ -10,7 +10,6 @@ Docs section (``--write``; printed otherwise): docs/results.md, "## cpu backend:
 
 from __future__ import annotations
 
-import argparse
 import os
 import platform
 import statistics
@@ -21,7 +20,7 @@ import time
 from pathlib import Path
 
 from scripts.bench.launch import load_steps
-from scripts.bench.report import add_write_flags, publish, target
+from scripts.bench.report import script_parser, publish, target
 
 ROOT = Path(__file__).resolve().parents[2]
 HEADING = "## cpu backend: verl's trainer on 2 CPU cores"
@@ -73,10 +72,9 @@ def section(steps: dict[int, dict], wall_s: float | None, load: float) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = script_parser(__doc__)
     parser.add_argument("--metrics", type=Path, help="metrics.jsonl of an earlier quickstart run (no new run)")
     parser.add_argument("--steps", type=int, default=12)
-    add_write_flags(parser)
     args = parser.parse_args()
     wall_s = None
     if args.metrics is None:

@@ -24,7 +24,6 @@ Docs section (``--write``; printed otherwise): docs/results.md, "## GPU: flagshi
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import json
 import re
@@ -37,7 +36,7 @@ from pathlib import Path
 
 from scripts.bench.gpu_step_breakdown import machine_info, median_after_first
 from scripts.bench.launch import REPO, RunFailed, RunSpec, load_steps, run
-from scripts.bench.report import add_write_flags, publish, table, target
+from scripts.bench.report import script_parser, publish, table, target
 
 HEADING = "## GPU: flagship scripts"
 RECIPES = REPO / "recipes"
@@ -315,7 +314,7 @@ def section(results: Path) -> str:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = script_parser(__doc__, context=True)
     parser.add_argument("--out", type=Path, help="build, run the scripts and keep everything under this folder")
     parser.add_argument("--results", type=Path, help="a folder written by --out: (re)write the docs section")
     parser.add_argument("--steps", type=int, default=5)
@@ -324,8 +323,6 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                         help="a Hydra override for every script (repeatable), recorded in the table")
     parser.add_argument("--timeout-min", type=float, default=40.0, help="per script, start-up included")
-    add_write_flags(parser)
-    parser.add_argument("--context", default="", help="how the run was made, printed under the table")
     args = parser.parse_args(argv)
     if args.out is None and args.results is None:
         parser.error("give --out (run) or --results (tabulate)")
@@ -349,9 +346,7 @@ def main(argv: list[str]) -> int:
             print(f"[flagship] {s.path}: {'skipped: ' + p.skip if p.skip else 'running'}", flush=True)
             record = run_script(s, p, args.steps, int(args.timeout_min * 60))
             print(f"[flagship] {s.path}: {record.get('skip') or record.get('exit_code')}", flush=True)
-    text = section(args.results or args.out)
-    print(text)
-    publish(target(args), HEADING, text)
+    publish(target(args), HEADING, section(args.results or args.out))
     return 0
 
 

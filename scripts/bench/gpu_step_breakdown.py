@@ -14,7 +14,6 @@ Docs section (``--write``; printed otherwise): docs/results.md, "## GPU: per-ste
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -24,7 +23,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 from scripts.bench.launch import load_steps
-from scripts.bench.report import add_write_flags, publish, target
+from scripts.bench.report import script_parser, publish, target
 
 HEADING = "## GPU: per-step breakdown"
 ARMS = {  # name -> run_gpu.sh environment
@@ -129,13 +128,10 @@ def _bytes(n: int, params: int) -> str:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = script_parser(__doc__, context=True)
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--out", type=Path, help="run the arms, writing each run under this folder")
     parser.add_argument("--results", type=Path, help="a folder written by --out: (re)write the docs table")
-    add_write_flags(parser)
-    parser.add_argument("--context", default="", help="how the run was made (other load on the host, ...), "
-                        "kept with the results and printed under the table")
     args = parser.parse_args(argv)
     if args.out:
         run_arms(args.out, args.steps, args.context)

@@ -45,7 +45,7 @@ from pathlib import Path
 
 from scripts.bench.gpu_step_breakdown import HEADING
 from scripts.bench.launch import REPO, RunSpec, card_slots, finished_walls, launch, load_steps, run
-from scripts.bench.report import add_write_flags, publish, target
+from scripts.bench.report import script_parser, publish, target
 from scripts.bench.report import table as md_table  # table() below is the docs section
 
 TIME = "verl_ext/time/"
@@ -414,7 +414,7 @@ def failed_arms(point_dir: Path, finished: dict[str, list]) -> dict[str, str]:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = script_parser(__doc__, context=True)
     parser.add_argument("--points", nargs="+", choices=list(POINTS), default=DEFAULT_POINTS)
     parser.add_argument("--arms", nargs="+", choices=list(ARMS), default=DEFAULT_ARMS)
     parser.add_argument("--repeats", type=int, default=2)
@@ -433,16 +433,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--dry-run", action="store_true", help="print every run's command and exit")
     parser.add_argument("--results", type=Path, nargs="+",
                         help="folders written by --out (one machine and code version each): (re)write the docs section")
-    add_write_flags(parser)
-    parser.add_argument("--context", default="", help="how the runs were made (machine kind, other load), printed "
-                        "under the table")
     args = parser.parse_args(argv)
     if args.steps - args.warmup < 5:
         parser.error(f"--steps {args.steps} - --warmup {args.warmup} < 5: the medians need >= 5 steps per run")
     if args.results is None:
         return run_all(args)
     section = table(args.results, args.warmup)
-    print(section)
     publish(target(args), HEADING, section)
     return 0
 

@@ -52,7 +52,7 @@ from verl.trainer.ppo.rollout_corr_helper import (
 from verl.utils.config import omega_conf_to_dataclass
 
 import verl_ext.losses.registration  # noqa: F401  (registers ppo_ewma)
-from scripts.bench.report import RESULTS, add_write_flags, publish
+from scripts.bench.report import RESULTS, script_parser, publish
 from scripts.bench.report import table as md_table
 from scripts.bench.stats import fmt_mean_se, paired_verdict
 from verl_ext.old_logits import OldLogitsConfig, OldLogitWorkerState, build_provider
@@ -375,7 +375,7 @@ def markdown(tables: dict[str, dict], stalenesses: list[int], args: argparse.Nam
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = script_parser(__doc__, doc=None)  # --doc default: RESULTS, or STUDY_DOC with --study
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--staleness", type=int, nargs="+", default=[0, 1, 2, 4, 8])
@@ -385,7 +385,6 @@ def main() -> None:
     parser.add_argument("--minibatches", type=int, default=4)
     parser.add_argument("--partial", type=float, default=0.5)
     parser.add_argument("--json", type=Path, default=None)
-    add_write_flags(parser, None)  # default: the page of the experiment run (RESULTS, or STUDY_DOC with --study)
     parser.add_argument("--study", action="store_true", help="the mechanism study instead")
     parser.add_argument("--arms", nargs="+", default=list(STUDY_ARMS), help="--study: arms to run")
     parser.add_argument("--contexts", type=int, default=8, help="--study: contexts of the task used")

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 from scripts.bench.launch import REPO, RunSpec, card_slots, finished_walls, gpu_environment, launch, load_steps, run
-from scripts.bench.report import add_write_flags, publish, table, target
+from scripts.bench.report import script_parser, publish, table, target
 from scripts.bench.stats import fmt_mean_se, paired_verdict
 
 HEADING = "## GPU: old-logit study"
@@ -282,7 +282,7 @@ def report(args: argparse.Namespace) -> str:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = script_parser(__doc__, context=True)
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--parallel", type=int, default=6, help="runs at once, all cards together")
@@ -310,13 +310,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--budget-s", type=float, default=float("inf"), help="start no run that would end after this")
     parser.add_argument("--run-s", type=float, default=600.0, help="a run's expected wall time until one has finished")
     parser.add_argument("--out", type=Path, default=REPO / "runs/old_logits_gpu_study")
-    add_write_flags(parser)
     parser.add_argument("--dry-run", action="store_true", help="print every run's environment and command; run nothing")
     parser.add_argument("--report-only", action="store_true", help="run nothing; report the runs under --out")
     parser.add_argument("--keep-runs", type=Path, metavar="SOURCE",
                         help="copy the finished runs under SOURCE (another machine's --out) into --out, their metrics "
                         "cut to what the report reads, then report")
-    parser.add_argument("--context", default="", help="how the runs were made (machine, other load), in the report")
     args = parser.parse_args(argv)
     if args.steps < 60 or len(args.seeds) < 3:
         print("warning: a comparison needs >= 60 steps and >= 3 seeds per arm", file=sys.stderr)

@@ -10,11 +10,21 @@ REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "docs" / "results.md"
 
 
-def add_write_flags(parser: argparse.ArgumentParser, doc: Path = RESULTS) -> argparse.ArgumentParser:
+def add_write_flags(parser: argparse.ArgumentParser, doc: Path | None = RESULTS) -> argparse.ArgumentParser:
     """The one convention of every script: the section is printed; ``--write`` also writes it into
     ``--doc`` (the script's own page by default)."""
     parser.add_argument("--write", action="store_true", help="write the section into --doc (default: print only)")
     parser.add_argument("--doc", type=Path, default=doc, help="the page --write updates")
+    return parser
+
+
+def script_parser(module_doc: str, doc: Path | None = RESULTS, context: bool = False) -> argparse.ArgumentParser:
+    """A script's parser: its docstring's first line as the description, ``add_write_flags`` and, with
+    ``context``, ``--context`` (how the runs were made: machine, other load), printed with the section."""
+    parser = add_write_flags(argparse.ArgumentParser(description=module_doc.splitlines()[0]), doc)
+    if context:
+        parser.add_argument("--context", default="", help="how the runs were made (machine, other load), "
+                            "printed with the section")
     return parser
 
 

@@ -24,14 +24,13 @@ Docs section (``--write``; printed otherwise): docs/results.md, "## separate_asy
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from scripts.bench.launch import gpu_environment, load_steps, run_once, thread_caps
-from scripts.bench.report import add_write_flags, publish, target
+from scripts.bench.report import script_parser, publish, target
 
 PLAIN = "verl"
 ARMS = (PLAIN, "current", "snapshot", "ewma", "loglinear", "rollout", "dedicated", "interrupt")
@@ -99,14 +98,13 @@ def table(out: Path, arms: tuple[str, ...]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = script_parser(__doc__)
     parser.add_argument("--backend", choices=("cpu", "gpu"), required=True)
     parser.add_argument("--out", type=Path, help="runs folder (one subfolder per arm; finished arms are kept)")
     parser.add_argument("--results", type=Path, help="write the table from this runs folder, run nothing")
     parser.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS))
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--parallel", type=int, default=1, help="arms run side by side (gpu: on one card)")
-    add_write_flags(parser)
     args = parser.parse_args(argv)
     out = args.results or args.out
     if out is None:

@@ -30,7 +30,7 @@ import sys
 import time
 from pathlib import Path
 
-from scripts.bench.report import add_write_flags, publish, target
+from scripts.bench.report import script_parser, publish, target
 
 ALLOCATIONS = ("one_buffer", "per_tensor", "one_buffer_bf16")
 VOCAB = 516  # the local tokenizer of the hook-cost runs' models (docs/bench_results/hook_cost_*)
@@ -143,7 +143,7 @@ def report(rows: list[dict], context: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = script_parser(__doc__, context=True)
     parser.add_argument("--archs", nargs="+", default=["qwen2.5-1.5b", "qwen2.5-7b"])
     parser.add_argument("--allocations", nargs="+", choices=ALLOCATIONS, default=list(ALLOCATIONS))
     parser.add_argument("--saves", type=int, default=6)
@@ -151,8 +151,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--load-matmuls", type=int, default=600, help="8192^2 bf16 matmuls per load (~1 s on an H200)")
     parser.add_argument("--out", type=Path, help="JSON lines, one per (arch, allocation)")
     parser.add_argument("--results", type=Path, help="write the docs section from this --out file")
-    parser.add_argument("--context", default="", help="the machine and the date, for the section's first line")
-    add_write_flags(parser)
     parser.add_argument("--one", nargs=2, metavar=("ARCH", "ALLOCATION"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:

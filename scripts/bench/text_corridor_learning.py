@@ -13,7 +13,6 @@ Docs section (``--write``; printed otherwise): docs/results.md, "## Stepwise adv
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -22,7 +21,7 @@ from pathlib import Path
 import numpy as np
 from scripts.bench.launch import REPO, load_steps, run_once, Runs
 from scripts.bench.learning_runs import cell, logged_steps, machine_line, plot_curves, series, wall_times
-from scripts.bench.report import add_write_flags, publish, target
+from scripts.bench.report import script_parser, publish, target
 
 NOTES = "recipes/text_corridor/learning_notes.md"
 HEADING = "## Stepwise advantages: text corridor learning"
@@ -80,12 +79,11 @@ def report(results: dict[str, Runs], steps: int, runs_info: dict[str, list[dict]
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = script_parser(__doc__)
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--estimators", nargs="+", default=["grpo", "gigpo", "hgpo"])
     parser.add_argument("--out", type=Path, default=REPO / "runs/text_corridor_bench")
-    add_write_flags(parser)
     parser.add_argument("--plot", type=Path, default=REPO / "docs/img/text_corridor_learning.png")
     parser.add_argument("--attempts", type=int, default=3, help="tries per run before giving up")
     parser.add_argument("--report-only", action="store_true", help="run nothing; report the runs under --out")

@@ -12,7 +12,6 @@ Docs section (``--write``; printed otherwise): docs/results.md, "## Weights over
 
 from __future__ import annotations
 
-import argparse
 import platform
 import statistics
 import sys
@@ -21,7 +20,7 @@ import time
 import ray
 import torch
 
-from scripts.bench.report import add_write_flags, publish, target
+from scripts.bench.report import script_parser, publish, target
 
 from verl_ext.backends.cpu.wire import named_from_wire, named_to_wire  # noqa: E402
 from verl_ext.tiny_model import ARCHITECTURES, build_tokenizer  # noqa: E402
@@ -51,10 +50,9 @@ def parameter_shapes(arch: str) -> dict[str, tuple[int, ...]]:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = script_parser(__doc__)
     parser.add_argument("--arch", default="qwen2.5-0.5b", choices=sorted(a for a in ARCHITECTURES if "vision" not in ARCHITECTURES[a]))
     parser.add_argument("--repeats", type=int, default=3)
-    add_write_flags(parser)
     args = parser.parse_args(argv)
 
     shapes = parameter_shapes(args.arch)
