@@ -15,14 +15,11 @@ Docs section (``--write``; printed otherwise): docs/results.md, "## GPU: per-ste
 from __future__ import annotations
 
 import json
-import os
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-from scripts.bench.launch import load_steps
+from scripts.bench.launch import RunFailed, RunSpec, load_steps, run
 from scripts.bench.report import script_parser, publish, target
 
 HEADING = "## GPU: per-step breakdown"
@@ -49,14 +46,10 @@ def run_arms(out: Path, steps: int, context: str) -> None:
     info = machine_info(context)
     out.mkdir(parents=True, exist_ok=True)
     for name, env in ARMS.items():
-        folder = out / _slug(name)
-        print(f"[bench] {name}: {steps} steps in {folder}", flush=True)
-        proc = subprocess.run(["bash", str(REPO / "recipes/text_corridor/run_gpu.sh")], cwd=REPO,
-                              env={**os.environ, **env, "OUT": str(folder), "STEPS": str(steps)},
-                              capture_output=True, text=True)
-        (folder / "run.log").write_text(proc.stdout + proc.stderr)
-        if proc.returncode != 0:
-            raise SystemExit(f"{name} failed ({proc.returncode}):\n{(proc.stdout + proc.stderr)[-4000:]}")
+        try:  # one after another on the same GPU
+            run(RunSpec(name, "text_corridor/run_gpu.sh", out / _slug(name), steps, env), attempts=1)
+        except RunFailed as failed:
+            raise SystemExit(f"{failed}:\n{failed.log.read_text(errors='replace')[-4000:]}") from None
     model_info = out / _slug(next(iter(ARMS))) / "model" / "verl_ext_tiny_model.json"
     info["parameters"] = json.loads(model_info.read_text())["parameters"]
     (out / "machine.json").write_text(json.dumps(info))

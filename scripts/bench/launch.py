@@ -160,10 +160,9 @@ def run(spec: RunSpec, attempts: int = 2, extra_env: dict[str, str] | None = Non
     raise RunFailed(spec, attempts, proc.returncode, timed_out, wall, log_path)
 
 
-def run_once(script: str, env_vars: dict[str, str], steps: int, out: Path, attempts: int, label: str,
-             script_args: list[str] | None = None, info: dict | None = None) -> float | None:
-    """``run`` of the spec these arguments name (the learning studies' call)."""
-    return run(RunSpec(label, script, out, steps, env_vars, script_args or [], info or {}), attempts)
+def run_and_report(spec: RunSpec, attempts: int, env: dict[str, str]) -> None:
+    """``run``, then a line with the run's wall time (``launch``'s default)."""
+    print(f"{spec.label}: {run(spec, attempts, env):.0f} s", flush=True)
 
 
 def launch(specs: Iterable[RunSpec], slots: Iterable[dict[str, str]] = ({},), attempts: int = 2,
@@ -216,7 +215,7 @@ def launch(specs: Iterable[RunSpec], slots: Iterable[dict[str, str]] = ({},), at
                 time.sleep(poll_s)
                 continue
             try:
-                (execute or (lambda s, a, e: run(s, a, e)))(spec, attempts, {**caps, **slot})
+                (execute or run_and_report)(spec, attempts, {**caps, **slot})
             except RuntimeError as error:
                 print(f"{spec.label}: {error}", flush=True)
 

@@ -26,10 +26,9 @@ from __future__ import annotations
 
 import json
 import statistics
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from scripts.bench.launch import gpu_environment, load_steps, run_once, thread_caps
+from scripts.bench.launch import RunSpec, card_slots, gpu_environment, launch, load_steps
 from scripts.bench.report import script_parser, publish, target
 
 PLAIN = "verl"
@@ -111,16 +110,10 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("give --out (run) or --results (table only)")
     arms = tuple(args.arms)
     if args.results is None:
-        caps = thread_caps(args.parallel, 16 if args.backend == "gpu" else 2)
         info = gpu_environment() if args.backend == "gpu" else {}
-
-        def run(arm: str) -> None:
-            script, env, overrides = arm_run(args.backend, arm)
-            run_once(script, {**env, **caps}, args.steps, out / arm, attempts=2, label=arm, script_args=overrides,
-                     info=info)
-
-        with ThreadPoolExecutor(args.parallel) as pool:
-            list(pool.map(run, arms))
+        specs = [RunSpec(arm, script, out / arm, args.steps, env, overrides, info)
+                 for arm in arms for script, env, overrides in [arm_run(args.backend, arm)]]
+        launch(specs, card_slots([], args.parallel), cpus=16 if args.backend == "gpu" else 2)
     command = (f"python -m scripts.bench.separate_async_providers --backend {args.backend} --steps {args.steps} "
                f"--parallel {args.parallel} --arms {' '.join(arms)}")
     recorded = [out / arm / "run.json" for arm in arms if (out / arm / "run.json").exists()]

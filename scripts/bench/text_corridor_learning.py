@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from scripts.bench.launch import REPO, load_steps, run_once, Runs
+from scripts.bench.launch import REPO, RunSpec, Runs, launch, load_steps
 from scripts.bench.learning_runs import cell, logged_steps, machine_line, plot_curves, series, wall_times
 from scripts.bench.report import script_parser, publish, target
 
@@ -90,13 +90,13 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     runs_info: dict[str, list[dict]] = {e: [] for e in args.estimators}
     results: dict[str, Runs] = {e: {} for e in args.estimators}
-    for seed in args.seeds:  # seed-major: a partial sweep still compares every estimator
+    if not args.report_only:  # seed-major: a partial sweep still compares every estimator
+        launch([RunSpec(f"{estimator} seed {seed}", "text_corridor/run_cpu.sh", args.out / f"{estimator}-seed{seed}",
+                        args.steps, {"ADV": estimator, "SEED": str(seed)})
+                for seed in args.seeds for estimator in args.estimators], attempts=args.attempts)
+    for seed in args.seeds:
         for estimator in args.estimators:
             out = args.out / f"{estimator}-seed{seed}"
-            if not args.report_only:
-                wall = run_once("text_corridor/run_cpu.sh", {"ADV": estimator, "SEED": str(seed)}, args.steps, out,
-                                args.attempts, f"{estimator} seed {seed}")
-                print(f"{estimator} seed {seed}: " + ("reused" if wall is None else f"{wall:.0f} s"), flush=True)
             if (out / "run.json").exists():
                 runs_info[estimator].append(json.loads((out / "run.json").read_text()))
             results[estimator][seed] = load_steps(out / "metrics.jsonl")

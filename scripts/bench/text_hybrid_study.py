@@ -29,7 +29,7 @@ from itertools import combinations
 from pathlib import Path
 
 import numpy as np
-from scripts.bench.launch import REPO, load_steps, run_once, Runs
+from scripts.bench.launch import REPO, RunSpec, Runs, launch, load_steps
 from scripts.bench.learning_runs import machine_line, series, study_command, study_parser
 from scripts.bench.report import publish, table, target
 from scripts.bench.stats import fmt_mean_se, mean_and_se, two_se_verdict
@@ -364,23 +364,17 @@ def main(argv: list[str]) -> int:
     command = study_command("text_hybrid_study", parser, args, always=("steps", "seeds"))
     results: dict[str, dict[str, Runs]] = {p: {arm: {} for arm in PARTS[p]} for p in args.parts}
     runs_info: list[dict] = []
-    for seed in args.seeds:  # seed-major: a sweep cut short still compares every arm
-        for part in args.parts:
-            for arm, env in PARTS[part].items():
-                out = args.out / f"{env['MODE']}-{env['ADV']}-{env['LOSS']}-{env['PROVIDER']}-seed{seed}"
-                if not args.report_only:
-                    try:
-                        wall = run_once(SCRIPT, {**env, "SEED": str(seed)}, args.steps, out, args.attempts,
-                                        f"{arm} seed {seed}")
-                    except RuntimeError as err:  # one broken arm must not cost the others' runs
-                        print(err, flush=True)
-                        continue
-                    print(f"{arm} seed {seed}: " + ("reused" if wall is None else f"{wall:.0f} s"), flush=True)
-                if (out / "run.json").exists():
-                    runs_info.append(json.loads((out / "run.json").read_text()))
-                steps = load_steps(out / "metrics.jsonl")
-                if steps:
-                    results[part][arm][seed] = steps
+    runs = [(seed, part, arm, env, args.out / f"{env['MODE']}-{env['ADV']}-{env['LOSS']}-{env['PROVIDER']}-seed{seed}")
+            for seed in args.seeds for part in args.parts for arm, env in PARTS[part].items()]
+    if not args.report_only:  # seed-major: a sweep cut short still compares every arm
+        launch([RunSpec(f"{arm} seed {seed}", SCRIPT, out, args.steps, {**env, "SEED": str(seed)})
+                for seed, _, arm, env, out in runs], attempts=args.attempts)
+    for seed, part, arm, _, out in runs:
+        if (out / "run.json").exists():
+            runs_info.append(json.loads((out / "run.json").read_text()))
+        steps = load_steps(out / "metrics.jsonl")
+        if steps:
+            results[part][arm][seed] = steps
     refs = reference_lengths(args.out / f"sync-grpo-vanilla-current-seed{args.seeds[0]}" / "data")
     plots = {"estimators": args.img / "text_hybrid_estimators.png", "old_logits": args.img / "text_hybrid_old_logits.png"}
     if "estimators" in results:

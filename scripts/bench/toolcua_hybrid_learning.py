@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from scripts.bench.launch import REPO, load_steps, run_once, Runs
+from scripts.bench.launch import REPO, RunSpec, Runs, launch, load_steps
 from scripts.bench.learning_runs import cell, logged_steps, machine_line, plot_curves, series, wall_times
 from scripts.bench.report import script_parser, publish, target
 
@@ -155,14 +155,14 @@ def main(argv: list[str]) -> int:
     runs_info: dict[str, list[dict]] = {c: [] for c in args.configs}
     results: dict[str, Runs] = {c: {} for c in args.configs}
     evals: dict[str, list[dict[str, float]]] = {"initial model (step 0)": []} if args.eval_seeds else {}
-    for seed in args.seeds:  # seed-major: a partial sweep still compares every config
+    folder = {c: f"{CONFIGS[c]['ADV']}-{CONFIGS[c]['LOSS']}" for c in args.configs}
+    if not args.report_only:  # seed-major: a partial sweep still compares every config
+        launch([RunSpec(f"{config} seed {seed}", "toolcua_hybrid/run_cpu.sh", args.out / f"{folder[config]}-seed{seed}",
+                        args.steps, {**CONFIGS[config], "SEED": str(seed)})
+                for seed in args.seeds for config in args.configs], attempts=args.attempts)
+    for seed in args.seeds:
         for config in args.configs:
-            env = CONFIGS[config]
-            out = args.out / f"{env['ADV']}-{env['LOSS']}-seed{seed}"
-            if not args.report_only:
-                wall = run_once("toolcua_hybrid/run_cpu.sh", {**env, "SEED": str(seed)}, args.steps, out,
-                                args.attempts, f"{config} seed {seed}")
-                print(f"{config} seed {seed}: " + ("reused" if wall is None else f"{wall:.0f} s"), flush=True)
+            out = args.out / f"{folder[config]}-seed{seed}"
             if (out / "run.json").exists():
                 runs_info[config].append(json.loads((out / "run.json").read_text()))
             results[config][seed] = load_steps(out / "metrics.jsonl")
