@@ -28,7 +28,8 @@ from omegaconf import OmegaConf
 
 ROOT = Path(__file__).resolve().parents[2]
 
-from scripts.bench.report import script_parser, publish, target
+from scripts.bench.report import publish, script_parser, target
+from scripts.bench.report import table as md_table  # table() below is the docs section
 from tests.advantages.loop_reference import LOOPS
 from tests.advantages.step_data import BASE, random_steps
 
@@ -255,39 +256,27 @@ def table(rows: list[dict], glue_rows: list[dict], entry_rows: list[dict]) -> st
         "over lists (no numpy; its outputs are checked equal first). Both warmed up by that check, then timed "
         "alternately 7 times; median process CPU time, wall-clock speedup in brackets:",
         "",
-        "| rows | plain loop | `compute` | speedup |",
-        "|---|---|---|---|",
-        *(f"| {r['n']:,} | {_ms(r['loop'])} | {_ms(r['vec'])} | **{r['loop'] / r['vec']:.0f}x** "
-          f"({r['loop_wall'] / r['vec_wall']:.0f}x) |" for r in entry_rows),
+        md_table(["rows", "plain loop", "`compute`", "speedup"], [
+            [f"{r['n']:,}", _ms(r["loop"]), _ms(r["vec"]), _speedup(r)] for r in entry_rows]),
         "",
         "**Every estimator against the test reference loops** (`tests/advantages/loop_reference.py`):",
         "",
     ]
     for keys, title in (("str", "String ids and anchors (python objects, as `compute` usually gets them)"),
                         ("int", "Integer ids and anchors (int64 codes or hashes)")):
-        lines += [f"**{title}**", "", "| estimator | " + " | ".join(f"{n:,} rows" for n in sizes) + " |",
-                  "|---|" + "---|" * len(sizes)]
-        for name in names:
-            cells = []
-            for n in sizes:
-                r = by[(name, keys, n)]
-                cells.append(f"{_ms(r['loop'])} / {_ms(r['vec'])} = **{r['loop'] / r['vec']:.0f}x** "
-                             f"({r['loop_wall'] / r['vec_wall']:.0f}x)")
-            lines.append(f"| {name} | " + " | ".join(cells) + " |")
-        lines.append("")
+        rows = [[name, *(f"{_ms(r['loop'])} / {_ms(r['vec'])} = {_speedup(r)}" for n in sizes
+                         for r in [by[(name, keys, n)]])] for name in names]
+        lines += [f"**{title}**", "", md_table(["estimator", *(f"{n:,} rows" for n in sizes)], rows), ""]
     lines += ["Vectorised CPU time per row in µs (string keys | integer keys), for linear growth:", "",
-              "| estimator | " + " | ".join(f"{n:,}" for n in sizes) + " |", "|---|" + "---|" * len(sizes)]
-    for name in names:
-        cells = [f"{by[(name, 'str', n)]['vec'] / n * 1e6:.2f} \\| {by[(name, 'int', n)]['vec'] / n * 1e6:.2f}"
-                 for n in sizes]
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+              md_table(["estimator", *(f"{n:,}" for n in sizes)], [
+                  [name, *(f"{by[(name, 'str', n)]['vec'] / n * 1e6:.2f} \\| {by[(name, 'int', n)]['vec'] / n * 1e6:.2f}"
+                           for n in sizes)] for name in names])]
     lines += ["", "**verl glue** (`verl_glue.compute_token_advantages`, what the trainer's advantage hook runs: "
               "per-row `extra_fields` parsing, the estimator, token painting; median process CPU time of 11 calls, "
               "wall time in brackets)", "",
-              "| batch | rows (incl. padding) | steps | gigpo | hgpo |", "|---|---|---|---|---|"]
-    for r in glue_rows:
-        lines.append(f"| {r['label']} | {r['rows']:,} | {r['steps']:,} | {r['gigpo'] * 1e3:.1f} ms "
-                     f"({r['gigpo_wall'] * 1e3:.1f}) | {r['hgpo'] * 1e3:.1f} ms ({r['hgpo_wall'] * 1e3:.1f}) |")
+              md_table(["batch", "rows (incl. padding)", "steps", "gigpo", "hgpo"], [
+                  [r["label"], f"{r['rows']:,}", f"{r['steps']:,}",
+                   *(f"{r[e] * 1e3:.1f} ms ({r[e + '_wall'] * 1e3:.1f})" for e in ("gigpo", "hgpo"))] for r in glue_rows])]
     largest = max(max(r["gigpo_wall"], r["hgpo_wall"]) for r in glue_rows)
     lines += ["", f"Share of a training step (reasoning, not a measurement): the slowest glue call above took "
               f"{largest * 1e3:.0f} ms of wall time on this CPU. A documented GPU step of the same kind of "
@@ -296,6 +285,11 @@ def table(rows: list[dict], glue_rows: list[dict], entry_rows: list[dict]) -> st
               f"the GiGPO paper, arXiv 2505.10978): {largest / DOCUMENTED_STEP_S * 100:.3f}% of it. A step ten times "
               f"faster would still put it at {largest / DOCUMENTED_STEP_S * 1000:.2f}%."]
     return "\n".join(lines) + "\n"
+
+
+def _speedup(r: dict) -> str:
+    """CPU-time speedup of the vectorised side, wall-clock speedup in brackets."""
+    return f"**{r['loop'] / r['vec']:.0f}x** ({r['loop_wall'] / r['vec_wall']:.0f}x)"
 
 
 def _ms(seconds: float) -> str:

@@ -29,7 +29,7 @@ import time
 
 import httpx
 
-from scripts.bench.report import script_parser, publish, target
+from scripts.bench.report import publish, script_parser, table, target
 from verl_ext.rewards.dvreward.judge import JUDGE_SYSTEM_PROMPT, Artifact, JudgeOptions, OpenAIJudge
 from verl_ext.rewards.dvreward.judge_server import spawn
 from verl_ext.rewards.dvreward.transport import Endpoint
@@ -200,17 +200,17 @@ def render(results: dict) -> str:
             "",
             f"**Qwen2.5-{size.upper()} architecture** ({info['parameters'] / 1e9:.2f}B parameters, random weights):",
             "",
-            "| mode | server `--max-batch` | client concurrency | questions / s | vs unbatched | mean server batch |",
-            "|---|---|---|---|---|---|",
+            table(["mode", "server `--max-batch`", "client concurrency", "questions / s", "vs unbatched",
+                   "mean server batch"],
+                  [[r["label"], r["max_batch"], r["concurrency"], f"{r['questions_per_s']:.1f}",
+                    f"{r['questions_per_s'] / base:.2f}x", f"{r['mean_batch']:.1f}"] for r in rows]),
         ]
-        lines += [f"| {r['label']} | {r['max_batch']} | {r['concurrency']} | {r['questions_per_s']:.1f} | "
-                  f"{r['questions_per_s'] / base:.2f}x | {r['mean_batch']:.1f} |" for r in rows]
         if "model_only" in info:
             alone = info["model_only"]
             lines += ["", "Backend alone (`HFBackend.complete`, no HTTP, no client):", "",
-                      "| batch | questions / s | vs batch 1 |", "|---|---|---|"]
-            lines += [f"| {r['batch']} | {r['questions_per_s']:.1f} | {r['questions_per_s'] / alone[0]['questions_per_s']:.2f}x |"
-                      for r in alone]
+                      table(["batch", "questions / s", "vs batch 1"],
+                            [[r["batch"], f"{r['questions_per_s']:.1f}",
+                              f"{r['questions_per_s'] / alone[0]['questions_per_s']:.2f}x"] for r in alone])]
     lines += [
         "",
         "`judge-server`'s transformers backend pads each batch statically (no continuous batching, no paged KV "

@@ -22,7 +22,7 @@ import torch
 from verl_ext.old_logits.ewma import EWMAShadow
 from verl_ext.old_logits.snapshot import SnapshotStore
 
-from scripts.bench.report import script_parser, publish, target
+from scripts.bench.report import publish, script_parser, table, target
 
 # Qwen2 configs (config.json of Qwen/Qwen2-1.5B and Qwen/Qwen2-7B).
 QWEN2 = {
@@ -179,17 +179,14 @@ def render(results: dict) -> str:
         f"shadow, medians of CUDA-event timings. Device copy in the same run: **{results['copy_TBps']:.2f} TB/s** "
         "(bytes read + written). Floor = 10 bytes per parameter (read bf16 θ, read and write fp32 shadow) / copy "
         "bandwidth.", "",
-        "| Qwen2 | params | floor | naive `mul_`/`add_` | `_foreach_lerp_` (fp32 cast per layer) | `EWMAShadow` torch "
-        "path | `EWMAShadow` fused (default on CUDA) | fused / floor | swap in + out | snapshot save (D2H, pinned) | "
-        "snapshot load (H2D) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        table(["Qwen2", "params", "floor", "naive `mul_`/`add_`", "`_foreach_lerp_` (fp32 cast per layer)",
+               "`EWMAShadow` torch path", "`EWMAShadow` fused (default on CUDA)", "fused / floor", "swap in + out",
+               "snapshot save (D2H, pinned)", "snapshot load (H2D)"],
+              [[m, f"{r['params_B']:.2f} B", *(f"{r[k]:.2f} ms" for k in ("floor_ms", "naive_ms", "foreach_lerp_ms",
+                                                                           "ours_torch_ms", "ours_ms")),
+                f"{r['ours_vs_floor']:.2f}x", f"{r['swap_in_out_ms']:.2f} ms", f"{r['snapshot_save_GBps']:.1f} GB/s",
+                f"{r['snapshot_load_GBps']:.1f} GB/s"] for m, r in results["models"].items()]),
     ]
-    for m, r in results["models"].items():
-        lines.append(
-            f"| {m} | {r['params_B']:.2f} B | {r['floor_ms']:.2f} ms | {r['naive_ms']:.2f} ms | {r['foreach_lerp_ms']:.2f} ms "
-            f"| {r['ours_torch_ms']:.2f} ms | {r['ours_ms']:.2f} ms | {r['ours_vs_floor']:.2f}x | {r['swap_in_out_ms']:.2f} ms "
-            f"| {r['snapshot_save_GBps']:.1f} GB/s | {r['snapshot_load_GBps']:.1f} GB/s |"
-        )
     diffs = ", ".join(f"{m} {r['fused_max_abs_diff']:.3g}" for m, r in results["models"].items())
     lines += ["", f"Fused vs torch path, max |diff| of the average after one update: {diffs}.", ""]
     return "\n".join(lines)

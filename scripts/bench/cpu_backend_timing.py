@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from scripts.bench.launch import load_steps
-from scripts.bench.report import script_parser, publish, target
+from scripts.bench.report import publish, script_parser, table, target
 
 ROOT = Path(__file__).resolve().parents[2]
 HEADING = "## cpu backend: verl's trainer on 2 CPU cores"
@@ -56,12 +56,10 @@ def section(steps: dict[int, dict], wall_s: float | None, load: float) -> str:
         f"average {load:.1f} at the end): the quickstart recipe (GRPO, tiny Qwen2, 8 prompts x 4 samples, 16 response "
         f"tokens), verl's own per-step `timing_s/*` metrics, median over steps {steady[0]}-{steady[-1]} (step 1 is "
         "the warm-up).", "",
-        "| phase | seconds per step (median) | min-max |", "|---|---|---|",
+        table(["phase", "seconds per step (median)", "min-max"],
+              [[label, f"{statistics.median(v):.2f}", f"{min(v):.2f}-{max(v):.2f}"] for key, label in PHASES.items()
+               for v in [[steps[s][key] for s in steady if key in steps[s]]] if v]),
     ]
-    for key, label in PHASES.items():
-        values = [steps[s][key] for s in steady if key in steps[s]]
-        if values:
-            lines.append(f"| {label} | {statistics.median(values):.2f} | {min(values):.2f}-{max(values):.2f} |")
     if diffs:
         lines += ["", f"`training/rollout_probs_diff_max` (rollout vs trainer log-probs, fp32 on both sides): "
                       f"{min(diffs):.1e} to {max(diffs):.1e} over steps {trained[0]}-{trained[-1]}."]
