@@ -20,7 +20,8 @@ import sys
 from pathlib import Path
 
 from scripts.bench.launch import RunFailed, RunSpec, load_steps, run
-from scripts.bench.report import script_parser, publish, target
+from scripts.bench.report import publish, script_parser, target
+from scripts.bench.report import table as md_table  # table() below is the docs section
 
 HEADING = "## GPU: per-step breakdown"
 ARMS = {  # name -> run_gpu.sh environment
@@ -79,22 +80,20 @@ def table(results: Path) -> str:
         f"({info['parameters'] / 1e6:.0f} M parameters with the local tokenizer's vocabulary), bf16, FSDP2 + vLLM "
         "on one GPU, 8 prompts x 4 rollouts per step, the arms one after another in one call. Seconds are "
         f"medians over steps 2-{steps[-1]}." + (f" Run context: {info['context']}" if info.get("context") else ""), "",
-        "| phase (verl's `timing_s/*`) | " + " | ".join(ARMS) + " |",
-        "|---|" + "---|" * len(ARMS),
+        md_table(["phase (verl's `timing_s/*`)", *ARMS],
+                 [[phase, *(f"{median_after_first(runs[n], 'timing_s/' + phase):.3f}" for n in ARMS)] for phase in phases]),
     ]
-    for phase in phases:
-        cells = [f"{median_after_first(runs[n], 'timing_s/' + phase):.3f}" for n in ARMS]
-        lines.append(f"| {phase} | " + " | ".join(cells) + " |")
     base = runs[next(iter(ARMS))]
     step_base = median_after_first(base, "timing_s/step")
     params = info["parameters"]
-    lines += ["", "| verl-ext arm | time added in the hooked phases | share of the plain step | GPU memory added "
-              "| host memory added |", "|---|---|---|---|---|"]
+    rows = []
     for name in list(ARMS)[1:]:
         added = sum(median_after_first(runs[name], f"timing_s/{p}") - median_after_first(base, f"timing_s/{p}")
                     for p in HOOKED_PHASES)
-        gpu, host = state_bytes(name, params, runs[name])
-        lines.append(f"| {name} | {added:+.3f} s | {added / step_base:+.1%} | {_bytes(gpu, params)} | {_bytes(host, params)} |")
+        rows.append([name, f"{added:+.3f} s", f"{added / step_base:+.1%}",
+                     *(_bytes(b, params) for b in state_bytes(name, params, runs[name]))])
+    lines += ["", md_table(["verl-ext arm", "time added in the hooked phases", "share of the plain step",
+                            "GPU memory added", "host memory added"], rows)]
     lines += ["", "Time added: the difference of the medians of the phases verl-ext hooks "
               f"({', '.join(HOOKED_PHASES)}) against the plain arm; it includes run-to-run noise of those phases "
               "and the estimator difference (grpo vs hgpo) in `adv`. Memory: verl 0.9.1 logs no memory metric on "

@@ -29,7 +29,8 @@ import statistics
 from pathlib import Path
 
 from scripts.bench.launch import RunSpec, card_slots, gpu_environment, launch, load_steps
-from scripts.bench.report import script_parser, publish, target
+from scripts.bench.report import publish, script_parser, target
+from scripts.bench.report import table as md_table  # table() below is the docs section
 
 PLAIN = "verl"
 ARMS = (PLAIN, "current", "snapshot", "ewma", "loglinear", "rollout", "dedicated", "interrupt")
@@ -86,14 +87,13 @@ def table(out: Path, arms: tuple[str, ...]) -> str:
     def pct(x: float) -> str:
         return "—" if x != x else f"{100 * x:.1f}%"
 
-    lines = ["| arm | exact-token share | stale tokens | masked fresh | masked stale | truncated stale | "
-             "hooks' share of the step | step time vs `verl` |", "|---|---|---|---|---|---|---|---|"]
-    for arm, r in rows.items():
-        ratio = "1.00" if arm == PLAIN else ("—" if r["step_s"] != r["step_s"] else f"{r['step_s'] / plain:.2f}")
-        exact = "—" if arm == PLAIN or r["exact"] != r["exact"] else f"{r['exact']:.3f}"  # verl's own logs none
-        lines.append(f"| `{arm}` | {exact} | {pct(r['stale'])} | {pct(r['masked_fresh'])} | {pct(r['masked_stale'])} | "
-                     f"{pct(r['truncated_stale'])} | {pct(r['hooks'])} | {ratio} |")
-    return "\n".join(lines)
+    return md_table(
+        ["arm", "exact-token share", "stale tokens", "masked fresh", "masked stale", "truncated stale",
+         "hooks' share of the step", "step time vs `verl`"],
+        [[f"`{arm}`", "—" if arm == PLAIN or r["exact"] != r["exact"] else f"{r['exact']:.3f}",  # verl's own logs none
+          *(pct(r[k]) for k in ("stale", "masked_fresh", "masked_stale", "truncated_stale", "hooks")),
+          "1.00" if arm == PLAIN else ("—" if r["step_s"] != r["step_s"] else f"{r['step_s'] / plain:.2f}")]
+         for arm, r in rows.items()])
 
 
 def main(argv: list[str] | None = None) -> None:

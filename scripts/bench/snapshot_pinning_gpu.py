@@ -30,7 +30,7 @@ import sys
 import time
 from pathlib import Path
 
-from scripts.bench.report import script_parser, publish, target
+from scripts.bench.report import publish, script_parser, table, target
 
 ALLOCATIONS = ("one_buffer", "per_tensor", "one_buffer_bf16")
 VOCAB = 516  # the local tokenizer of the hook-cost runs' models (docs/bench_results/hook_cost_*)
@@ -119,16 +119,13 @@ def report(rows: list[dict], context: str) -> str:
              "load to `wait_saved` minus the load alone (the save's critical-path cost); resident: host memory the "
              "saves added, as a multiple of the weights' bytes. First save (allocates) | median of the later ones.",
              "",
-             "| arch | allocation | weights GB | load s | first: host s | first: added s | later: host s | "
-             "later: stream s | later: added s | resident GB (x weights) |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in rows:
-        gb = r["param_bytes"] / 1e9
-        lines.append(
-            f"| {r['arch']} | {r['allocation']} | {gb:.2f} | {r['load_s']:.3f} | {r['first']['host_s']:.2f} | "
-            f"{r['first']['added_s']:.2f} | {r['later']['host_s']:.4f} | {r['later']['stream_s']:.4f} | "
-            f"{r['later']['added_s']:.4f} | {r['resident_bytes_added'] / 1e9:.1f} "
-            f"({r['resident_bytes_added'] / r['param_bytes']:.2f}x) |")
+             table(["arch", "allocation", "weights GB", "load s", "first: host s", "first: added s", "later: host s",
+                    "later: stream s", "later: added s", "resident GB (x weights)"],
+                   [[r["arch"], r["allocation"], f"{r['param_bytes'] / 1e9:.2f}", f"{r['load_s']:.3f}",
+                     f"{r['first']['host_s']:.2f}", f"{r['first']['added_s']:.2f}",
+                     *(f"{r['later'][k]:.4f}" for k in ("host_s", "stream_s", "added_s")),
+                     f"{r['resident_bytes_added'] / 1e9:.1f} ({r['resident_bytes_added'] / r['param_bytes']:.2f}x)"]
+                    for r in rows], align="llrrrrrrrr")]
     by = {(r["arch"], r["allocation"]): r for r in rows}
     for arch in dict.fromkeys(r["arch"] for r in rows):
         one, per = by.get((arch, "one_buffer")), by.get((arch, "per_tensor"))

@@ -20,7 +20,7 @@ import time
 import ray
 import torch
 
-from scripts.bench.report import script_parser, publish, target
+from scripts.bench.report import publish, script_parser, table, target
 
 from verl_ext.backends.cpu.wire import named_from_wire, named_to_wire  # noqa: E402
 from verl_ext.tiny_model import ARCHITECTURES, build_tokenizer  # noqa: E402
@@ -83,9 +83,8 @@ def main(argv: list[str]) -> int:
              f"{platform.python_version()}, Ray {ray.__version__}, shared machine (medians of {args.repeats} "
              "alternating repeats). The `hf` rollout server and the `dedicated` scorer receive weights as "
              "numpy byte views (`verl_ext/backends/cpu/wire.py`).", "",
-             "| form | median (s) | GB/s | vs torch tensors |", "|---|---|---|---|"]
-    for form, median in medians.items():
-        lines.append(f"| {form} | {median:.2f} | {n_bytes / 1e9 / median:.2f} | {median / base:.3f}x |")
+             table(["form", "median (s)", "GB/s", "vs torch tensors"],
+                   [[form, f"{m:.2f}", f"{n_bytes / 1e9 / m:.2f}", f"{m / base:.3f}x"] for form, m in medians.items()])]
     publish(target(args), HEADING, "\n".join(lines) + "\n")
     return 0
 
