@@ -20,8 +20,9 @@ from pathlib import Path
 
 import numpy as np
 from scripts.bench.launch import REPO, RunSpec, Runs, launch, load_steps
-from scripts.bench.learning_runs import cell, logged_steps, machine_line, plot_curves, series, wall_times
-from scripts.bench.report import script_parser, publish, target
+from scripts.bench.learning_runs import (before_after, cell, logged_steps, machine_line, plot_curves, series, step_table,
+                                         wall_times)
+from scripts.bench.report import publish, script_parser, table, target
 
 NOTES = "recipes/text_corridor/learning_notes.md"
 HEADING = "## Stepwise advantages: text corridor learning"
@@ -37,8 +38,6 @@ def report(results: dict[str, Runs], steps: int, runs_info: dict[str, list[dict]
     seeds = sorted(next(iter(results.values())))
     val_steps = logged_steps(results, VAL_SUCCESS)
     windows = [(lo, min(lo + 9, steps)) for lo in range(1, steps + 1, 10)]
-    header = "| " + " | ".join(estimators) + " |"
-    rule = "|---" * (len(estimators) + 1) + "|"
     lines = [
         HEADING, "",
         machine_line(runs_info),
@@ -53,25 +52,17 @@ def report(results: dict[str, Runs], steps: int, runs_info: dict[str, list[dict]
         "",
         "**Validation success rate** (64 held-out seeds, one sampled episode each at temperature 1; "
         "mean over seeds, per seed in brackets):", "",
-        "| step " + header, rule,
+        step_table(results, VAL_SUCCESS, val_steps),
+        "", "**Training success rate** (32 episodes per step, averaged over the window):", "",
+        table(["steps", *estimators], [
+            [f"{lo}-{hi}", *(cell(np.nanmean(series(results[e], TRAIN_SUCCESS, list(range(lo, hi + 1))), axis=1))
+                             for e in estimators)] for lo, hi in windows]),
+        "", f"**What the policy does** (validation, step 0 -> step {val_steps[-1]}):", "",
+        table(["metric", *estimators], [
+            *(before_after(results, name, key, val_steps[-1]) for name, key in (
+                ("share of R actions", VAL_RIGHT), ("share of invalid answers", VAL_INVALID))),
+            ["wall time per run (s)", *wall_times(runs_info, estimators)]]),
     ]
-    for s in val_steps:
-        cells = [cell(series(results[e], VAL_SUCCESS, [s])[:, 0]) for e in estimators]
-        lines.append(f"| {s} | " + " | ".join(cells) + " |")
-    lines += ["", "**Training success rate** (32 episodes per step, averaged over the window):", "",
-              "| steps " + header, rule]
-    for lo, hi in windows:
-        cells = [cell(np.nanmean(series(results[e], TRAIN_SUCCESS, list(range(lo, hi + 1))), axis=1))
-                 for e in estimators]
-        lines.append(f"| {lo}-{hi} | " + " | ".join(cells) + " |")
-    last = val_steps[-1]
-    lines += ["", f"**What the policy does** (validation, step 0 -> step {last}):", "",
-              "| metric " + header, rule]
-    for name, key in (("share of R actions", VAL_RIGHT), ("share of invalid answers", VAL_INVALID)):
-        cells = [f"{np.nanmean(series(results[e], key, [0])):.2f} -> "
-                 f"{np.nanmean(series(results[e], key, [last])):.2f}" for e in estimators]
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    lines.append("| wall time per run (s) | " + " | ".join(wall_times(runs_info, estimators)) + " |")
     lines += ["", f"![text corridor learning curves]({os.path.relpath(plot_path, REPO / 'docs')})", ""]
     lines += [f"A reading of these tables, written by hand for the run they came from, is in `{NOTES}`; it is not "
               "regenerated with them.", ""]
