@@ -63,6 +63,9 @@ def test_publish_prints_and_writes_only_with_a_doc(tmp_path, capsys):
     assert "new" in capsys.readouterr().out and "old" in doc.read_text()
     report.publish(doc, "## A", "## A\n\nnew\n")
     assert doc.read_text() == "# Results\n\n## A\n\nnew\n\n## B\n\nkept\n"
+    doc.write_text(doc.read_text().replace("\n## B", "\n### A.1\n\nother script's\n\n## B"))
+    report.write_section(doc, "## A", "## A\n\nnewer\n", until="\n#")  # its subsection written elsewhere stays
+    assert doc.read_text() == "# Results\n\n## A\n\nnewer\n\n### A.1\n\nother script's\n\n## B\n\nkept\n"
     report.write_section(doc, "## C", "## C\n\nappended")
     assert doc.read_text().endswith("## B\n\nkept\n\n## C\n\nappended\n\n")
     parser = report.add_write_flags(argparse.ArgumentParser(), doc)
@@ -94,6 +97,7 @@ def test_launch_runs_what_is_not_done_one_per_slot_with_thread_caps(tmp_path):
     assert sorted(label for label, *_ in seen) == ["r1", "r2", "r3", "r4"]
     assert {threads for *_, threads in seen} == {"4"} and [s.label for s in left] == ["r4"]
     assert launch.thread_caps(3, 8)["OMP_NUM_THREADS"] == "2" and launch.thread_caps(16, 8)["MKL_NUM_THREADS"] == "1"
+    assert launch.thread_caps(16, 64) == {"OMP_NUM_THREADS": "4", "OPENBLAS_NUM_THREADS": "4", "MKL_NUM_THREADS": "4"}
 
 
 def test_run_retries_a_crashed_run_and_reuses_a_finished_one(tmp_path):
@@ -109,3 +113,56 @@ def test_run_retries_a_crashed_run_and_reuses_a_finished_one(tmp_path):
     (tmp_path / "fail.sh").write_text("exit 3\n")
     with pytest.raises(RuntimeError, match="failed 2 times"):
         launch.run(launch.RunSpec("f", str(tmp_path / "fail.sh"), tmp_path / "f", 1), attempts=2)
+
+
+def test_card_slots_spread_runs_over_the_cards():
+    assert launch.card_slots([0, 1]) == [{"CUDA_VISIBLE_DEVICES": "0"}, {"CUDA_VISIBLE_DEVICES": "1"}]
+    assert [s["CUDA_VISIBLE_DEVICES"] for s in launch.card_slots([0, 3], 5)] == ["0", "3", "0", "3", "0"]
+    assert launch.card_slots([], 3) == [{}, {}, {}] and launch.card_slots([]) == [{}]  # no list: every card
+
+
+def test_launch_waits_for_ready_runs_and_stops_at_the_budget(tmp_path):
+    first, second, third = (_spec(tmp_path, name) for name in ("first", "second", "third"))
+    order = []
+
+    def execute(spec, attempts, env):
+        order.append((spec.label, spec.timeout_s))
+        _finish(spec)
+
+    # `second` waits for `first`'s output although it comes first and two slots are free
+    ready = {second.out: lambda: first.done()}
+    left = launch.launch([second, first], slots=[{}, {}], execute=execute, poll_s=0.01,
+                         ready=lambda s: ready.get(s.out, lambda: True)())
+    assert [label for label, _ in order] == ["first", "second"] and left == []
+    order.clear()  # a budget of 100 s: the 60 s run starts (killed when the budget is spent), the 150 s one does not
+    left = launch.launch([third, _spec(tmp_path, "fourth")], execute=execute, budget_s=100.0,
+                         expected_s=lambda s: 60.0 if s.label == "third" else 150.0)
+    assert [label for label, _ in order] == ["third"] and 99 < order[0][1] <= 100 and [s.label for s in left] == ["fourth"]
+
+
+def test_a_failed_run_says_how_it_ended(tmp_path):
+    (tmp_path / "slow.sh").write_text("sleep 30\n")
+    with pytest.raises(launch.RunFailed) as failed:
+        launch.run(launch.RunSpec("s", str(tmp_path / "slow.sh"), tmp_path / "s", 1, timeout_s=0.5), attempts=1)
+    assert failed.value.timed_out and failed.value.returncode < 0 and failed.value.log.name == "run1.log"
+
+
+def test_report_cells_and_two_se_verdicts():
+    assert stats.fmt_mean_se([1.0, 2.0, 3.0, np.nan]) == "2.00 ± 0.58" and stats.fmt_mean_se([0.5], 3) == "0.500"
+    assert stats.fmt_mean_se([]) == "n/a" and stats.fmt_mean_se(np.array([1.0, 0.0, 1.0]), 0) == "2/3"
+    assert stats.two_se_verdict(0.3, 0.07) == "+0.30 (2 SE = 0.14): **exceeds** 2 SE"
+    assert stats.two_se_verdict(-0.1, 0.07, n=3) == "-0.10 (2 SE = 0.14, 3 seeds): within 2 SE"
+    assert stats.two_se_verdict(0.1, float("nan")) == "+0.10 (2 SE = n/a): SE undefined (fewer than 2 seeds)"
+
+
+def test_every_script_docstring_opens_with_one_line_and_names_its_docs_section():
+    import ast
+
+    library = {"__init__", "launch", "report", "stats", "learning_runs"}
+    for path in sorted((Path(launch.__file__).parent).glob("*.py")):
+        if path.stem in library:
+            continue
+        doc = ast.get_docstring(ast.parse(path.read_text()), clean=False) or ""
+        lines = doc.splitlines()
+        assert lines and (len(lines) == 1 or lines[1] == ""), f"{path.name}: the purpose is one line"
+        assert "Docs section" in doc, f"{path.name}: name the docs section it writes (or 'none of its own')"

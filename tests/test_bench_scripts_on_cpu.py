@@ -108,7 +108,7 @@ def test_hook_cost_timeout_kills_only_the_processes_of_its_own_run(tmp_path):
     import os
     import subprocess
 
-    bench = _script("hook_cost_gpu")
+    bench = _script("launch")
     mine, other = tmp_path / "0.5b" / "current_r0", tmp_path / "0.5b" / "verl_r0"
     # stand-ins for a Ray daemon that left the run's process group, and for another run's process
     procs = {folder: subprocess.Popen(["sleep", "60"], env={**os.environ, "OUT": str(folder)}, start_new_session=True)
@@ -376,14 +376,25 @@ def test_old_logit_study_batches_seeds_exactly_and_measures_against_exact_old_lo
     import torch
 
     study = _script("old_logits_experiment")
-    # the seed-stacked embedding form of the first layer is the one-hot policy of each seed
-    params = study.stack_init([3, 4])
+    # stacked seeds are computed as each seed alone (S = 1, the providers experiment), and the embedding
+    # form of the first layer is the one-hot MLP
+    params = study.init_params([3, 4])
     ctx = torch.arange(study.CONTEXTS).repeat_interleave(2)
     tokens = torch.randint(0, study.VOCAB, (2, len(ctx), study.LENGTH), generator=torch.Generator().manual_seed(0))
-    stacked = study.stacked_log_probs(params, ctx, tokens)
-    for s in range(2):
-        single = [params[0][s], params[1][s, 0], params[2][s], params[3][s, 0]]
-        torch.testing.assert_close(stacked[s], study.token_log_probs(single, ctx, tokens[s]), rtol=0, atol=1e-6)
+    stacked = study.log_probs(params, ctx, tokens)
+    for s, seed in enumerate((3, 4)):
+        torch.testing.assert_close(stacked[s], study.log_probs(study.init_params([seed]), ctx, tokens[s:s + 1])[0],
+                                   rtol=0, atol=1e-6)
+        prev = torch.cat([torch.full((len(ctx), 1), study.VOCAB), tokens[s, :, :-1]], dim=1)
+        one_hot = torch.nn.functional.one_hot
+        x = torch.cat([one_hot(ctx, study.CONTEXTS)[:, None].expand(-1, study.LENGTH, -1),
+                       one_hot(torch.arange(study.LENGTH), study.LENGTH).expand(len(ctx), -1, -1),
+                       one_hot(prev, study.VOCAB + 1)], dim=-1).float()
+        w1, b1, w2, b2 = (p[s] for p in params)
+        reference = torch.log_softmax(torch.tanh(x @ w1 + b1) @ w2 + b2, -1).gather(-1, tokens[s, ..., None])[..., 0]
+        torch.testing.assert_close(stacked[s], reference, rtol=0, atol=1e-6)
+    one_seed = study.run("snapshot", 1, 0, steps=2, noise=0.1, band=(0.5, 2.0), lr=3e-3, minibatches=2, partial=0.5)
+    assert len(one_seed["hist"]["reward"]) == 2 and max(one_seed["hist"]["abs_error"]) < 1e-6
     # exact old logits score zero error and never mask for staleness; `current` lags stale tokens
     runs = {arm: study.run_cell(study.STUDY_ARMS[arm], [0, 1], steps=4, mean_staleness=2.0, bound=4, sigma=0.3,
                                 lr=3e-2, epochs=1, contexts=2)
@@ -413,15 +424,15 @@ def test_hook_cost_runs_side_by_side_one_per_card_each_run_once(tmp_path, monkey
     seen, lock, started = [], threading.Lock(), set()
     both_cards_busy = threading.Barrier(2)  # each card's first run waits for the other's: side by side
 
-    def run_gpu_sh(run, out, models_dir, steps, timeout_s, kv_cache_bytes=0, extra_env=None):  # stands in for the recipe
+    def run_gpu_sh(spec, attempts, extra_env):  # stands in for the recipe
+        arm, repeat = spec.out.name.rsplit("_r", 1)
         with lock:
-            seen.append((run.arm, run.repeat, extra_env["CUDA_VISIBLE_DEVICES"], extra_env["OMP_NUM_THREADS"]))
+            seen.append((arm, int(repeat), extra_env["CUDA_VISIBLE_DEVICES"], extra_env["OMP_NUM_THREADS"]))
             first = extra_env["CUDA_VISIBLE_DEVICES"] not in started
             started.add(extra_env["CUDA_VISIBLE_DEVICES"])
         if first:
             both_cards_busy.wait(timeout=30)
-        _synthetic_run(run.folder(out), [{} for _ in range(steps)])
-        return True
+        _synthetic_run(spec.out, [{} for _ in range(spec.steps)])
 
     monkeypatch.setattr(bench, "execute", run_gpu_sh)
     assert bench.main(["--points", "0.5b", "--repeats", "2", "--steps", "8", "--gpus", "0", "1",
@@ -429,7 +440,7 @@ def test_hook_cost_runs_side_by_side_one_per_card_each_run_once(tmp_path, monkey
     assert sorted((arm, repeat) for arm, repeat, _, _ in seen) == sorted(
         (arm, r) for arm in bench.DEFAULT_ARMS for r in range(2))
     assert {card for _, _, card, _ in seen} == {"0", "1"}
-    assert {threads for *_, threads in seen} == {bench.thread_caps(2, os.cpu_count() or 1)["OMP_NUM_THREADS"]}
+    assert {threads for *_, threads in seen} == {_script("launch").thread_caps(2, os.cpu_count() or 1)["OMP_NUM_THREADS"]}
     # run again: everything is done, nothing runs
     seen.clear()
     assert bench.main(["--points", "0.5b", "--repeats", "2", "--steps", "8", "--gpus", "0", "1",

@@ -152,3 +152,16 @@ def test_failure_line_names_the_error():
     log = "starting\nTraceback (most recent call last):\n  File x\nValueError: bad key\nray shutting down\n"
     assert driver.failure_line(log) == "ValueError: bad key"
     assert driver.failure_line("all fine\n") == "all fine"
+
+
+def test_run_script_records_a_failed_run_and_reuses_a_finished_one(tmp_path, monkeypatch):
+    monkeypatch.setattr(driver, "stop_ray", lambda: None)  # the machine's other Ray clusters are left alone
+    (tmp_path / "fail.sh").write_text("echo starting\necho 'ValueError: bad key' >&2\nexit 3\n")
+    (tmp_path / "ok.sh").write_text('echo "{\\"step\\": $STEPS, \\"data\\": {}}" > "$OUT/metrics.jsonl"\n')
+    failed = driver.run_script(driver.Script(str(tmp_path / "fail.sh"), "a"),
+                               driver.Plan({"OUT": str(tmp_path / "f")}, []), 2, timeout_s=60)
+    assert (failed["exit_code"], failed["error"]) == (3, "ValueError: bad key") and failed["wall_s"] > 0
+    ok = driver.Script(str(tmp_path / "ok.sh"), "a")
+    record = driver.run_script(ok, driver.Plan({"OUT": str(tmp_path / "ok")}, []), 2, timeout_s=60)
+    assert record["exit_code"] == 0 and json.loads((tmp_path / "ok" / "run.json").read_text())["wall_s"] == record["wall_s"]
+    assert driver.run_script(ok, driver.Plan({"OUT": str(tmp_path / "ok")}, ["x"]), 2, timeout_s=60)["overrides"] == []

@@ -1,12 +1,10 @@
-"""Benchmark: vectorised step-aware advantage estimators vs straightforward Python loops (the public
-entry point ``verl_ext.advantages.compute`` against a plain per-row loop of the same GiGPO math, and
-every estimator against the test reference loops), and the verl glue (``compute_token_advantages``: per-row metadata in, token advantages out) on batches of
-realistic shapes.
+"""Speed of the vectorised step-aware advantage estimators and their verl glue against plain Python loops.
 
-Both sides get the same random step batch (tests/advantages/step_data.py) and are timed in
-alternation, so machine load hits both alike; the loop versions are the test references in
-tests/advantages/loop_reference.py. Prints markdown tables and, with --write, replaces the
-``## Advantage estimators`` section of docs/results.md.
+The public entry point ``verl_ext.advantages.compute`` against a plain per-row loop of the same GiGPO math,
+every estimator against the test reference loops (tests/advantages/loop_reference.py), and
+``compute_token_advantages`` (per-row metadata in, token advantages out) on batches of realistic shapes.
+Both sides get the same random step batch (tests/advantages/step_data.py) and are timed in alternation,
+so machine load hits both alike.
 
     python -m scripts.bench.bench_advantages                  # 1k, 10k, 100k, 1M rows + glue
     python -m scripts.bench.bench_advantages --sizes 1000 10000 --write
@@ -16,7 +14,6 @@ Docs section (``--write``; printed otherwise): docs/results.md, "## Advantage es
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import platform
@@ -31,7 +28,8 @@ from omegaconf import OmegaConf
 
 ROOT = Path(__file__).resolve().parents[2]
 
-from scripts.bench.report import add_write_flags, publish, target
+from scripts.bench.report import publish, script_parser, target
+from scripts.bench.report import table as md_table  # table() below is the docs section
 from tests.advantages.loop_reference import LOOPS
 from tests.advantages.step_data import BASE, random_steps
 
@@ -258,39 +256,27 @@ def table(rows: list[dict], glue_rows: list[dict], entry_rows: list[dict]) -> st
         "over lists (no numpy; its outputs are checked equal first). Both warmed up by that check, then timed "
         "alternately 7 times; median process CPU time, wall-clock speedup in brackets:",
         "",
-        "| rows | plain loop | `compute` | speedup |",
-        "|---|---|---|---|",
-        *(f"| {r['n']:,} | {_ms(r['loop'])} | {_ms(r['vec'])} | **{r['loop'] / r['vec']:.0f}x** "
-          f"({r['loop_wall'] / r['vec_wall']:.0f}x) |" for r in entry_rows),
+        md_table(["rows", "plain loop", "`compute`", "speedup"], [
+            [f"{r['n']:,}", _ms(r["loop"]), _ms(r["vec"]), _speedup(r)] for r in entry_rows]),
         "",
         "**Every estimator against the test reference loops** (`tests/advantages/loop_reference.py`):",
         "",
     ]
     for keys, title in (("str", "String ids and anchors (python objects, as `compute` usually gets them)"),
                         ("int", "Integer ids and anchors (int64 codes or hashes)")):
-        lines += [f"**{title}**", "", "| estimator | " + " | ".join(f"{n:,} rows" for n in sizes) + " |",
-                  "|---|" + "---|" * len(sizes)]
-        for name in names:
-            cells = []
-            for n in sizes:
-                r = by[(name, keys, n)]
-                cells.append(f"{_ms(r['loop'])} / {_ms(r['vec'])} = **{r['loop'] / r['vec']:.0f}x** "
-                             f"({r['loop_wall'] / r['vec_wall']:.0f}x)")
-            lines.append(f"| {name} | " + " | ".join(cells) + " |")
-        lines.append("")
+        rows = [[name, *(f"{_ms(r['loop'])} / {_ms(r['vec'])} = {_speedup(r)}" for n in sizes
+                         for r in [by[(name, keys, n)]])] for name in names]
+        lines += [f"**{title}**", "", md_table(["estimator", *(f"{n:,} rows" for n in sizes)], rows), ""]
     lines += ["Vectorised CPU time per row in µs (string keys | integer keys), for linear growth:", "",
-              "| estimator | " + " | ".join(f"{n:,}" for n in sizes) + " |", "|---|" + "---|" * len(sizes)]
-    for name in names:
-        cells = [f"{by[(name, 'str', n)]['vec'] / n * 1e6:.2f} \\| {by[(name, 'int', n)]['vec'] / n * 1e6:.2f}"
-                 for n in sizes]
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+              md_table(["estimator", *(f"{n:,}" for n in sizes)], [
+                  [name, *(f"{by[(name, 'str', n)]['vec'] / n * 1e6:.2f} \\| {by[(name, 'int', n)]['vec'] / n * 1e6:.2f}"
+                           for n in sizes)] for name in names])]
     lines += ["", "**verl glue** (`verl_glue.compute_token_advantages`, what the trainer's advantage hook runs: "
               "per-row `extra_fields` parsing, the estimator, token painting; median process CPU time of 11 calls, "
               "wall time in brackets)", "",
-              "| batch | rows (incl. padding) | steps | gigpo | hgpo |", "|---|---|---|---|---|"]
-    for r in glue_rows:
-        lines.append(f"| {r['label']} | {r['rows']:,} | {r['steps']:,} | {r['gigpo'] * 1e3:.1f} ms "
-                     f"({r['gigpo_wall'] * 1e3:.1f}) | {r['hgpo'] * 1e3:.1f} ms ({r['hgpo_wall'] * 1e3:.1f}) |")
+              md_table(["batch", "rows (incl. padding)", "steps", "gigpo", "hgpo"], [
+                  [r["label"], f"{r['rows']:,}", f"{r['steps']:,}",
+                   *(f"{r[e] * 1e3:.1f} ms ({r[e + '_wall'] * 1e3:.1f})" for e in ("gigpo", "hgpo"))] for r in glue_rows])]
     largest = max(max(r["gigpo_wall"], r["hgpo_wall"]) for r in glue_rows)
     lines += ["", f"Share of a training step (reasoning, not a measurement): the slowest glue call above took "
               f"{largest * 1e3:.0f} ms of wall time on this CPU. A documented GPU step of the same kind of "
@@ -301,14 +287,18 @@ def table(rows: list[dict], glue_rows: list[dict], entry_rows: list[dict]) -> st
     return "\n".join(lines) + "\n"
 
 
+def _speedup(r: dict) -> str:
+    """CPU-time speedup of the vectorised side, wall-clock speedup in brackets."""
+    return f"**{r['loop'] / r['vec']:.0f}x** ({r['loop_wall'] / r['vec_wall']:.0f}x)"
+
+
 def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:,.1f} ms" if seconds < 10 else f"{seconds:,.1f} s"
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = script_parser(__doc__)
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000, 100_000, 1_000_000])
-    add_write_flags(parser)
     args = parser.parse_args()
     publish(target(args), HEADING, table(bench(args.sizes), bench_glue(), bench_entry_point(args.sizes)))
 

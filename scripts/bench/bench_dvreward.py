@@ -1,21 +1,16 @@
-"""Benchmark the DVReward judge path: client overhead, throughput vs concurrency, cache effect.
+"""The DVReward judge path on CPU: client overhead, throughput against concurrency, the cache's effect.
 
-Runs `verl-ext judge-server` in a subprocess (fake answers, and a tiny random Qwen2 through
-transformers) and the `OpenAIJudge` client in this process, so client and server do not share
-a GIL. Every figure is the median of ``--repeats`` runs. Writes the table to the ``## DVReward``
-section of docs/results.md (other sections are left alone) with ``--write``.
+Runs ``verl-ext judge-server`` in a subprocess (fake answers, and a tiny random Qwen2 through transformers)
+and the ``OpenAIJudge`` client in this process, so client and server do not share a GIL. Every figure is the
+median of ``--repeats`` runs. The tiny model measures the server's batching, not a real judge's speed.
 
     python -m scripts.bench.bench_dvreward [--repeats 5] [--model DIR] [--write]
-
-The tiny model measures the server's batching on this machine, not a real judge's speed; the
-throughput of a real MLLM judge on a GPU is measured where one is available.
 
 Docs section (``--write``; printed otherwise): docs/results.md, "## DVReward".
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -28,7 +23,7 @@ import time
 
 import httpx
 
-from scripts.bench.report import add_write_flags, publish, target
+from scripts.bench.report import publish, script_parser, table, target
 
 from verl_ext.rewards.dvreward.judge import Artifact, JudgeOptions, OpenAIJudge, parse_choice  # noqa: E402
 from verl_ext.rewards.dvreward.judge_server import spawn  # noqa: E402
@@ -180,28 +175,24 @@ def render(results: dict) -> str:
         "",
         "**Client overhead per question** (no network; process CPU time):",
         "",
-        "| path | µs CPU / question |",
-        "|---|---|",
+        table(["path", "µs CPU / question"], [[k, f"{v:.1f}"] for k, v in results["overhead_us"].items()]),
     ]
-    lines += [f"| {k} | {v:.1f} |" for k, v in results["overhead_us"].items()]
     for backend, rows in results["throughput"].items():
         base = rows[min(rows)][0]
         lines += [
             "",
             f"**Throughput vs concurrency, {backend}** ({results['samples'][backend]} samples per run):",
             "",
-            "| client concurrency | questions / s | vs concurrency 1 | mean server batch |",
-            "|---|---|---|---|",
+            table(["client concurrency", "questions / s", "vs concurrency 1", "mean server batch"],
+                  [[c, f"{q:.0f}", f"{q / base:.2f}x", f"{b:.1f}"] for c, (q, b) in sorted(rows.items())]),
         ]
-        lines += [f"| {c} | {q:.0f} | {q / base:.2f}x | {b:.1f} |" for c, (q, b) in sorted(rows.items())]
     lines += [
         "",
         "**Transport ceiling** (bare POSTs to the fake server, no judge client; requests / s):",
         "",
-        "| concurrency | httpx | aiohttp |",
-        "|---|---|---|",
+        table(["concurrency", "httpx", "aiohttp"],
+              [[c, f"{r['httpx']:.0f}", f"{r['aiohttp']:.0f}"] for c, r in sorted(results["transport"].items())]),
     ]
-    lines += [f"| {c} | {r['httpx']:.0f} | {r['aiohttp']:.0f} |" for c, r in sorted(results["transport"].items())]
     shares = ", ".join(f"{r['httpx'] / r['aiohttp']:.0%} at concurrency {c}" for c, r in sorted(results["transport"].items()))
     lines += ["", f"httpx reaches {shares} of aiohttp's rate against the same server (httpx's pool: encode/httpx#3215)."]
     cold, warm = results["cache"]
@@ -209,11 +200,9 @@ def render(results: dict) -> str:
         "",
         "**Cache effect** (fake server, same questions and artifacts asked twice, concurrency 16):",
         "",
-        "| pass | ms / question |",
-        "|---|---|",
-        f"| cold (all requests) | {cold * 1e3:.3f} |",
-        f"| warm (all cache hits) | {warm * 1e3:.4f} |",
-        f"| ratio cold / warm | {cold / warm:.0f}x |",
+        table(["pass", "ms / question"], [["cold (all requests)", f"{cold * 1e3:.3f}"],
+                                          ["warm (all cache hits)", f"{warm * 1e3:.4f}"],
+                                          ["ratio cold / warm", f"{cold / warm:.0f}x"]]),
         "",
         "The tiny random Qwen2 (~0.1M parameters) measures the server's batching, not a real judge. "
         "A real judge's throughput (vLLM/SGLang on a GPU) is not measured here.",
@@ -223,10 +212,9 @@ def render(results: dict) -> str:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = script_parser(__doc__)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--model", help="a transformers causal LM for the model rows (default: a tiny random Qwen2)")
-    add_write_flags(parser)
     args = parser.parse_args(argv)
 
     results: dict = {"machine": machine(), "repeats": args.repeats, "throughput": {}, "samples": {}}

@@ -1,34 +1,24 @@
-"""GPU judge throughput of `verl-ext judge-server`, batched vs unbatched, with random-weight models
-of real sizes (Qwen2.5-1.5B and Qwen2.5-7B architectures, bf16), built on the GPU machine.
+"""GPU judge throughput of ``verl-ext judge-server``, batched vs unbatched, with random-weight models of real sizes.
 
-Random weights cost the same FLOPs and memory traffic as trained ones; nothing is downloaded. The
-tokenizer is the tiny model's local BPE (`verl_ext.tiny_model`), so token counts, not characters,
-are what is held fixed: every judge prompt (system prompt + artifact + question) is about
-``--prompt-tokens`` long and every answer is ``max_tokens=4`` greedy tokens (a random model
-rarely stops early), as the DVReward client asks for them.
+Qwen2.5-1.5B and Qwen2.5-7B architectures in bf16, built on the GPU machine: random weights cost the same
+FLOPs and memory traffic as trained ones, and nothing is downloaded. The tokenizer is the tiny model's local
+BPE, so token counts are held fixed: every judge prompt is about ``--prompt-tokens`` long and every answer
+``max_tokens=4`` greedy tokens, as the DVReward client asks for them. Server in a subprocess, client here:
 
-The server runs in a subprocess (`verl-ext judge-server --model DIR --device cuda`), the
-`OpenAIJudge` client in this process, as in `bench_dvreward.py`:
-
-* unbatched: client concurrency 1 (one request at a time), and concurrency 32 against a server
-  started with ``--max-batch 1`` (requests queue, each runs alone);
+* unbatched: client concurrency 1, and concurrency 32 against a server with ``--max-batch 1``;
 * batched: concurrency 8 / 32 / 64 against ``--max-batch 64``.
 
-Every figure is the median of ``--repeats`` rounds (levels interleaved per round). Writes the JSON
-results; ``--render FILE.json --write`` writes the docs section from them.
+Every figure is the median of ``--repeats`` rounds (levels interleaved per round). Needs a CUDA torch,
+transformers and verl-ext's ``judge`` extra; verl is not imported.
 
     python -m scripts.bench.bench_dvreward_gpu --sizes 1.5b 7b --json results.json
     python -m scripts.bench.bench_dvreward_gpu --render results.json --write
-
-Needs a CUDA torch, transformers and verl-ext's ``judge`` extra (fastapi, uvicorn, httpx); verl is
-not imported, so ``PYTHONPATH=<repo>`` is enough on a GPU machine without verl.
 
 Docs section (``--write``; printed otherwise): docs/results.md, "## DVReward judge on GPU".
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -39,7 +29,7 @@ import time
 
 import httpx
 
-from scripts.bench.report import add_write_flags, publish, target
+from scripts.bench.report import publish, script_parser, table, target
 from verl_ext.rewards.dvreward.judge import JUDGE_SYSTEM_PROMPT, Artifact, JudgeOptions, OpenAIJudge
 from verl_ext.rewards.dvreward.judge_server import spawn
 from verl_ext.rewards.dvreward.transport import Endpoint
@@ -210,17 +200,17 @@ def render(results: dict) -> str:
             "",
             f"**Qwen2.5-{size.upper()} architecture** ({info['parameters'] / 1e9:.2f}B parameters, random weights):",
             "",
-            "| mode | server `--max-batch` | client concurrency | questions / s | vs unbatched | mean server batch |",
-            "|---|---|---|---|---|---|",
+            table(["mode", "server `--max-batch`", "client concurrency", "questions / s", "vs unbatched",
+                   "mean server batch"],
+                  [[r["label"], r["max_batch"], r["concurrency"], f"{r['questions_per_s']:.1f}",
+                    f"{r['questions_per_s'] / base:.2f}x", f"{r['mean_batch']:.1f}"] for r in rows]),
         ]
-        lines += [f"| {r['label']} | {r['max_batch']} | {r['concurrency']} | {r['questions_per_s']:.1f} | "
-                  f"{r['questions_per_s'] / base:.2f}x | {r['mean_batch']:.1f} |" for r in rows]
         if "model_only" in info:
             alone = info["model_only"]
             lines += ["", "Backend alone (`HFBackend.complete`, no HTTP, no client):", "",
-                      "| batch | questions / s | vs batch 1 |", "|---|---|---|"]
-            lines += [f"| {r['batch']} | {r['questions_per_s']:.1f} | {r['questions_per_s'] / alone[0]['questions_per_s']:.2f}x |"
-                      for r in alone]
+                      table(["batch", "questions / s", "vs batch 1"],
+                            [[r["batch"], f"{r['questions_per_s']:.1f}",
+                              f"{r['questions_per_s'] / alone[0]['questions_per_s']:.2f}x"] for r in alone])]
     lines += [
         "",
         "`judge-server`'s transformers backend pads each batch statically (no continuous batching, no paged KV "
@@ -232,13 +222,12 @@ def render(results: dict) -> str:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = script_parser(__doc__)
     parser.add_argument("--sizes", nargs="+", choices=sorted(QWEN25), default=["1.5b", "7b"])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--prompt-tokens", type=int, default=400)
     parser.add_argument("--json", help="write the results here")
     parser.add_argument("--render", metavar="JSON", help="report saved results (no run)")
-    add_write_flags(parser)
     args = parser.parse_args(argv)
     if args.render:
         with open(args.render) as f:

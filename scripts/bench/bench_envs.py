@@ -12,7 +12,6 @@ Docs section (``--write``; printed otherwise): docs/results.md, "## Hybrid GUI +
 
 from __future__ import annotations
 
-import argparse
 import os
 import platform
 import re
@@ -21,7 +20,7 @@ import threading
 import time
 from pathlib import Path
 
-from scripts.bench.report import add_write_flags, publish, target
+from scripts.bench.report import publish, script_parser, table, target
 
 from verl_ext.envs.core import GuiAction, ToolCall  # noqa: E402
 from verl_ext.envs.minidesk.env import list_templates  # noqa: E402
@@ -158,23 +157,23 @@ def _tables(n_latency: int, episodes: int, parallel: list[int], mem_envs: int) -
     lines = ["`python -m scripts.bench.bench_envs` (BrowserGym figures: browsergym-core 0.14.3, measured once on the "
              "same kind of machine: reset 0.95-1.36 s, ≈1.7 s per `noop()` step of which "
              f"{BROWSERGYM_PRE_OBSERVATION_DELAY_S} s is its `pre_observation_delay` sleep, left out below (its other "
-             "waits were not measured apart, so the step ratio is an upper bound), ≈1.5 GB RSS per env).", "",
-             "| backend | operation | p50 (ms) | p95 (ms) | vs BrowserGym (same operation) |", "|---|---|---|---|---|"]
+             "waits were not measured apart, so the step ratio is an upper bound), ≈1.5 GB RSS per env).", ""]
+    cells = []
     for backend in ("minidesk", "miniwob"):
         for op, values in latency(backend, n_latency).items():
             p50 = statistics.median(values)
-            versus = f"{BROWSERGYM_S[op] / p50:.0f}x faster" if op in BROWSERGYM_S else "no counterpart"
-            lines.append(f"| {backend} | {op} | {p50 * 1e3:.1f} | {percentile(values, 0.95) * 1e3:.1f} | {versus} |")
-    lines += ["", "| parallel envs | steps/s (MiniDesk GUI plans) | wall s per step per env |", "|---|---|---|"]
-    for n in parallel:
-        rate, per_step = throughput(n, episodes)
-        lines.append(f"| {n} | {rate:.1f} | {per_step * 1e3:.0f} ms |")
+            cells.append([backend, op, f"{p50 * 1e3:.1f}", f"{percentile(values, 0.95) * 1e3:.1f}",
+                          f"{BROWSERGYM_S[op] / p50:.0f}x faster" if op in BROWSERGYM_S else "no counterpart"])
+    lines.append(table(["backend", "operation", "p50 (ms)", "p95 (ms)", "vs BrowserGym (same operation)"], cells))
+    lines += ["", table(["parallel envs", "steps/s (MiniDesk GUI plans)", "wall s per step per env"],
+                        [[n, f"{rate:.1f}", f"{per_step * 1e3:.0f} ms"] for n in parallel
+                         for rate, per_step in [throughput(n, episodes)]])]
     rows = memory(mem_envs)
-    lines += ["", "| envs | total RSS (MB) | total PSS (MB) | marginal RSS per extra env (MB) | marginal PSS (MB) |",
-              "|---|---|---|---|---|"]
-    for i, (n, rss, pss) in enumerate(rows):
-        marginal = " | " if i == 0 else f"{rss - rows[i - 1][1]:.0f} | {pss - rows[i - 1][2]:.0f}"
-        lines.append(f"| {n} | {rss:.0f} | {pss:.0f} | {marginal} |")
+    lines += ["", table(["envs", "total RSS (MB)", "total PSS (MB)", "marginal RSS per extra env (MB)",
+                         "marginal PSS (MB)"],
+                        [[n, f"{rss:.0f}", f"{pss:.0f}", *(("", "") if i == 0 else
+                                                           (f"{rss - rows[i - 1][1]:.0f}", f"{pss - rows[i - 1][2]:.0f}"))]
+                         for i, (n, rss, pss) in enumerate(rows)])]
     if len(rows) > 1:
         rss_per_env = statistics.median(rows[i][1] - rows[i - 1][1] for i in range(1, len(rows)))
         pss_per_env = statistics.median(rows[i][2] - rows[i - 1][2] for i in range(1, len(rows)))
@@ -187,12 +186,11 @@ def _tables(n_latency: int, episodes: int, parallel: list[int], mem_envs: int) -
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = script_parser(__doc__)
     parser.add_argument("--latency-runs", type=int, default=40)
     parser.add_argument("--episodes", type=int, default=6, help="episodes per env in the throughput runs")
     parser.add_argument("--parallel", default="1,2,4,8")
     parser.add_argument("--memory-envs", type=int, default=8)
-    add_write_flags(parser)
     args = parser.parse_args()
     publish(target(args), SECTION,
             report(args.latency_runs, args.episodes, [int(x) for x in args.parallel.split(",")], args.memory_envs))

@@ -1,24 +1,18 @@
 """GPU timings of the PPO-EWMA shadow update and of weight snapshots to pinned host memory.
 
-Random bf16 weights shaped like Qwen2-1.5B / Qwen2-7B (no download), an fp32 shadow, on one GPU.
-Times, per model:
-  * device copy bandwidth (bytes read + written by a large D2D copy) and from it the EWMA
-    floor: 10 bytes/param (read bf16 θ, read fp32 shadow, write fp32 shadow);
-  * EWMA update: naive per-tensor ``mul_``/``add_``; ``torch._foreach_lerp_`` (needs an fp32
-    copy of θ, cast per layer); ``verl_ext.old_logits.ewma.EWMAShadow.update`` (scaled-sum form),
-    with its portable ``torch._foreach_add_`` path and its fused Triton path (checked equal);
-  * EWMA swap_in + swap_out (device backup);
-  * snapshot save (D2H to pinned host) and load (H2D) through ``SnapshotStore``.
+Random bf16 weights shaped like Qwen2-1.5B / Qwen2-7B (no download), an fp32 shadow, on one GPU. Times,
+per model: device copy bandwidth and from it the EWMA floor (10 bytes/param: read bf16 θ, read and write the
+fp32 shadow); the EWMA update (naive per-tensor ``mul_``/``add_``, ``torch._foreach_lerp_``, and
+``EWMAShadow.update``'s portable and fused Triton paths, checked equal); EWMA swap_in + swap_out; snapshot
+save (D2H to pinned host) and load (H2D) through ``SnapshotStore``. Medians of CUDA-event timings after warm-up.
 
-Usage: ``python -m scripts.bench.bench_ewma_gpu [--out results.json] [--write]``.
-Prints the markdown section (and writes it with ``--doc``); medians of CUDA-event timings after warm-up.
+    python -m scripts.bench.bench_ewma_gpu [--out results.json] [--write]
 
 Docs section (``--write``; printed otherwise): docs/results.md, "### GPU: EWMA update and snapshots".
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 from collections.abc import Callable
@@ -28,7 +22,7 @@ import torch
 from verl_ext.old_logits.ewma import EWMAShadow
 from verl_ext.old_logits.snapshot import SnapshotStore
 
-from scripts.bench.report import add_write_flags, publish, target
+from scripts.bench.report import publish, script_parser, table, target
 
 # Qwen2 configs (config.json of Qwen/Qwen2-1.5B and Qwen/Qwen2-7B).
 QWEN2 = {
@@ -185,27 +179,23 @@ def render(results: dict) -> str:
         f"shadow, medians of CUDA-event timings. Device copy in the same run: **{results['copy_TBps']:.2f} TB/s** "
         "(bytes read + written). Floor = 10 bytes per parameter (read bf16 θ, read and write fp32 shadow) / copy "
         "bandwidth.", "",
-        "| Qwen2 | params | floor | naive `mul_`/`add_` | `_foreach_lerp_` (fp32 cast per layer) | `EWMAShadow` torch "
-        "path | `EWMAShadow` fused (default on CUDA) | fused / floor | swap in + out | snapshot save (D2H, pinned) | "
-        "snapshot load (H2D) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        table(["Qwen2", "params", "floor", "naive `mul_`/`add_`", "`_foreach_lerp_` (fp32 cast per layer)",
+               "`EWMAShadow` torch path", "`EWMAShadow` fused (default on CUDA)", "fused / floor", "swap in + out",
+               "snapshot save (D2H, pinned)", "snapshot load (H2D)"],
+              [[m, f"{r['params_B']:.2f} B", *(f"{r[k]:.2f} ms" for k in ("floor_ms", "naive_ms", "foreach_lerp_ms",
+                                                                           "ours_torch_ms", "ours_ms")),
+                f"{r['ours_vs_floor']:.2f}x", f"{r['swap_in_out_ms']:.2f} ms", f"{r['snapshot_save_GBps']:.1f} GB/s",
+                f"{r['snapshot_load_GBps']:.1f} GB/s"] for m, r in results["models"].items()]),
     ]
-    for m, r in results["models"].items():
-        lines.append(
-            f"| {m} | {r['params_B']:.2f} B | {r['floor_ms']:.2f} ms | {r['naive_ms']:.2f} ms | {r['foreach_lerp_ms']:.2f} ms "
-            f"| {r['ours_torch_ms']:.2f} ms | {r['ours_ms']:.2f} ms | {r['ours_vs_floor']:.2f}x | {r['swap_in_out_ms']:.2f} ms "
-            f"| {r['snapshot_save_GBps']:.1f} GB/s | {r['snapshot_load_GBps']:.1f} GB/s |"
-        )
     diffs = ", ".join(f"{m} {r['fused_max_abs_diff']:.3g}" for m, r in results["models"].items())
     lines += ["", f"Fused vs torch path, max |diff| of the average after one update: {diffs}.", ""]
     return "\n".join(lines)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = script_parser(__doc__)
     parser.add_argument("--out", default=None)
     parser.add_argument("--models", nargs="+", default=list(QWEN2))
-    add_write_flags(parser)
     args = parser.parse_args()
     bw = copy_bandwidth()
     torch.cuda.empty_cache()

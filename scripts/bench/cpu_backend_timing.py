@@ -1,7 +1,6 @@
-"""Per-phase time of one verl training step on the cpu backend, from verl's own ``timing_s/*``
-metrics of a quickstart run (``recipes/quickstart/run_cpu.sh``: GRPO, tiny Qwen2, 8 prompts x 4
-samples, 16 response tokens). Prints the ``## cpu backend: verl's trainer on 2 CPU cores`` section
-of docs/results.md and, with --write, replaces it there.
+"""Per-phase time of one verl training step on the cpu backend, from verl's own ``timing_s/*`` metrics.
+
+A quickstart run (``recipes/quickstart/run_cpu.sh``: GRPO, tiny Qwen2, 8 prompts x 4 samples, 16 response tokens).
 
     python -m scripts.bench.cpu_backend_timing --write                 # runs the quickstart (about 3 min)
     python -m scripts.bench.cpu_backend_timing --metrics runs/quickstart/metrics.jsonl   # an earlier run
@@ -11,7 +10,6 @@ Docs section (``--write``; printed otherwise): docs/results.md, "## cpu backend:
 
 from __future__ import annotations
 
-import argparse
 import os
 import platform
 import statistics
@@ -22,7 +20,7 @@ import time
 from pathlib import Path
 
 from scripts.bench.launch import load_steps
-from scripts.bench.report import add_write_flags, publish, target
+from scripts.bench.report import publish, script_parser, table, target
 
 ROOT = Path(__file__).resolve().parents[2]
 HEADING = "## cpu backend: verl's trainer on 2 CPU cores"
@@ -58,12 +56,10 @@ def section(steps: dict[int, dict], wall_s: float | None, load: float) -> str:
         f"average {load:.1f} at the end): the quickstart recipe (GRPO, tiny Qwen2, 8 prompts x 4 samples, 16 response "
         f"tokens), verl's own per-step `timing_s/*` metrics, median over steps {steady[0]}-{steady[-1]} (step 1 is "
         "the warm-up).", "",
-        "| phase | seconds per step (median) | min-max |", "|---|---|---|",
+        table(["phase", "seconds per step (median)", "min-max"],
+              [[label, f"{statistics.median(v):.2f}", f"{min(v):.2f}-{max(v):.2f}"] for key, label in PHASES.items()
+               for v in [[steps[s][key] for s in steady if key in steps[s]]] if v]),
     ]
-    for key, label in PHASES.items():
-        values = [steps[s][key] for s in steady if key in steps[s]]
-        if values:
-            lines.append(f"| {label} | {statistics.median(values):.2f} | {min(values):.2f}-{max(values):.2f} |")
     if diffs:
         lines += ["", f"`training/rollout_probs_diff_max` (rollout vs trainer log-probs, fp32 on both sides): "
                       f"{min(diffs):.1e} to {max(diffs):.1e} over steps {trained[0]}-{trained[-1]}."]
@@ -74,10 +70,9 @@ def section(steps: dict[int, dict], wall_s: float | None, load: float) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = script_parser(__doc__)
     parser.add_argument("--metrics", type=Path, help="metrics.jsonl of an earlier quickstart run (no new run)")
     parser.add_argument("--steps", type=int, default=12)
-    add_write_flags(parser)
     args = parser.parse_args()
     wall_s = None
     if args.metrics is None:

@@ -1,57 +1,45 @@
-"""The flagship GPU recipe scripts as written, one after another on one node, with random weights of
-their models' architectures, and their per-step time breakdown for ``docs/results.md``.
+"""The flagship GPU recipe scripts as written, one after another on one node with random weights: their per-step time breakdown.
 
     python -m scripts.bench.flagship_gpu_scripts --out runs/flagship --steps 5 --n-gpus 8   # on the GPU machine
     python -m scripts.bench.flagship_gpu_scripts --results runs/flagship                   # rewrite the docs section
 
 Each script in :data:`SCRIPTS` runs as a user runs it, ``bash recipes/<script> <overrides>``; the driver
-sets only what the scripts read from their environment and Hydra overrides they pass on (``"$@"``):
+sets only what the scripts read from their environment and the Hydra overrides they pass on (``"$@"``):
 
-* ``MODEL`` (and the judge's ``JUDGE_MODEL``): random weights of the script's architecture, built first
-  under ``--out`` (``verl_ext.tiny_model``; nothing is downloaded), ``DATA_DIR``: the script's own
-  ``verl-ext prepare-data`` call, made first, ``OUT``: a folder per script;
+* ``MODEL`` (and the judge's ``JUDGE_MODEL``): random weights of the script's architecture, built under
+  ``--out`` (nothing is downloaded); ``DATA_DIR``: the script's own ``verl-ext prepare-data`` call;
 * the run: ``trainer.total_training_steps``, no checkpoints, no validation;
-* the GPUs: ``N_GPUS`` (the DVReward script: training and judge GPUs in its 6:2 ratio), and a
-  parallel size (``TP``, ``PP``, ``ROLLOUT_TP``) only where the script's default does not divide it;
-* what this machine lacks, each change recorded: no Chromium -> the browserless ``text_hybrid`` tasks
-  instead of MiniDesk (and, for the VL scripts, their agent loop with ``screenshots: false``, since
-  text_hybrid renders no screenshot); no flash-attn -> verl's sdpa attention (the VL scripts also
-  without remove-padding, whose Qwen2.5-VL attention calls flash-attn directly).
+* the GPUs: ``N_GPUS`` (the DVReward script: training and judge GPUs in its 6:2 ratio), and a parallel
+  size (``TP``, ``PP``, ``ROLLOUT_TP``) only where the script's default does not divide it;
+* what this machine lacks, each change recorded: no Chromium -> the browserless ``text_hybrid`` tasks (VL
+  scripts: their agent loop with ``screenshots: false``); no flash-attn -> verl's sdpa attention (VL
+  scripts: also without remove-padding, whose Qwen2.5-VL attention calls flash-attn directly).
 
-A script that cannot run here (the Megatron one without TransformerEngine's torch extension; a VL
-script where verl cannot build the model's processor, which it would otherwise drop silently) is
-recorded with the reason; a run that fails is recorded with its error and the next one starts.
-``--only`` picks scripts, ``--override KEY=VALUE`` adds an override to every script (recorded).
-A finished run is reused when the driver is started again on the same ``--out``, so a later call can
-run the scripts in several goes (each takes minutes, most of it start-up).
-``--results`` writes the ``## GPU: flagship scripts`` section from ``machine.json`` and each
-script's ``run.json`` and ``metrics.jsonl``; nothing in it is typed by hand.
+A script that cannot run here (Megatron without TransformerEngine's torch extension; a VL script whose
+processor verl cannot build) is recorded with the reason; a failed run with its error. ``--only`` picks
+scripts, ``--override KEY=VALUE`` adds an override to every script (recorded). Finished runs are reused.
 
 Docs section (``--write``; printed otherwise): docs/results.md, "## GPU: flagship scripts".
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import json
-import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-RECIPES = REPO / "recipes"
 from scripts.bench.gpu_step_breakdown import machine_info, median_after_first
-from scripts.bench.launch import load_steps
-from scripts.bench.report import add_write_flags, publish, target
+from scripts.bench.launch import REPO, RunFailed, RunSpec, load_steps, run
+from scripts.bench.report import script_parser, publish, table, target
 
 HEADING = "## GPU: flagship scripts"
+RECIPES = REPO / "recipes"
 JUDGE_SHARE = 4  # the DVReward script's judge gets 1 GPU in 4 (its default: 6 training + 2 judge)
 PARALLEL_KEYS = ("TP", "PP", "ROLLOUT_TP")
 # verl 0.9.1 builds Megatron models with TransformerEngine; its torch extension has no wheel
@@ -248,36 +236,31 @@ def processor_problem(model: str) -> str | None:
 
 
 def run_script(script: Script, p: Plan, steps: int, timeout_s: int) -> dict:
-    """Run one script (or reuse a finished run) and write ``run.json``."""
-    out = Path(p.env["OUT"])
-    out.mkdir(parents=True, exist_ok=True)
-    record_path = out / "run.json"
-    if steps in load_steps(out / "metrics.jsonl") and record_path.exists():
+    """Run one script once (or reuse a finished run) and write its record, ``run.json``."""
+    spec = RunSpec(script.path, script.path, Path(p.env["OUT"]), steps, p.env, p.overrides, timeout_s=timeout_s)
+    record_path = spec.out / "run.json"
+    if spec.done() and record_path.exists():
         return json.loads(record_path.read_text())
+    spec.out.mkdir(parents=True, exist_ok=True)
     record = {"script": script.path, **asdict(p), "steps": steps}
     if p.skip is None and "JUDGE_MODEL" not in p.env and "agent_loops_vl" in script.text:
         p.skip = processor_problem(p.env["MODEL"])
         record["skip"] = p.skip
     if p.skip is None:
-        (out / "metrics.jsonl").unlink(missing_ok=True)  # verl's file logger appends
-        env = {**os.environ, **p.env, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-        start = time.perf_counter()
-        with open(out / "run.log", "w") as log:
-            # its own process group: a run past the timeout goes with its Ray workers
-            proc = subprocess.Popen(["bash", str(RECIPES / script.path), *p.overrides], cwd=REPO, env=env,
-                                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-            try:
-                record["exit_code"] = proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                record["exit_code"] = f"killed after {timeout_s} s"
-        # free the GPUs for the next script (a killed or crashed run can leave Ray workers behind)
-        subprocess.run([sys.executable, "-m", "ray.scripts.scripts", "stop", "--force"], capture_output=True)
-        record["wall_s"] = time.perf_counter() - start
-        if record["exit_code"] != 0:
-            record["error"] = failure_line((out / "run.log").read_text(errors="replace"))
+        try:
+            record.update(exit_code=0, wall_s=run(spec, attempts=1))
+        except RunFailed as failed:
+            record.update(exit_code=f"killed after {timeout_s} s" if failed.timed_out else failed.returncode,
+                          wall_s=failed.wall_s, error=failure_line(failed.log.read_text(errors="replace")))
+        finally:
+            stop_ray()
     record_path.write_text(json.dumps(record, indent=1))
     return record
+
+
+def stop_ray() -> None:
+    """Frees the GPUs for the next script: a crashed run can leave Ray workers behind."""
+    subprocess.run([sys.executable, "-m", "ray.scripts.scripts", "stop", "--force"], capture_output=True)
 
 
 def failure_line(log: str) -> str:
@@ -308,17 +291,14 @@ def section(results: Path) -> str:
     if ran:
         phases = sorted({k.removeprefix("timing_s/") for s in ran for m in metrics[s].values() for k in m
                          if k.startswith("timing_s/")}, key=lambda phase: (phase == "step", phase))
-        lines += ["| phase (verl's `timing_s/*`) | " + " | ".join(f"`{s.path}`" for s in ran) + " |",
-                  "|---|" + "---|" * len(ran)]
-        for phase in phases:
-            cells = [median_after_first(metrics[s], f"timing_s/{phase}") for s in ran]
-            lines.append(f"| {phase} | " + " | ".join("-" if c != c else f"{c:.1f}" for c in cells) + " |")
-        for key in WORK_KEYS:
-            cells = [median_after_first(metrics[s], key) for s in ran]
-            if any(c == c for c in cells):
-                lines.append(f"| `{key}` | " + " | ".join("-" if c != c else f"{c:.3g}" for c in cells) + " |")
-        lines.append("| steps logged | " + " | ".join(str(max(metrics[s])) for s in ran) + " |")
-        lines.append("| wall time of the run (s) | " + " | ".join(f"{records[s]['wall_s']:.0f}" for s in ran) + " |")
+        def cells(key: str, spec: str) -> list[str]:
+            return ["-" if c != c else f"{c:{spec}}" for c in (median_after_first(metrics[s], key) for s in ran)]
+
+        rows = [[phase, *cells(f"timing_s/{phase}", ".1f")] for phase in phases]
+        rows += [[f"`{key}`", *cells(key, ".3g")] for key in WORK_KEYS if set(cells(key, ".3g")) != {"-"}]
+        rows += [["steps logged", *(max(metrics[s]) for s in ran)],
+                 ["wall time of the run (s)", *(f"{records[s]['wall_s']:.0f}" for s in ran)]]
+        lines.append(table(["phase (verl's `timing_s/*`)", *(f"`{s.path}`" for s in ran)], rows))
         lines.append("")
     lines += ["Changed against the scripts as written (everything else is the script's):", ""]
     lines += [f"* `{s.path}`: " + "; ".join(r["changes"]) + "." for s, r in records.items() if not r["skip"]]
@@ -334,7 +314,7 @@ def section(results: Path) -> str:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = script_parser(__doc__, context=True)
     parser.add_argument("--out", type=Path, help="build, run the scripts and keep everything under this folder")
     parser.add_argument("--results", type=Path, help="a folder written by --out: (re)write the docs section")
     parser.add_argument("--steps", type=int, default=5)
@@ -343,8 +323,6 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                         help="a Hydra override for every script (repeatable), recorded in the table")
     parser.add_argument("--timeout-min", type=float, default=40.0, help="per script, start-up included")
-    add_write_flags(parser)
-    parser.add_argument("--context", default="", help="how the run was made, printed under the table")
     args = parser.parse_args(argv)
     if args.out is None and args.results is None:
         parser.error("give --out (run) or --results (tabulate)")
@@ -368,9 +346,7 @@ def main(argv: list[str]) -> int:
             print(f"[flagship] {s.path}: {'skipped: ' + p.skip if p.skip else 'running'}", flush=True)
             record = run_script(s, p, args.steps, int(args.timeout_min * 60))
             print(f"[flagship] {s.path}: {record.get('skip') or record.get('exit_code')}", flush=True)
-    text = section(args.results or args.out)
-    print(text)
-    publish(target(args), HEADING, text)
+    publish(target(args), HEADING, section(args.results or args.out))
     return 0
 
 

@@ -1,33 +1,27 @@
-"""Per-step time and memory on one GPU: plain verl GRPO vs verl-ext (hgpo + ppo_ewma + ewma) vs
-the same with ``snapshot``, same model, batch and steps, through ``recipes/text_corridor/run_gpu.sh``.
+"""Per-step time and memory on one GPU: plain verl GRPO vs verl-ext (hgpo + ppo_ewma + ewma, and with ``snapshot``).
 
     python -m scripts.bench.gpu_step_breakdown --steps 8 --out /tmp/bench     # on the GPU machine
     python -m scripts.bench.gpu_step_breakdown --results /tmp/bench            # rewrite the docs table
 
-The arms run one after another on the same GPU in one call. Each phase is verl's own
-``timing_s/*`` (median over the steps after the first); verl-ext's overhead is what its hooks add
-to the phases they run in, measured against the plain arm: the advantage phase (step-aware glue),
-the old-log-prob phase (provider forwards and swaps), the actor update (EWMA update after every
-optimizer step) and the weight sync (snapshot save). Memory comes from verl's ``perf/*`` metrics.
-The table goes into ``docs/results.md`` ("GPU: per-step breakdown"); nothing in it is typed by
-hand.
+Same model, batch and steps through ``recipes/text_corridor/run_gpu.sh``, the arms one after another on the
+same GPU. Each phase is verl's own ``timing_s/*`` (median over the steps after the first); verl-ext's
+overhead is what its hooks add to the phases they run in, against the plain arm: the advantage phase, the
+old-log-prob phase, the actor update (EWMA update) and the weight sync (snapshot save). Memory comes from
+verl's ``perf/*`` metrics.
 
 Docs section (``--write``; printed otherwise): docs/results.md, "## GPU: per-step breakdown".
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-from scripts.bench.launch import load_steps
-from scripts.bench.report import add_write_flags, publish, target
+from scripts.bench.launch import RunFailed, RunSpec, load_steps, run
+from scripts.bench.report import publish, script_parser, target
+from scripts.bench.report import table as md_table  # table() below is the docs section
 
 HEADING = "## GPU: per-step breakdown"
 ARMS = {  # name -> run_gpu.sh environment
@@ -53,14 +47,10 @@ def run_arms(out: Path, steps: int, context: str) -> None:
     info = machine_info(context)
     out.mkdir(parents=True, exist_ok=True)
     for name, env in ARMS.items():
-        folder = out / _slug(name)
-        print(f"[bench] {name}: {steps} steps in {folder}", flush=True)
-        proc = subprocess.run(["bash", str(REPO / "recipes/text_corridor/run_gpu.sh")], cwd=REPO,
-                              env={**os.environ, **env, "OUT": str(folder), "STEPS": str(steps)},
-                              capture_output=True, text=True)
-        (folder / "run.log").write_text(proc.stdout + proc.stderr)
-        if proc.returncode != 0:
-            raise SystemExit(f"{name} failed ({proc.returncode}):\n{(proc.stdout + proc.stderr)[-4000:]}")
+        try:  # one after another on the same GPU
+            run(RunSpec(name, "text_corridor/run_gpu.sh", out / _slug(name), steps, env), attempts=1)
+        except RunFailed as failed:
+            raise SystemExit(f"{failed}:\n{failed.log.read_text(errors='replace')[-4000:]}") from None
     model_info = out / _slug(next(iter(ARMS))) / "model" / "verl_ext_tiny_model.json"
     info["parameters"] = json.loads(model_info.read_text())["parameters"]
     (out / "machine.json").write_text(json.dumps(info))
@@ -90,22 +80,20 @@ def table(results: Path) -> str:
         f"({info['parameters'] / 1e6:.0f} M parameters with the local tokenizer's vocabulary), bf16, FSDP2 + vLLM "
         "on one GPU, 8 prompts x 4 rollouts per step, the arms one after another in one call. Seconds are "
         f"medians over steps 2-{steps[-1]}." + (f" Run context: {info['context']}" if info.get("context") else ""), "",
-        "| phase (verl's `timing_s/*`) | " + " | ".join(ARMS) + " |",
-        "|---|" + "---|" * len(ARMS),
+        md_table(["phase (verl's `timing_s/*`)", *ARMS],
+                 [[phase, *(f"{median_after_first(runs[n], 'timing_s/' + phase):.3f}" for n in ARMS)] for phase in phases]),
     ]
-    for phase in phases:
-        cells = [f"{median_after_first(runs[n], 'timing_s/' + phase):.3f}" for n in ARMS]
-        lines.append(f"| {phase} | " + " | ".join(cells) + " |")
     base = runs[next(iter(ARMS))]
     step_base = median_after_first(base, "timing_s/step")
     params = info["parameters"]
-    lines += ["", "| verl-ext arm | time added in the hooked phases | share of the plain step | GPU memory added "
-              "| host memory added |", "|---|---|---|---|---|"]
+    rows = []
     for name in list(ARMS)[1:]:
         added = sum(median_after_first(runs[name], f"timing_s/{p}") - median_after_first(base, f"timing_s/{p}")
                     for p in HOOKED_PHASES)
-        gpu, host = state_bytes(name, params, runs[name])
-        lines.append(f"| {name} | {added:+.3f} s | {added / step_base:+.1%} | {_bytes(gpu, params)} | {_bytes(host, params)} |")
+        rows.append([name, f"{added:+.3f} s", f"{added / step_base:+.1%}",
+                     *(_bytes(b, params) for b in state_bytes(name, params, runs[name]))])
+    lines += ["", md_table(["verl-ext arm", "time added in the hooked phases", "share of the plain step",
+                            "GPU memory added", "host memory added"], rows)]
     lines += ["", "Time added: the difference of the medians of the phases verl-ext hooks "
               f"({', '.join(HOOKED_PHASES)}) against the plain arm; it includes run-to-run noise of those phases "
               "and the estimator difference (grpo vs hgpo) in `adv`. Memory: verl 0.9.1 logs no memory metric on "
@@ -132,13 +120,10 @@ def _bytes(n: int, params: int) -> str:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = script_parser(__doc__, context=True)
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--out", type=Path, help="run the arms, writing each run under this folder")
     parser.add_argument("--results", type=Path, help="a folder written by --out: (re)write the docs table")
-    add_write_flags(parser)
-    parser.add_argument("--context", default="", help="how the run was made (other load on the host, ...), "
-                        "kept with the results and printed under the table")
     args = parser.parse_args(argv)
     if args.out:
         run_arms(args.out, args.steps, args.context)

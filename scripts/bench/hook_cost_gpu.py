@@ -1,85 +1,33 @@
-"""verl-ext's own cost per training step on one H200: every hook's time as a share of
-verl's step, per old-logit provider, at three model sizes, against plain verl with the same estimator.
+"""verl-ext's own cost per training step on one H200: every hook's share of verl's step, per old-logit provider.
 
-    python -m scripts.bench.hook_cost_gpu --dry-run                      # print every run's command
-    python -m scripts.bench.hook_cost_gpu --out runs/hook_cost           # run what is not done yet
-    python -m scripts.bench.hook_cost_gpu --results runs/hook_cost       # (re)write the docs table
+    python -m scripts.bench.hook_cost_gpu --dry-run                                 # every run's command
+    python -m scripts.bench.hook_cost_gpu --out runs/hook_cost --budget-s 540       # run what is not done yet
+    python -m scripts.bench.hook_cost_gpu --results runs/hook_cost --context "..."  # (re)write the docs section
 
-What runs. ``recipes/text_corridor/run_gpu.sh`` (FSDP2 training + vLLM rollout on one GPU,
-``colocate_async`` with batches queued ahead of the trainer, so stale tokens reach every provider),
-GRPO and verl's PPO loss in every arm, random weights of Qwen2.5-0.5B's, 1.5B's and 7B's shapes
-(``verl-ext make-tiny-model --arch ...``, bf16 checkpoint, fp32 FSDP2 shards). Arms: the
-providers ``current``, ``snapshot``, ``ewma``, ``loglinear`` (verl-ext's trainer) and ``verl``
-(verl's own ``colocate_async`` trainer, no verl-ext hook). Each arm runs ``--repeats`` times;
-repeats are interleaved (every arm once, in a rotated order, before any arm again) so that host
-noise hits every arm alike. ``dedicated`` and ``interrupt`` (their rollout side on vLLM)
-are arms too but not in the default set: ``--arms current snapshot dedicated interrupt verl
---points 0.5b`` gives their side-by-side cost (their hooks: ``segment_scoring``,
-``scorer_weight_sync``; the scorer's GPU memory: ``verl_ext/mem/dedicated_scorer/gpu_bytes``).
-``ewma_device`` and ``snapshot_device`` are ``ewma`` and ``snapshot`` with the live weights waiting on
-the GPU during a swap (``algorithm.old_logits.swap_backup=device``) instead of in host memory;
-``ewma_one_pass`` is ``ewma_device`` with ``algorithm.old_logits.ewma.fresh_exact=false`` (one forward,
-under the EWMA weights, in place of verl's own: its cost without the extra forward that is most of
-``ewma_device``'s 5.5% at 1.5B); ``snapshot_bf16`` is ``snapshot`` with
-``algorithm.old_logits.snapshot.dtype=bf16`` (copies in bfloat16: half the host memory and copy time).
+What runs. ``recipes/text_corridor/run_gpu.sh`` (FSDP2 training + vLLM rollout on one GPU, ``colocate_async``
+with batches queued ahead of the trainer, so stale tokens reach every provider), GRPO and verl's PPO loss in
+every arm, random weights of Qwen2.5-0.5B's, 1.5B's and 7B's shapes (``POINTS``). Arms (``ARMS``): the
+providers ``current``, ``snapshot``, ``ewma``, ``loglinear`` and ``verl`` (verl's own trainer, no verl-ext
+hook); on request ``dedicated``, ``interrupt`` and the variants of ``ARM_OVERRIDES`` (live weights waiting on
+the GPU during a swap, the one-pass EWMA, bf16 snapshots). Each arm runs ``--repeats`` times, interleaved
+(every arm once, in a rotated order, before any arm again), so host noise hits every arm alike; ``--gpus 0 1``
+runs one run per card side by side, thread pools capped to each run's share of the cores.
 
-The 7B point on one 139 GB card: FSDP2's fp32 parameters (30 GB), gradients (30 GB) and Adam
-state (61 GB) plus the EWMA's fp32 shadow (30 GB) do not fit beside vLLM, so the 7B point sets
-``actor_rollout_ref.actor.fsdp_config.optimizer_offload=true`` (Adam state in host memory) in
-every arm, plain verl included. Host memory then holds the Adam state, one fp32 snapshot per
-version kept and the live shards while a swap is in: the 7B point lets a trajectory span at most
-two weight versions (``BOUND=2``, ``WARMUP=1``: one stale version; ``snapshot`` keeps two copies, as
-many as the bound).
-verl's ``max_off_policy_threshold`` counts the versions a trajectory spans, so ``BOUND=1`` (the
-earlier runs) evicted every stale sample and left the providers nothing stale to do;
-the table's "stale tokens" column shows it and marks such a target "not measured". A save runs at
-every version whether or not a batch holds stale tokens, so point ``7b_bound1`` (``BOUND=1``, one
-snapshot copy) measures the save's cost alone. The ``snapshot`` arm at 7B does not fit a 128 GiB
-host even at ``BOUND=1``: the actor process holds the offloaded Adam state (52 GB), one exact
-snapshot copy (26 GB; 49 GB before the copies became one registered buffer, see
-``scripts/bench/snapshot_pinning_gpu.py``) and what it loaded, and died in its first update at
-113 GB resident with 0.35 GB of the host left (2026-11-29, one H200 with 125 GiB of host memory; the
-``BOUND=1`` run of 2026-11-28 finished on a 4-card host with 503 GB). Run it on a host with more memory (e.g. ``--points
-7b`` on an ``nvidia-h200-x2`` machine with ``CUDA_VISIBLE_DEVICES=0``) and say so with ``--context``.
-The ``ewma``
-arm does not fit one card even so (2026-11-28): verl brings the offloaded Adam state back to the GPU
-for the optimizer step, and there, beside the parameters, gradients and the shadow, the multi-tensor
-Adam's temporaries ran out of memory (136.7 GiB allocated). On N cards FSDP2 shards all of it, the
-shadow included, to 1/N per card: point ``7b_2gpu`` is the 7B point on two cards (``N_GPUS=2``, run
-it with two cards visible); the table lists a failed arm with the error its log ends with.
+The 7B point on one 139 GB card: FSDP2's fp32 parameters, gradients and Adam state plus the EWMA's fp32
+shadow do not fit beside vLLM, so every arm offloads the Adam state to host memory and lets a trajectory
+span at most two weight versions (``BOUND=2``: verl's ``max_off_policy_threshold`` counts the versions
+spanned, so ``BOUND=1`` evicts every stale sample; point ``7b_bound1`` uses that to time the snapshot save
+alone). At 7B the ``snapshot`` arm needs more than a 128 GiB host and ``ewma`` more than one card (point
+``7b_2gpu`` shards it over two); a failed arm is listed with the error its log ends with.
 
-Several cards. ``--gpus 0 1 2 3`` runs one run per card at a time, side by side, each card taking
-the plan's next run (the repeats stay interleaved across cards), with each run's OpenMP / BLAS
-thread pools capped to its share of the host's cores; a run never shares its card, so its step
-time is its own, while host noise hits the runs that run together alike.
+Runs done in ``--out`` are skipped and ``--budget-s`` starts no run that would not finish in time, so the
+same command continues where the last one stopped. Run folders keep ``metrics.jsonl``, ``run.json`` and the
+log's tail only, small enough to carry between machines.
 
-Time. A run takes minutes (vLLM and FSDP start-up, then ``--steps``); all of them take
-hours. ``--budget-s`` stops before a run that would not finish in the time left; runs already
-done in ``--out`` (their ``metrics.jsonl`` reaches the last step) are skipped, so the same
-command, run again with the same ``--out``, continues where the last one stopped and prints how
-many runs are left. Run folders keep ``metrics.jsonl``, ``run.json`` and the log's tail only
-(checkpoints are off; the data and the models live outside ``--out``), so the results folder stays
-small enough to carry between machines.
-
-On the lent GPU machine (after installing the bundle as the README's "Run on GPUs" says), one
-command per call, the same each time, with ``runs/hook_cost`` carried in from the last call's
-returned files::
-
-    python -m scripts.bench.hook_cost_gpu --out runs/hook_cost --budget-s 540; cp -r runs/hook_cost "$OUT"/
-
-then, here, ``python -m scripts.bench.hook_cost_gpu --results runs/hook_cost --context "..."``.
-
-The table. Per model size and arm, from verl's file logger: the hooks' total share of the step
-(``verl_ext/time/share_of_step``, median over the steps after ``--warmup`` of every repeat),
-each hook's share, verl's ``timing_s/old_log_prob`` against the plain arm's (the old-log-prob
-phase; ``snapshot``'s extra forwards, one per weight version present, against verl's own
-forward, their floor), and the bytes verl-ext's state holds (``verl_ext/mem/*``, largest over the
-steps) in GPU and host memory and as a multiple of the fp32 parameter bytes. Targets:
-``current``, ``ewma``, ``loglinear`` at most 3% of the step; what ``snapshot``'s save leaves on the
-critical path at most 1% (``snapshot_save``, the worker's compute stream while the save's copies are
-queued, plus ``snapshot_save_wait``, the optimizer step's wait for them).
-It replaces the section "GPU: per-step breakdown" of ``docs/results.md``; nothing in it is
-typed by hand.
+The table, per model size and arm: the hooks' share of the step (median over the steps after ``--warmup`` of
+every repeat), each hook's share (mean), verl's ``timing_s/old_log_prob`` against the plain arm's, and the
+bytes verl-ext's state holds in GPU and host memory. Targets: ``current``, ``ewma``, ``loglinear`` at most 3%
+of the step; ``snapshot``'s save at most 1% on the critical path.
 
 Docs section (``--write``; printed otherwise): docs/results.md, "## GPU: per-step breakdown" (the hook-cost tables).
 """
@@ -88,22 +36,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
-import shlex
-import signal
 import statistics
 import subprocess
 import sys
-import threading
-import time
-from collections import deque
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from scripts.bench.gpu_step_breakdown import HEADING
-from scripts.bench.launch import REPO, kill_leftovers, load_steps, thread_caps
-from scripts.bench.report import add_write_flags, publish, target
+from scripts.bench.launch import REPO, RunSpec, card_slots, finished_walls, launch, load_steps, run
+from scripts.bench.report import script_parser, publish, target
+from scripts.bench.report import table as md_table  # table() below is the docs section
 
 TIME = "verl_ext/time/"
 MEM = "verl_ext/mem/"
@@ -130,6 +73,7 @@ TARGET_SHARE = {"current": 0.03, "ewma": 0.03, "loglinear": 0.03}  # by provider
 DEVICE_ONLY = ("weight_swap_gpu",)
 SNAPSHOT_SAVE_TARGET = 0.01  # the save's time left on the critical path: queueing the copies + waiting for them
 SAVE_HOOKS = ("snapshot_save", "snapshot_save_wait")
+SCRIPT = "text_corridor/run_gpu.sh"
 COMMON_ENV = {"ADV": "grpo", "LOSS": "vanilla", "MODE": "colocate_async", "ROLLOUT": "vllm", "N_GPUS": "1"}
 # every arm: no checkpoint (a 7B one is ~100 GB and no part of a step)
 COMMON_OVERRIDES = ("trainer.save_freq=-1",)
@@ -189,9 +133,9 @@ class Run:
     def overrides(self) -> list[str]:
         return [*COMMON_OVERRIDES, *POINTS[self.point].overrides, *ARM_OVERRIDES.get(self.arm, ())]
 
-    def command(self, out: Path, models: Path, steps: int, kv_cache_bytes: int = 0) -> str:
-        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env(out, models, steps, kv_cache_bytes).items())
-        return f"{env} bash recipes/text_corridor/run_gpu.sh {' '.join(map(shlex.quote, self.overrides()))}"
+    def spec(self, out: Path, models: Path, steps: int, kv_cache_bytes: int = 0) -> RunSpec:
+        return RunSpec(f"{self.point} {self.arm} repeat {self.repeat}", SCRIPT, self.folder(out), steps,
+                       self.env(out, models, steps, kv_cache_bytes), self.overrides())
 
 
 def plan(points: list[str], arms: list[str], repeats: int) -> list[Run]:
@@ -215,46 +159,32 @@ def model_command(point: str, models: Path) -> list[str]:
             "--dtype", "bfloat16", "--seed", "0", "--device", POINTS[point].init_device]
 
 
-def is_done(run: Run, out: Path, steps: int) -> bool:
-    return steps in load_steps(run.folder(out) / "metrics.jsonl")
-
-
-def execute(run: Run, out: Path, models: Path, steps: int, timeout_s: float, kv_cache_bytes: int = 0,
-            extra_env: dict[str, str] | None = None) -> bool:
-    """One run (``extra_env``: its card and thread caps); keeps ``metrics.jsonl``, ``run.json`` and
-    the log's tail. False if it failed or ran out of time (its folder is then cleared so that the next
-    call starts it again)."""
-    folder = run.folder(out)
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "metrics.jsonl").unlink(missing_ok=True)  # verl's file logger appends
-    env = {**os.environ, **(extra_env or {}), **run.env(out, models, steps, kv_cache_bytes)}
-    start = time.perf_counter()
-    proc = subprocess.Popen(["bash", str(REPO / "recipes/text_corridor/run_gpu.sh"), *run.overrides()], cwd=REPO,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+def execute(spec: RunSpec, attempts: int, env: dict[str, str]) -> None:
+    """``run``, keeping ``metrics.jsonl``, ``run.json`` and the log's tail only, so that the results
+    folder stays small enough to carry between machines; a failed run keeps no metrics (the table
+    would count it)."""
+    print(f"[hook_cost] {spec.label} {env.get('CUDA_VISIBLE_DEVICES', '')}", flush=True)
     try:
-        log, _ = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)  # the run's own process group
-        log, _ = proc.communicate()
-        kill_leftovers(folder)
-    wall = time.perf_counter() - start
-    (folder / "run_tail.log").write_bytes(log[-200_000:])
-    subprocess.run(["rm", "-rf", str(folder / "data"), str(folder / "checkpoints")], check=False)
-    ok = proc.returncode == 0 and is_done(run, out, steps)
-    if ok:
-        (folder / "run.json").write_text(json.dumps({"wall_s": wall, "load_avg_5min": os.getloadavg()[1]}))
-    else:
-        (folder / "metrics.jsonl").unlink(missing_ok=True)
-    return ok
+        run(spec, attempts, env)
+    except RuntimeError:
+        (spec.out / "metrics.jsonl").unlink(missing_ok=True)
+        raise
+    finally:
+        logs = sorted(spec.out.glob("run[0-9]*.log"))
+        if logs:
+            (spec.out / "run_tail.log").write_bytes(logs[-1].read_bytes()[-200_000:])
+        for path in [*logs, spec.out / "data", spec.out / "checkpoints"]:
+            subprocess.run(["rm", "-rf", str(path)], check=False)
 
 
 def run_all(args: argparse.Namespace) -> int:
     runs = plan(args.points, args.arms, args.repeats)
+    specs = [r.spec(args.out, args.models, args.steps, args.kv_cache_bytes) for r in runs]
     if args.dry_run:
         for command in dict.fromkeys(" ".join(model_command(point, args.models)) for point in args.points):
             print(command)  # once per model folder: points of one architecture share it
-        for run in runs:
-            print(run.command(args.out, args.models, args.steps, args.kv_cache_bytes))
+        for spec in specs:
+            print(spec.command())
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
     if not (args.out / "machine.json").exists():
@@ -263,35 +193,9 @@ def run_all(args: argparse.Namespace) -> int:
         if not (model_dir(point, args.models) / "config.json").exists():
             subprocess.run(model_command(point, args.models), check=True)
         _record_parameters(args.out, point, args.models)
-    todo = deque(run for run in runs if not is_done(run, args.out, args.steps))
-    cards = args.gpus or [None]
-    caps = thread_caps(len(cards), os.cpu_count() or 1) if len(cards) > 1 else {}
-    lock = threading.Lock()
-    start = time.perf_counter()
-
-    def worker(card: int | None) -> None:
-        """Runs the plan's next run on ``card`` until the plan or the budget is used up."""
-        extra_env = {**caps, **({"CUDA_VISIBLE_DEVICES": str(card)} if card is not None else {})}
-        where = "" if card is None else f" (card {card})"
-        while True:
-            with lock:
-                left = args.budget_s - (time.perf_counter() - start)
-                if not todo or left < expected_wall(args.out, todo[0].point) * 1.2 or left < 60:
-                    return
-                run = todo.popleft()
-            print(f"[hook_cost] {run.point} {run.arm} repeat {run.repeat}{where}", flush=True)
-            t0 = time.perf_counter()
-            ok = execute(run, args.out, args.models, args.steps, timeout_s=left, kv_cache_bytes=args.kv_cache_bytes,
-                         extra_env=extra_env)
-            print(f"[hook_cost]   {run.point} {run.arm} repeat {run.repeat}{where}: "
-                  f"{'done' if ok else 'FAILED or out of time'} in {time.perf_counter() - t0:.0f} s", flush=True)
-
-    workers = [threading.Thread(target=worker, args=(card,)) for card in cards]
-    for thread in workers:
-        thread.start()
-    for thread in workers:
-        thread.join()
-    left = [r for r in runs if not is_done(r, args.out, args.steps)]
+    # one attempt: a failed run is started again by the next call of the same command
+    left = launch(specs, card_slots(args.gpus), attempts=1, execute=execute, budget_s=args.budget_s,
+                  expected_s=lambda spec: max(60.0, 1.2 * expected_wall(args.out, spec.out.parent.name)))
     print(f"[hook_cost] {len(runs) - len(left)} of {len(runs)} runs done"
           + (f"; {len(left)} left: run the same command again" if left else ""))
     return 0
@@ -299,8 +203,7 @@ def run_all(args: argparse.Namespace) -> int:
 
 def expected_wall(out: Path, point: str) -> float:
     """How long a run of ``point`` takes: the longest finished one there (any point's, else 0)."""
-    walls = {p: [json.loads(f.read_text())["wall_s"] for f in (out / p).glob("*/run.json")] for p in POINTS}
-    return max(walls[point] or [w for ws in walls.values() for w in ws] or [0.0])
+    return max(finished_walls(out / point) or finished_walls(out) or [0.0])
 
 
 def describe_machine(context: str) -> dict:
@@ -437,9 +340,8 @@ def folder_lines(results: Path, warmup: int, missed: list[str]) -> list[str]:
         fp32 = 4.0 * parameters[point]
         plain_old = median_of(steps.get(PLAIN, []), lambda m: m.get("timing_s/old_log_prob"))
         lines += ["", f"#### {point}: {parameters[point] / 1e6:.0f} M parameters ({POINTS[point].arch})"
-                  + (f"; {POINTS[point].note}" if POINTS[point].note else ""), "",
-                  "| arm | runs x steps | step (s) | verl-ext hooks, share of step | target | old_log_prob (s) "
-                  "| vs plain verl | GPU memory | host memory | stale tokens |", "|---|---|---|---|---|---|---|---|---|---|"]
+                  + (f"; {POINTS[point].note}" if POINTS[point].note else ""), ""]
+        rows = []
         hooks = sorted({k.removeprefix(TIME) for s in steps.values() for m in s for k in m
                         if k.startswith(TIME) and k not in (SHARE, TOTAL)})
         for arm, arm_steps in steps.items():
@@ -454,27 +356,25 @@ def folder_lines(results: Path, warmup: int, missed: list[str]) -> list[str]:
                 missed.append(f"{results.name} {point} {arm}: {miss} (largest hook: {top}, "
                               f"{_pct(mean_of(arm_steps, hook_share(top)))} of the step on average)")
             old = median_of(arm_steps, lambda m: m.get("timing_s/old_log_prob"))
-            lines.append(
-                f"| {arm} | {len(runs[arm])} x {len(arm_steps) // max(1, len(runs[arm]))} "
-                f"| {median_of(arm_steps, lambda m: m.get('timing_s/step')):.2f} | {_pct(share)} | {cell} "
-                f"| {old:.3f} | {_ratio(old, plain_old)} | {_bytes(memory(arm_steps, 'gpu'), fp32)} "
-                f"| {_bytes(memory(arm_steps, 'host'), fp32)} | {_pct(stale) if stale == stale else '—'} |"
-            )
+            rows.append([arm, f"{len(runs[arm])} x {len(arm_steps) // max(1, len(runs[arm]))}",
+                         f"{median_of(arm_steps, lambda m: m.get('timing_s/step')):.2f}", _pct(share), cell,
+                         f"{old:.3f}", _ratio(old, plain_old), _bytes(memory(arm_steps, "gpu"), fp32),
+                         _bytes(memory(arm_steps, "host"), fp32), _pct(stale) if stale == stale else "—"])
         failures = failed_arms(results / point, runs)
         for arm, reason in failures.items():
-            lines.append(f"| {arm} | 0 finished | — | — | not measured: the run failed (below) | — | — | — | — | — |")
+            rows.append([arm, "0 finished", "—", "—", "not measured: the run failed (below)", *["—"] * 5])
             if ARMS[arm] in TARGET_SHARE or ARMS[arm] == "snapshot":
                 missed.append(f"{results.name} {point} {arm}: the run failed ({reason}): its target is not measured")
+        lines.append(md_table(["arm", "runs x steps", "step (s)", "verl-ext hooks, share of step", "target",
+                            "old_log_prob (s)", "vs plain verl", "GPU memory", "host memory", "stale tokens"], rows))
         for arm, reason in failures.items():
             lines += ["", f"`{arm}` failed: {reason} (its folder's `run_tail.log`)."]
         ext_arms = [a for a in steps if a != PLAIN]
+        share_rows = [[hook, *(_pct(mean_of(steps[a], hook_share(hook))) for a in ext_arms)] for hook in hooks]
+        share_rows.append(["**all hooks**", *(_pct(mean_of(steps[a], lambda m: m.get(SHARE))) for a in ext_arms)])
         lines += ["", "Each hook's share of the step, **mean** over the same steps (a hook that runs on some "
                   "steps only has a median of 0); the last row, their sum, is the mean of the total share:", "",
-                  "| hook: share of step (mean) | " + " | ".join(ext_arms) + " |", "|---|" + "---|" * len(ext_arms)]
-        for hook in hooks:
-            lines.append(f"| {hook} | " + " | ".join(_pct(mean_of(steps[a], hook_share(hook))) for a in ext_arms) + " |")
-        lines.append("| **all hooks** | " + " | ".join(_pct(mean_of(steps[a], lambda m: m.get(SHARE))) for a in ext_arms)
-                     + " |")
+                  md_table(["hook: share of step (mean)", *ext_arms], share_rows)]
         for arm in (a for a in ext_arms if any(f"{TIME}{h}" in m for h in DEVICE_ONLY for m in steps[a])):
             without = median_of(steps[arm], lambda m: (m[SHARE] - sum(m.get(f"{TIME}{h}", 0.0) for h in DEVICE_ONLY)
                                                       / m["timing_s/step"]) if SHARE in m else None)
@@ -514,7 +414,7 @@ def failed_arms(point_dir: Path, finished: dict[str, list]) -> dict[str, str]:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = script_parser(__doc__, context=True)
     parser.add_argument("--points", nargs="+", choices=list(POINTS), default=DEFAULT_POINTS)
     parser.add_argument("--arms", nargs="+", choices=list(ARMS), default=DEFAULT_ARMS)
     parser.add_argument("--repeats", type=int, default=2)
@@ -533,16 +433,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--dry-run", action="store_true", help="print every run's command and exit")
     parser.add_argument("--results", type=Path, nargs="+",
                         help="folders written by --out (one machine and code version each): (re)write the docs section")
-    add_write_flags(parser)
-    parser.add_argument("--context", default="", help="how the runs were made (machine kind, other load), printed "
-                        "under the table")
     args = parser.parse_args(argv)
     if args.steps - args.warmup < 5:
         parser.error(f"--steps {args.steps} - --warmup {args.warmup} < 5: the medians need >= 5 steps per run")
     if args.results is None:
         return run_all(args)
     section = table(args.results, args.warmup)
-    print(section)
     publish(target(args), HEADING, section)
     return 0
 

@@ -1,11 +1,10 @@
-"""What timing a hook costs (``verl_ext.timing``): entering and leaving one span, and reading it
-once per step, on the CPU clock and (where CUDA is present) with CUDA events.
+"""What timing a hook costs (``verl_ext.timing``): one span, and reading it once per step.
+
+On the CPU clock and (where CUDA is present) with CUDA events; microseconds per span, median of the
+repeats: ``span`` is the hot-path cost (what a hook pays each time it runs), ``collect`` the per-span share
+of the once-per-step read. A step runs a few dozen spans: multiply by that for the timer's cost per step.
 
     python -m scripts.bench.hook_timer_overhead [--spans 20000] [--repeats 5] [--json]
-
-Prints microseconds per span (median of the repeats): ``span`` is the hot-path cost (what a hook
-pays each time it runs), ``collect`` the per-span share of the once-per-step read. A training
-step runs a few dozen spans, so multiply by that to get the timer's cost per step.
 
 Docs section: none of its own (prints a table the docs quote).
 """

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Sequence
 
 REPO = Path(__file__).resolve().parents[2]
 Runs = dict[int, dict[int, dict[str, float]]]  # seed -> step -> metrics
@@ -35,6 +35,26 @@ def thread_caps(parallel: int, cpus: int) -> dict[str, str]:
     with "can't start new thread" / OpenBLAS "pthread_create failed" (2026-11-28)."""
     n = str(max(1, cpus // max(1, parallel)))
     return {"OMP_NUM_THREADS": n, "OPENBLAS_NUM_THREADS": n, "MKL_NUM_THREADS": n}
+
+
+def card_slots(cards: Sequence[int], runs: int | None = None) -> list[dict[str, str]]:
+    """``runs`` launcher slots spread round-robin over ``cards`` (one ``CUDA_VISIBLE_DEVICES`` each),
+    so the cards carry equal numbers of runs; ``runs`` None: one slot per card; no cards: ``runs``
+    slots that see every card."""
+    n = runs or len(cards) or 1
+    return [{"CUDA_VISIBLE_DEVICES": str(cards[i % len(cards)])} if cards else {} for i in range(n)]
+
+
+def available_host_gb() -> float:
+    """The host memory available to new processes, in GB."""
+    import psutil
+
+    return psutil.virtual_memory().available / 2**30
+
+
+def finished_walls(root: Path) -> list[float]:
+    """Wall times of the finished runs under ``root`` (their ``run.json``, as ``run`` writes it)."""
+    return [json.loads(f.read_text())["wall_s"] for f in sorted(root.rglob("run.json")) if f.stat().st_size]
 
 
 def gpu_environment() -> dict:
@@ -83,14 +103,25 @@ class RunSpec:
     env: dict[str, str] = field(default_factory=dict)
     args: list[str] = field(default_factory=list)
     info: dict = field(default_factory=dict)
+    timeout_s: float | None = None  # kill the run (and what it left behind) after this long
 
     def done(self) -> bool:
         return self.steps in load_steps(self.out / "metrics.jsonl")
 
     def command(self) -> str:
         """The run as one shell line (dry runs print it)."""
-        env = " ".join(f"{k}={v}" for k, v in {**self.env, "OUT": self.out, "STEPS": self.steps}.items())
-        return " ".join([env, "bash", f"recipes/{self.script}", *self.args])
+        env = {**self.env, "OUT": self.out, "STEPS": self.steps}
+        return " ".join([*(f"{k}={shlex.quote(str(v))}" for k, v in env.items()), "bash", f"recipes/{self.script}",
+                         *map(shlex.quote, self.args)])
+
+
+class RunFailed(RuntimeError):
+    """A run that failed every attempt: its last exit code (negative: killed by that signal), whether
+    it ran out of time, its wall time and its log."""
+
+    def __init__(self, spec: RunSpec, attempts: int, returncode: int, timed_out: bool, wall_s: float, log: Path):
+        super().__init__(f"{spec.label} failed {attempts} times; logs in {spec.out}")
+        self.returncode, self.timed_out, self.wall_s, self.log = returncode, timed_out, wall_s, log
 
 
 def run(spec: RunSpec, attempts: int = 2, extra_env: dict[str, str] | None = None,
@@ -98,7 +129,9 @@ def run(spec: RunSpec, attempts: int = 2, extra_env: dict[str, str] | None = Non
     """Run ``spec`` unless it is done; returns the wall time of the run that finished, or None if a
     finished run was reused. A crashed run is started again from scratch, up to ``attempts`` times:
     on a shared machine another job's ``ray stop`` or a stalled heartbeat can kill Ray under us. A
-    run past ``timeout_s`` is killed with what it left behind (``kill_leftovers``)."""
+    run past ``timeout_s`` (default: the spec's) is killed with what it left behind (``kill_leftovers``).
+    Raises ``RunFailed`` when no attempt finished."""
+    timeout_s = spec.timeout_s if timeout_s is None else timeout_s
     if spec.done():
         return None
     env = {**os.environ, **(extra_env or {}), **spec.env, "OUT": str(spec.out), "STEPS": str(spec.steps),
@@ -106,13 +139,14 @@ def run(spec: RunSpec, attempts: int = 2, extra_env: dict[str, str] | None = Non
     spec.out.mkdir(parents=True, exist_ok=True)
     for attempt in range(1, attempts + 1):
         (spec.out / "metrics.jsonl").unlink(missing_ok=True)  # verl's file logger appends
-        start = time.perf_counter()
-        with open(spec.out / f"run{attempt}.log", "w") as log:
+        start, timed_out, log_path = time.perf_counter(), False, spec.out / f"run{attempt}.log"
+        with open(log_path, "w") as log:
             proc = subprocess.Popen(["bash", str(REPO / "recipes" / spec.script), *spec.args], cwd=REPO, env=env,
                                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
             try:
                 proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
+                timed_out = True
                 os.killpg(proc.pid, signal.SIGKILL)  # the run's own process group
                 proc.wait()
                 kill_leftovers(spec.out)
@@ -122,38 +156,66 @@ def run(spec: RunSpec, attempts: int = 2, extra_env: dict[str, str] | None = Non
             (spec.out / "run.json").write_text(json.dumps({"wall_s": wall, "load_avg_5min": os.getloadavg()[1],
                                                            "attempt": attempt, **spec.info}))
             return wall
-        print(f"{spec.label}: attempt {attempt} failed (exit {proc.returncode}), see {spec.out / f'run{attempt}.log'}",
-              flush=True)
-    raise RuntimeError(f"{spec.label} failed {attempts} times; logs in {spec.out}")
+        print(f"{spec.label}: attempt {attempt} failed (exit {proc.returncode}), see {log_path}", flush=True)
+    raise RunFailed(spec, attempts, proc.returncode, timed_out, wall, log_path)
 
 
-def run_once(script: str, env_vars: dict[str, str], steps: int, out: Path, attempts: int, label: str,
-             script_args: list[str] | None = None, info: dict | None = None) -> float | None:
-    """``run`` of the spec these arguments name (the learning studies' call)."""
-    return run(RunSpec(label, script, out, steps, env_vars, script_args or [], info or {}), attempts)
+def run_and_report(spec: RunSpec, attempts: int, env: dict[str, str]) -> None:
+    """``run``, then a line with the run's wall time (``launch``'s default)."""
+    print(f"{spec.label}: {run(spec, attempts, env):.0f} s", flush=True)
 
 
 def launch(specs: Iterable[RunSpec], slots: Iterable[dict[str, str]] = ({},), attempts: int = 2,
-           execute: Callable[[RunSpec, int, dict[str, str]], object] | None = None,
-           cpus: int | None = None) -> list[RunSpec]:
+           execute: Callable[[RunSpec, int, dict[str, str]], object] | None = None, cpus: int | None = None, *,
+           ready: Callable[[RunSpec], bool] | None = None, start_gap_s: float = 0.0, min_free_gb: float = 0.0,
+           budget_s: float | None = None, expected_s: Callable[[RunSpec], float] | None = None,
+           poll_s: float = 5.0) -> list[RunSpec]:
     """Run the specs that are not done, in order, one per slot at a time: ``slots`` holds each slot's
-    environment (e.g. ``{"CUDA_VISIBLE_DEVICES": "0"}``), and with several slots each run's thread
-    pools get its share of the cores (``thread_caps``). ``execute(spec, attempts, env)`` replaces
-    ``run``; a failed run is reported and the others go on. Returns the specs still not done, so
-    that the same command resumes them."""
+    environment (e.g. ``card_slots``), and with several slots each run's thread pools get its share of
+    the cores (``thread_caps``). ``execute(spec, attempts, env)`` replaces ``run``; a failed run is
+    reported and the others go on. Returns the specs still not done, so that the same command resumes them.
+
+    A slot takes the first spec that is ``ready`` (a later stage waits for an earlier run's output),
+    no sooner than ``start_gap_s`` after the last start (start-ups that profile memory or load the
+    CPU must not overlap) and only while the host has ``min_free_gb`` available (Ray's memory monitor
+    kills workers of every run when it runs short). With ``budget_s``, no run starts that would end
+    after it (``expected_s(spec)``: its expected wall time), and each run is killed when it is spent."""
     specs, slots = list(specs), list(slots)
-    todo = deque(s for s in specs if not s.done())
+    todo = [s for s in specs if not s.done()]
     caps = thread_caps(len(slots), cpus or os.cpu_count() or 1) if len(slots) > 1 else {}
     lock = threading.Lock()
+    began, last_start = time.monotonic(), [float("-inf")]
+
+    def take() -> RunSpec | bool:
+        """The next spec to start, True to wait and look again, False when nothing more will start."""
+        if not todo:
+            return False
+        now = time.monotonic()
+        spec = next((s for s in todo if ready is None or ready(s)), None)
+        if spec is None or now - last_start[0] < start_gap_s or (min_free_gb and available_host_gb() < min_free_gb):
+            return True
+        todo.remove(spec)
+        last_start[0] = now
+        if budget_s is not None and budget_s < float("inf"):
+            left = budget_s - (now - began)
+            if left < (expected_s(spec) if expected_s else 0.0):
+                print(f"budget: {len(todo) + 1} runs not started (the same command continues them)", flush=True)
+                todo.clear()
+                return False
+            spec = replace(spec, timeout_s=min(spec.timeout_s or left, left))
+        return spec
 
     def worker(slot: dict[str, str]) -> None:
         while True:
             with lock:
-                if not todo:
-                    return
-                spec = todo.popleft()
+                spec = take()
+            if spec is False:
+                return
+            if spec is True:
+                time.sleep(poll_s)
+                continue
             try:
-                (execute or (lambda s, a, e: run(s, a, e)))(spec, attempts, {**caps, **slot})
+                (execute or run_and_report)(spec, attempts, {**caps, **slot})
             except RuntimeError as error:
                 print(f"{spec.label}: {error}", flush=True)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from scripts.bench.launch import REPO, Runs
-from scripts.bench.report import RESULTS, add_write_flags
+from scripts.bench.report import RESULTS, add_write_flags, table
 
 
 def study_parser(description: str, out: Path, steps: int, seeds: list[int],
@@ -60,6 +60,18 @@ def cell(values: np.ndarray) -> str:
     """Mean over seeds, with the per-seed values when there are several."""
     mean = f"{np.nanmean(values):.2f}"
     return mean if len(values) == 1 else f"{mean} ({' / '.join(f'{v:.2f}' for v in values)})"
+
+
+def step_table(results: dict[str, Runs], key: str, steps: list[int]) -> str:
+    """``key`` at each of ``steps``, one column per arm (``cell``: mean, per-seed values in brackets)."""
+    return table(["step", *results], [[s, *(cell(series(runs, key, [s])[:, 0]) for runs in results.values())]
+                                      for s in steps])
+
+
+def before_after(results: dict[str, Runs], name: str, key: str, last: int) -> list[str]:
+    """A table row: ``key`` at step 0 -> at ``last``, mean over seeds, one cell per arm."""
+    return [name, *(f"{np.nanmean(series(runs, key, [0])):.2f} -> {np.nanmean(series(runs, key, [last])):.2f}"
+                    for runs in results.values())]
 
 
 def logged_steps(results: dict[str, Runs], key: str) -> list[int]:

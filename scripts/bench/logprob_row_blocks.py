@@ -1,5 +1,6 @@
-"""verl's log-prob fallback one row at a time against verl-ext's ``logprob_row_blocks`` patch (a block
-of rows at a time, same per-row math), on the packed ``(tokens, vocab)`` logits that verl's FSDP
+"""verl's one-row-at-a-time log-prob fallback against verl-ext's ``logprob_row_blocks`` patch.
+
+A block of rows at a time, same per-row math, on the packed ``(tokens, vocab)`` logits that verl's FSDP
 engine passes it: forward + backward time and whether outputs and gradients are bitwise equal.
 
     python -m scripts.bench.logprob_row_blocks --device cuda --tokens 20000 --vocab 512 151936

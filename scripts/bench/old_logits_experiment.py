@@ -1,4 +1,4 @@
-"""Controlled experiment: which old logits keep the discrepancy thresholds meaning "numerics"?
+"""Controlled CPU experiment: which old logits keep the discrepancy thresholds meaning "numerics"?
 
 A tiny softmax policy (one-hidden-layer MLP over (context, position, previous token)) learns a
 short token-sequence task: for each of C contexts emit a hidden target sequence of T tokens;
@@ -19,17 +19,15 @@ asynchronous pipeline is simulated exactly:
 For each provider and d it records the fraction of tokens masked by the band (and whether
 numerics or staleness caused it, against the exact old logits), the TIS-truncated fraction, the
 PPO clip fraction, |old - exact| errors, the reward of the current policy per step, and the cost
-(forward rows, extra bytes, time). Medians over seeds are written to docs/results.md
-(section "## Old-logit providers") and docs/img/old_logits_providers.png.
+(forward rows, extra bytes, time): medians over seeds, and docs/img/old_logits_providers.png.
 
 Usage: ``python -m scripts.bench.old_logits_experiment [--seeds 5] [--steps 150] [--regimes 0.1:0.5:2.0 ...]
 [--write]``.
 
-``--study`` runs the mechanism study instead (``study`` below): the same task with
-every seed of a cell trained at once (parameters stacked along a leading seed dimension), fair
-arms (same loss and rollout correction, only the old-logit source differs), staleness drawn per
-sequence, heavy-tailed train/inference mismatch, learning rate and epochs as knobs; it writes the
-section ``## Old-logit mechanism study`` of docs/results.md.
+``--study`` runs the mechanism study instead: the same policy with every seed of a cell trained at once
+(the model's seed dimension), fair arms (same loss and rollout correction, only the old-logit source
+differs), staleness drawn per sequence, heavy-tailed train/inference mismatch, learning rate and epochs
+as knobs.
 
 Docs section (``--write``; printed otherwise): docs/results.md, "## Old-logit providers"; with ``--study``
 docs/experiments/old_logit_mechanism_study.md, "## Old-logit mechanism study".
@@ -54,6 +52,9 @@ from verl.trainer.ppo.rollout_corr_helper import (
 from verl.utils.config import omega_conf_to_dataclass
 
 import verl_ext.losses.registration  # noqa: F401  (registers ppo_ewma)
+from scripts.bench.report import RESULTS, script_parser, publish
+from scripts.bench.report import table as md_table
+from scripts.bench.stats import fmt_mean_se, paired_verdict
 from verl_ext.old_logits import OldLogitsConfig, OldLogitWorkerState, build_provider
 from verl_ext.old_logits.local_host import LocalPolicyHost
 from verl_ext.old_logits.metrics import approximation_errors, discrepancy_mask_by_cause
@@ -66,73 +67,95 @@ TIS = 2.0
 # numerics noise, and a tight band with larger noise, where numerics alone already trip the band.
 REGIMES = ["0.1:0.5:2.0", "0.3:0.8:1.25"]
 ROOT = Path(__file__).resolve().parents[2]
+HEADING = "## Old-logit providers"
+STUDY_DOC = ROOT / "docs" / "experiments" / "old_logit_mechanism_study.md"
 
 
-def init_params(seed: int) -> list[torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    return [
-        (torch.randn(IN_DIM, HIDDEN, generator=g) / IN_DIM**0.5).requires_grad_(),
-        torch.zeros(HIDDEN, requires_grad=True),
-        (torch.randn(HIDDEN, VOCAB, generator=g) * 0.01).requires_grad_(),
-        torch.zeros(VOCAB, requires_grad=True),
-    ]
+SPIKE_P, SPIKE_SCALE = 0.01, 8.0  # the study's heavy-tailed mismatch: 1% of logits get 8x the noise
+
+# The policy of each seed carries a leading seed dimension S (w1: (S, IN, H), b1: (S, 1, H), ...): the
+# providers experiment runs one seed at a time (S = 1), the mechanism study every seed of a cell at once.
+# Batched matmuls keep the seeds independent, and so do Adam and the EWMA/snapshot state (elementwise).
 
 
-def features(ctx: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-    """``(bs, T, IN_DIM)`` inputs for teacher-forced scoring of ``tokens (bs, T)``."""
-    bs = ctx.shape[0]
-    prev = torch.cat([torch.full((bs, 1), VOCAB), tokens[:, :-1]], dim=1)
-    pos = torch.arange(LENGTH).expand(bs, LENGTH)
-    return torch.cat(
-        [
-            torch.nn.functional.one_hot(ctx, CONTEXTS)[:, None].expand(bs, LENGTH, CONTEXTS),
-            torch.nn.functional.one_hot(pos, LENGTH),
-            torch.nn.functional.one_hot(prev, VOCAB + 1),
-        ],
-        dim=-1,
-    ).float()
+def init_params(seeds: list[int]) -> list[torch.Tensor]:
+    """Each seed's initial policy, stacked: (S, IN, H), (S, 1, H), (S, H, V), (S, 1, V)."""
+    per_seed = []
+    for seed in seeds:
+        g = torch.Generator().manual_seed(seed)
+        per_seed.append([torch.randn(IN_DIM, HIDDEN, generator=g) / IN_DIM**0.5, torch.zeros(1, HIDDEN),
+                         torch.randn(HIDDEN, VOCAB, generator=g) * 0.01, torch.zeros(1, VOCAB)])
+    return [torch.stack(p).requires_grad_() for p in zip(*per_seed)]
 
 
-def logits(params: list[torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+def logits(params: list[torch.Tensor], ctx: torch.Tensor, position: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:
+    """``(S, N, VOCAB)`` logits of the one-hidden-layer MLP over the one-hots of context, position and
+    previous token (VOCAB = start), all long ``(S, N)``. The one-hot input layer is the sum of three
+    rows of w1 (the same numbers as the matmul, 10x fewer flops on a 2-core machine)."""
     w1, b1, w2, b2 = params
-    return torch.tanh(x @ w1 + b1) @ w2 + b2
+    rows = torch.stack([ctx, CONTEXTS + position, CONTEXTS + LENGTH + prev], dim=-1)  # (S, N, 3)
+    rows = rows + IN_DIM * torch.arange(w1.shape[0])[:, None, None]  # row of w1 flattened over seeds
+    pre = torch.nn.functional.embedding(rows, w1.reshape(-1, HIDDEN)).sum(2)
+    return torch.tanh(pre + b1) @ w2 + b2
 
 
-def token_log_probs(params: list[torch.Tensor], ctx: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-    """``(bs, T)`` log π(token_t | context, prefix)."""
-    lp = torch.log_softmax(logits(params, features(ctx, tokens)), dim=-1)
+def log_probs(params: list[torch.Tensor], ctx: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """``(S, bs, T)`` log π(token | context, prefix) for ``ctx (bs,)`` and ``tokens (S, bs, T)``."""
+    n_seeds, bs, _ = tokens.shape
+    prev = torch.cat([torch.full((n_seeds, bs, 1), VOCAB), tokens[..., :-1]], dim=-1)
+    flat = (n_seeds, bs * LENGTH)
+    z = logits(params, ctx[:, None].expand(bs, LENGTH).reshape(-1).expand(flat),
+               torch.arange(LENGTH).repeat(bs).expand(flat), prev.reshape(flat))
+    lp = torch.log_softmax(z, dim=-1).view(n_seeds, bs, LENGTH, VOCAB)
     return lp.gather(-1, tokens[..., None]).squeeze(-1)
 
 
+def mismatch_noise(shape: tuple[int, ...], sigma: float, g: torch.Generator, spike_p: float = SPIKE_P) -> torch.Tensor:
+    """Inference-engine logit error: Gaussian σ plus rare spikes of ``SPIKE_SCALE`` σ (the heavy tail of
+    low-precision kernels: bf16 accumulation, fp8 outliers); ``spike_p`` 0: Gaussian only, drawn even at
+    σ = 0 (the providers experiment's random stream)."""
+    if not spike_p:
+        return sigma * torch.randn(shape, generator=g)
+    if sigma == 0:
+        return torch.zeros(shape)
+    spikes = (torch.rand(shape, generator=g) < spike_p).float() * SPIKE_SCALE
+    return sigma * torch.randn(shape, generator=g) * (1.0 + spikes)
+
+
 @torch.no_grad()
-def generate(
-    engine: dict[int, list[torch.Tensor]], ctx: torch.Tensor, versions: torch.Tensor, noise: float, g: torch.Generator
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Samples tokens position by position, each with the engine weights of its version and the
-    engine's logit noise; returns tokens and μ log-probs, both ``(bs, T)``."""
-    bs = ctx.shape[0]
-    tokens = torch.zeros(bs, LENGTH, dtype=torch.long)
-    mu = torch.zeros(bs, LENGTH)
+def generate(engine: dict[int, list[torch.Tensor]], ctx: torch.Tensor, versions: torch.Tensor, sigma: float,
+             g: torch.Generator, spike_p: float = SPIKE_P) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Samples ``(S, bs, T)`` tokens, each with the engine weights of its version and the mismatch
+    noise; returns tokens, μ (the engine's log-probs of them) and the exact old logits π_train(θ_v(t))
+    (the engine holds the trainer's weights of each version; the noise is the only difference)."""
+    n_seeds, bs, _ = versions.shape
+    tokens = torch.zeros(n_seeds, bs, LENGTH, dtype=torch.long)
+    mu = torch.zeros(n_seeds, bs, LENGTH)
+    exact = torch.zeros(n_seeds, bs, LENGTH)
+    seed_ctx = ctx.expand(n_seeds, bs)
     for t in range(LENGTH):
-        x = features(ctx, tokens)[:, t]
-        z = torch.zeros(bs, VOCAB)
-        for v in versions[:, t].unique().tolist():
-            rows = versions[:, t] == v
-            z[rows] = logits(engine[v], x[rows])
-        z = z + noise * torch.randn(bs, VOCAB, generator=g)
-        logp = torch.log_softmax(z, dim=-1)
-        tokens[:, t] = torch.multinomial(logp.exp(), 1, generator=g).squeeze(-1)
-        mu[:, t] = logp.gather(-1, tokens[:, t : t + 1]).squeeze(-1)
-    return tokens, mu
+        prev = tokens[..., t - 1] if t else torch.full((n_seeds, bs), VOCAB)
+        position = torch.full((n_seeds, bs), t)
+        z = torch.zeros(n_seeds, bs, VOCAB)
+        for v in versions[..., t].unique().tolist():
+            z = torch.where((versions[..., t] == v)[..., None], logits(engine[v], seed_ctx, position, prev), z)
+        logp = torch.log_softmax(z + mismatch_noise(z.shape, sigma, g, spike_p), dim=-1)
+        tokens[..., t] = torch.multinomial(logp.exp().view(-1, VOCAB), 1, generator=g).view(n_seeds, bs)
+        mu[..., t] = logp.gather(-1, tokens[..., t : t + 1]).squeeze(-1)
+        exact[..., t] = torch.log_softmax(z, dim=-1).gather(-1, tokens[..., t : t + 1]).squeeze(-1)
+    return tokens, mu, exact
 
 
 @torch.no_grad()
-def expected_reward(params: list[torch.Tensor], targets: torch.Tensor, g: torch.Generator) -> float:
-    """Mean reward of 32 noise-free samples per context under ``params``."""
-    ctx = torch.arange(CONTEXTS).repeat_interleave(32)
-    engine = {0: [p.detach() for p in params]}
-    tokens, _ = generate(engine, ctx, torch.zeros(len(ctx), LENGTH, dtype=torch.long), 0.0, g)
-    return float((tokens == targets[ctx]).float().mean())
+def eval_reward(params: list[torch.Tensor], targets: torch.Tensor, g: torch.Generator, samples: int,
+           spike_p: float = SPIKE_P) -> torch.Tensor:
+    """``(S,)`` mean reward of ``samples`` noise-free samples per context (of ``targets (S, C, T)``)
+    under each seed's policy."""
+    ctx = torch.arange(targets.shape[1]).repeat_interleave(samples)
+    n_seeds = targets.shape[0]
+    live = {0: [p.detach() for p in params]}
+    tokens, _, _ = generate(live, ctx, torch.zeros(n_seeds, len(ctx), LENGTH, dtype=torch.long), 0.0, g, spike_p)
+    return (tokens == targets[:, ctx]).float().mean(dim=(1, 2))
 
 
 def run(
@@ -149,7 +172,7 @@ def run(
     torch.manual_seed(seed)
     g = torch.Generator().manual_seed(seed)
     targets = torch.randint(0, VOCAB, (CONTEXTS, LENGTH), generator=g)
-    params = init_params(seed)
+    params = init_params([seed])
     optim = torch.optim.Adam(params, lr=lr)
     # this section's EWMA: com = d versions (the earlier default), no fresh_exact
     fixed_ewma = {"ewma": {"com": d, "fresh_exact": False}} if provider == "ewma" else {}
@@ -172,7 +195,7 @@ def run(
     engine = {0: [p.detach().clone() for p in params]}  # weights the inference engine received, per version
 
     def log_prob_fn(batch: dict, rows: torch.Tensor) -> torch.Tensor:
-        return token_log_probs(params, batch["ctx"][rows], batch["tokens"][rows])
+        return log_probs(params, batch["ctx"][rows], batch["tokens"][None, rows])[0]
 
     host = LocalPolicyHost(log_prob_fn, state)
     provider_obj = build_provider(config)
@@ -189,7 +212,7 @@ def run(
         )
         versions = start[:, None] + (torch.arange(LENGTH)[None] >= switch[:, None]).long()
         versions = versions.clamp(max=n)
-        tokens, mu = generate(engine, ctx, versions, noise, g)
+        tokens, mu, exact = (x[0] for x in generate(engine, ctx, versions[None], noise, g, spike_p=0))
         reward = (tokens == targets[ctx]).float().mean(-1)
         grouped = reward.view(CONTEXTS, GROUP)
         adv = ((grouped - grouped.mean(-1, keepdim=True)) / (grouped.std(-1, keepdim=True) + 1e-6)).view(-1)
@@ -208,10 +231,6 @@ def run(
         metrics: dict[str, float] = {}
         provider_obj.compute(host, batch, metrics)
         old = batch["old_log_probs"]
-        with torch.no_grad():
-            exact = torch.zeros(bs, LENGTH)
-            for v in versions.unique().tolist():
-                exact = torch.where(versions == v, token_log_probs(engine[v], ctx, tokens), exact)
         err = approximation_errors(old, exact, mask)
         cause = discrepancy_mask_by_cause(old, exact, mu, mask, *band)
 
@@ -230,7 +249,7 @@ def run(
         clipfracs = []
         for mb in torch.randperm(bs, generator=g).chunk(minibatches):
             state.before_optimizer_step(n)
-            logp = token_log_probs(params, ctx[mb], tokens[mb])
+            logp = log_probs(params, ctx[mb], tokens[None, mb])[0]
             loss, loss_metrics = loss_fn(
                 old_log_prob=old[mb],
                 log_prob=logp,
@@ -258,7 +277,7 @@ def run(
         hist["imp_weight_error"].append(err["old_logits/imp_weight_error"])
         hist["forward_rows"].append(host.forward_rows / bs)
         hist["old_logit_time_ms"].append(1e3 * sum(v for k, v in metrics.items() if k.endswith("/time_s")))
-        hist["reward"].append(expected_reward(params, targets, g))
+        hist["reward"].append(float(eval_reward(params, targets[None], g, samples=32, spike_p=0)[0]))
     param_bytes = sum(p.numel() * p.element_size() for p in params)
     extra = 0 if state.ewma is None else 4 * sum(p.numel() for p in params)
     extra += 0 if state.snapshots is None else state.snapshots.nbytes
@@ -326,7 +345,7 @@ def plot(tables: dict[str, dict], providers: list[str], stalenesses: list[int], 
 
 def markdown(tables: dict[str, dict], stalenesses: list[int], args: argparse.Namespace, seconds: float) -> str:
     lines = [
-        "## Old-logit providers",
+        HEADING,
         "",
         (
             f"`python -m scripts.bench.old_logits_experiment --seeds {args.seeds} --steps {args.steps} --write` "
@@ -341,48 +360,22 @@ def markdown(tables: dict[str, dict], stalenesses: list[int], args: argparse.Nam
         ),
         "",
     ]
+    header = ["provider", "d", "masked", "of which staleness", "TIS-truncated", "clip frac", "abs err vs exact",
+              "IS-weight err", "final reward (min–max over seeds)", "forward rows/step", "extra memory (× params)"]
     for regime, table in tables.items():
         noise, lo, hi = regime.split(":")
-        lines += [
-            f"**σ = {noise}, band [{lo}, {hi}]**",
-            "",
-            (
-                "| provider | d | masked | of which staleness | TIS-truncated | clip frac | abs err vs exact "
-                "| IS-weight err | final reward (min–max over seeds) | forward rows/step | extra memory (× params) |"
-            ),
-            "|---|---|---|---|---|---|---|---|---|---|---|",
-        ]
-        for provider in args.providers:
-            for d in stalenesses:
-                r = table[f"{provider}/{d}"]
-                lines.append(
-                    f"| {provider} | {d} | {r['mask_frac']:.3f} | {r['mask_staleness_frac']:.3f} | {r['tis_frac']:.3f} | "
-                    f"{r['clipfrac']:.3f} | {r['abs_error']:.3f} | {r['imp_weight_error']:.3f} | "
-                    f"{r['final_reward']:.3f} ({r['final_reward_min']:.2f}–{r['final_reward_max']:.2f}) | "
-                    f"{r['forward_rows']:.2f} | {r['extra_mem']:.1f} |"
-                )
-        lines.append("")
+        rows = [[provider, d, *(f"{r[k]:.3f}" for k in ("mask_frac", "mask_staleness_frac", "tis_frac", "clipfrac",
+                                                         "abs_error", "imp_weight_error")),
+                 f"{r['final_reward']:.3f} ({r['final_reward_min']:.2f}–{r['final_reward_max']:.2f})",
+                 f"{r['forward_rows']:.2f}", f"{r['extra_mem']:.1f}"]
+                for provider in args.providers for d in stalenesses for r in [table[f"{provider}/{d}"]]]
+        lines += [f"**σ = {noise}, band [{lo}, {hi}]**", "", md_table(header, rows), ""]
     lines += ["![old-logit providers](img/old_logits_providers.png)", ""]
     return "\n".join(lines)
 
 
-def write_docs(section: str) -> None:
-    """Replaces (or appends) the '## Old-logit providers' section of docs/results.md, up to the
-    next heading (its '### ' GPU subsection, written by hand from bench_ewma_gpu.py, stays)."""
-    path = ROOT / "docs" / "results.md"
-    text = path.read_text() if path.exists() else "# Results\n"
-    start = text.find("## Old-logit providers")
-    if start < 0:
-        text = text.rstrip("\n") + "\n\n" + section
-    else:
-        end = text.find("\n#", start + 1)
-        tail = text[end + 1 :] if end >= 0 else ""
-        text = text[:start] + section + ("\n" + tail if tail else "")
-    path.write_text(text)
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = script_parser(__doc__, doc=None)  # --doc default: RESULTS, or STUDY_DOC with --study
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--staleness", type=int, nargs="+", default=[0, 1, 2, 4, 8])
@@ -392,7 +385,6 @@ def main() -> None:
     parser.add_argument("--minibatches", type=int, default=4)
     parser.add_argument("--partial", type=float, default=0.5)
     parser.add_argument("--json", type=Path, default=None)
-    parser.add_argument("--write", action="store_true")
     parser.add_argument("--study", action="store_true", help="the mechanism study instead")
     parser.add_argument("--arms", nargs="+", default=list(STUDY_ARMS), help="--study: arms to run")
     parser.add_argument("--contexts", type=int, default=8, help="--study: contexts of the task used")
@@ -416,9 +408,9 @@ def main() -> None:
                 print(f"{regime} {provider} d={d} done ({time.time() - t0:.0f}s)", flush=True)
         tables[regime] = summarize(results, args.steps)
     section = markdown(tables, args.staleness, args, time.time() - t0)
-    print(section)
     if args.json:
         args.json.write_text(json.dumps(tables, indent=1))
+    publish((args.doc or RESULTS) if args.write else None, HEADING, section, until="\n#")  # keeps its ### subsection
     if args.write:
         plot(
             tables,
@@ -427,18 +419,13 @@ def main() -> None:
             max(args.staleness),
             ROOT / "docs" / "img" / "old_logits_providers.png",
         )
-        write_docs(section)
 
 
 
 # ------------------------------------------------------------------------------------------------
-# Mechanism study: fair arms, seeds batched, staleness and mismatch as knobs.
-#
-# Parameters carry a leading seed dimension (w1: (S, IN, H), b1: (S, 1, H), ...), so ``logits``
-# above evaluates every seed at once on inputs (S, N, IN) (batched matmuls), Adam and the EWMA/snapshot state (elementwise)
-# stay independent per seed, and the providers see one flattened batch of S * 128 rows. What is
-# shared between the seeds of a cell: the calibrated EWMA's target age (the mean over all rows)
-# and the staleness/partial-rollout draws' generator.
+# Mechanism study: fair arms, every seed of a cell at once (the model's seed dimension), staleness and
+# mismatch as knobs. The providers see one flattened batch of S * bs rows; shared between the seeds of a
+# cell: the calibrated EWMA's target age (the mean over all rows) and the random draws' generator.
 STUDY_HEADING = "## Old-logit mechanism study"
 STUDY_ARMS = {  # label -> algorithm.old_logits (BOUND is replaced by the cell's staleness bound)
     "current": {"provider": "current"},
@@ -451,89 +438,7 @@ STUDY_ARMS = {  # label -> algorithm.old_logits (BOUND is replaced by the cell's
 }
 BAND = (0.5, 2.0)  # token_k1 rejection band on rho (recipes/async_agentic); token TIS at TIS = 2
 MINIBATCHES = 2  # per epoch, as the text_hybrid study's two optimizer steps per step
-SPIKE_P, SPIKE_SCALE = 0.01, 8.0  # heavy tail of the mismatch: 1% of logits get 8x the noise
 EVAL_EVERY, EVAL_SAMPLES = 10, 16
-
-
-def stack_init(seeds: list[int]) -> list[torch.Tensor]:
-    """``init_params`` of each seed, stacked: (S, IN, H), (S, 1, H), (S, H, V), (S, 1, V)."""
-    per_seed = [init_params(seed) for seed in seeds]
-    shapes = [(IN_DIM, HIDDEN), (1, HIDDEN), (HIDDEN, VOCAB), (1, VOCAB)]
-    return [torch.stack([p[i].detach().reshape(shape) for p in per_seed]).requires_grad_()
-            for i, shape in enumerate(shapes)]
-
-
-def stacked_logits(params: list[torch.Tensor], ctx: torch.Tensor, position: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:
-    """``logits(params, features(...))`` for seed-stacked parameters, with the one-hot input
-    layer as the sum of three rows of w1 (the same numbers, 10x fewer flops on a 2-core machine).
-
-    Args:
-        params: stacked (``stack_init``).
-        ctx, position, prev: long ``(S, N)``: context, position and previous token (VOCAB = start).
-
-    Returns:
-        ``(S, N, VOCAB)``.
-    """
-    w1, b1, w2, b2 = params
-    rows = torch.stack([ctx, CONTEXTS + position, CONTEXTS + LENGTH + prev], dim=-1)  # (S, N, 3)
-    rows = rows + IN_DIM * torch.arange(w1.shape[0])[:, None, None]  # row of w1 flattened over seeds
-    pre = torch.nn.functional.embedding(rows, w1.reshape(-1, HIDDEN)).sum(2)
-    return torch.tanh(pre + b1) @ w2 + b2
-
-
-def stacked_log_probs(params: list[torch.Tensor], ctx: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-    """``(S, bs, T)`` log π(token | context, prefix) for ``ctx (bs,)`` and ``tokens (S, bs, T)``."""
-    n_seeds, bs, _ = tokens.shape
-    prev = torch.cat([torch.full((n_seeds, bs, 1), VOCAB), tokens[..., :-1]], dim=-1)
-    flat = (n_seeds, bs * LENGTH)
-    z = stacked_logits(params, ctx[:, None].expand(bs, LENGTH).reshape(-1).expand(flat),
-                       torch.arange(LENGTH).repeat(bs).expand(flat), prev.reshape(flat))
-    lp = torch.log_softmax(z, dim=-1).view(n_seeds, bs, LENGTH, VOCAB)
-    return lp.gather(-1, tokens[..., None]).squeeze(-1)
-
-
-def mismatch_noise(shape: tuple[int, ...], sigma: float, g: torch.Generator) -> torch.Tensor:
-    """Inference-engine logit error: Gaussian σ plus rare spikes of ``SPIKE_SCALE`` σ (the
-    heavy tail of low-precision kernels: bf16 accumulation, fp8 outliers)."""
-    if sigma == 0:
-        return torch.zeros(shape)
-    spikes = (torch.rand(shape, generator=g) < SPIKE_P).float() * SPIKE_SCALE
-    return sigma * torch.randn(shape, generator=g) * (1.0 + spikes)
-
-
-@torch.no_grad()
-def stacked_generate(engine: dict[int, list[torch.Tensor]], ctx: torch.Tensor, versions: torch.Tensor,
-                     sigma: float, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Samples ``(S, bs, T)`` tokens with each token's engine version and the mismatch noise;
-    returns tokens, μ (the engine's log-probs of them) and the exact old logits π_train(θ_v(t))
-    (the engine holds the trainer's weights of each version; the noise is the only difference)."""
-    n_seeds, bs, _ = versions.shape
-    tokens = torch.zeros(n_seeds, bs, LENGTH, dtype=torch.long)
-    mu = torch.zeros(n_seeds, bs, LENGTH)
-    exact = torch.zeros(n_seeds, bs, LENGTH)
-    seed_ctx = ctx.expand(n_seeds, bs)
-    for t in range(LENGTH):
-        prev = tokens[..., t - 1] if t else torch.full((n_seeds, bs), VOCAB)
-        position = torch.full((n_seeds, bs), t)
-        z = torch.zeros(n_seeds, bs, VOCAB)
-        for v in versions[..., t].unique().tolist():
-            z = torch.where((versions[..., t] == v)[..., None], stacked_logits(engine[v], seed_ctx, position, prev), z)
-        logp = torch.log_softmax(z + mismatch_noise(z.shape, sigma, g), dim=-1)
-        tokens[..., t] = torch.multinomial(logp.exp().view(-1, VOCAB), 1, generator=g).view(n_seeds, bs)
-        mu[..., t] = logp.gather(-1, tokens[..., t : t + 1]).squeeze(-1)
-        exact[..., t] = torch.log_softmax(z, dim=-1).gather(-1, tokens[..., t : t + 1]).squeeze(-1)
-    return tokens, mu, exact
-
-
-@torch.no_grad()
-def stacked_reward(params: list[torch.Tensor], targets: torch.Tensor, g: torch.Generator) -> torch.Tensor:
-    """``(S,)`` mean reward of EVAL_SAMPLES noise-free samples per context (of ``targets (S, C, T)``)
-    under each seed's policy."""
-    ctx = torch.arange(targets.shape[1]).repeat_interleave(EVAL_SAMPLES)
-    n_seeds = targets.shape[0]
-    live = {0: [p.detach() for p in params]}
-    tokens, _, _ = stacked_generate(live, ctx, torch.zeros(n_seeds, len(ctx), LENGTH, dtype=torch.long), 0.0, g)
-    return (tokens == targets[:, ctx]).float().mean(dim=(1, 2))
 
 
 def draw_versions(n: int, n_seeds: int, bs: int, mean: float, bound: int, g: torch.Generator) -> torch.Tensor:
@@ -564,7 +469,7 @@ def run_cell(arm: dict, seeds: list[int], steps: int, mean_staleness: float, bou
     g = torch.Generator().manual_seed(1000 + seeds[0])  # common random numbers across arms
     targets = torch.stack([torch.randint(0, VOCAB, (CONTEXTS, LENGTH), generator=torch.Generator().manual_seed(s))
                            for s in seeds])
-    params = stack_init(seeds)
+    params = init_params(seeds)
     optim = torch.optim.Adam(params, lr=lr)
     raw = json.loads(json.dumps(arm).replace('"BOUND"', str(bound)))
     config = OldLogitsConfig.from_config(raw, max_off_policy_threshold=bound)
@@ -574,14 +479,14 @@ def run_cell(arm: dict, seeds: list[int], steps: int, mean_staleness: float, bou
     ctx = torch.arange(contexts).repeat_interleave(GROUP)
 
     def log_prob_fn(batch: dict, rows: torch.Tensor) -> torch.Tensor:
-        return stacked_log_probs(params, ctx, batch["tokens"]).reshape(n_seeds * bs, LENGTH)[rows]
+        return log_probs(params, ctx, batch["tokens"]).reshape(n_seeds * bs, LENGTH)[rows]
 
     host = LocalPolicyHost(log_prob_fn, state)
     provider = build_provider(config)
     hist: dict[str, list[torch.Tensor]] = defaultdict(list)
     for n in range(steps):
         versions = draw_versions(n, n_seeds, bs, mean_staleness, bound, g)
-        tokens, mu, exact = stacked_generate(engine, ctx, versions, sigma, g)
+        tokens, mu, exact = generate(engine, ctx, versions, sigma, g)
         reward = (tokens == targets[:, ctx]).float().mean(-1)  # (S, bs)
         grouped = reward.view(n_seeds, contexts, GROUP)
         adv = ((grouped - grouped.mean(-1, keepdim=True)) / (grouped.std(-1, keepdim=True) + 1e-6)).view(n_seeds, bs)
@@ -618,7 +523,7 @@ def run_cell(arm: dict, seeds: list[int], steps: int, mean_staleness: float, bou
         for _ in range(epochs):
             for mb in torch.randperm(bs, generator=g).chunk(MINIBATCHES):
                 state.before_optimizer_step(n)
-                logp = stacked_log_probs(params, ctx[mb], tokens[:, mb])
+                logp = log_probs(params, ctx[mb], tokens[:, mb])
                 out = decoupled_ppo_token_losses(logp, old[:, mb], adv[:, mb], is_w[:, mb], 0.2, 0.2, 3.0)
                 m = kept[:, mb].float()
                 loss = per_seed_mean(out.losses, m).nan_to_num().sum()  # token-mean per seed
@@ -634,7 +539,7 @@ def run_cell(arm: dict, seeds: list[int], steps: int, mean_staleness: float, bou
         engine.pop(n - bound - 1, None)
         state.on_version_published(n + 1)
         nan = torch.full((n_seeds,), float("nan"))
-        hist["reward"].append(stacked_reward(params, targets[:, :contexts], g) if (n + 1) % EVAL_EVERY == 0 else nan)
+        hist["reward"].append(eval_reward(params, targets[:, :contexts], g, EVAL_SAMPLES) if (n + 1) % EVAL_EVERY == 0 else nan)
     return {key: torch.stack(values) for key, values in hist.items()}
 
 
@@ -684,8 +589,8 @@ def study_main(args: argparse.Namespace) -> None:
         meta = {"seconds": time.time() - t0, "seeds": args.seeds, "steps": args.steps, "lr": args.lr,
                 "contexts": args.contexts}
         args.json.with_suffix(".meta.json").write_text(json.dumps(meta))
-    if args.write:
-        study_report(results, json.loads(args.json.with_suffix(".meta.json").read_text()))
+    study_report(results, json.loads(args.json.with_suffix(".meta.json").read_text()),
+                 (args.doc or STUDY_DOC) if args.write else None)
 
 
 
@@ -733,21 +638,9 @@ STUDY_PAIRS = [  # (a, b): paired differences reported in every cell
 ]
 
 
-def _fmt(values, digits: int) -> str:
-    """mean ± SE; with ``digits=0`` a count of the per-seed flags (``k/n``)."""
-    from scripts.bench.stats import mean_and_se
-
-    if digits == 0:
-        return f"{int(np.nansum(values))}/{len(values)}"
-    m, se, n = mean_and_se(values)
-    return "n/a" if n == 0 else f"{m:.{digits}f} ± {se:.{digits}f}"
-
-
 def study_checks(results: dict, meta: dict) -> list[str]:
     """The two sanity checks the section states: the baseline shows the failure, the knobs are
     what they claim to be (measured, not assumed)."""
-    from scripts.bench.stats import paired_verdict
-
     lines = ["**Checks** (computed from the runs below): does the baseline show the failure (the band on "
              "ρ̂ = π_old/μ firing on staleness because `current` recomputes old logits with the current weights, "
              "in every cell with mismatch), and are the knobs what they claim (measured token age; the "
@@ -755,7 +648,7 @@ def study_checks(results: dict, meta: dict) -> list[str]:
     for key, runs in results.items():
         if "current" in runs and "snapshot" in runs and "sigma=0 " not in key:
             rows = study_rows(runs, meta["steps"])
-            lines.append(f"- Baseline failure, {key}: `current` masks {_fmt(rows['current']['masked_staleness'], 4)} "
+            lines.append(f"- Baseline failure, {key}: `current` masks {fmt_mean_se(rows['current']['masked_staleness'], 4)} "
                          f"of the tokens *because of staleness* (band on ρ̂ out, on exact ρ in); snapshot − current "
                          f"masked fraction: {paired_verdict(rows['snapshot']['masked'], rows['current']['masked'], 4)} "
                          "(the failure is present where this difference exceeds 2 SE).")
@@ -764,18 +657,15 @@ def study_checks(results: dict, meta: dict) -> list[str]:
         arm = rows.get("ewma calibrated, no fresh_exact")
         if arm is not None:
             gap = np.abs(arm["ewma_age_steps"] - arm["token_age_steps"])
-            lines.append(f"- Knobs, {key}: mean token age {_fmt(arm['token_age_steps'], 2)} optimizer steps; the "
-                         f"calibrated EWMA's age {_fmt(arm['ewma_age_steps'], 2)} (|difference| {_fmt(gap, 2)}; "
+            lines.append(f"- Knobs, {key}: mean token age {fmt_mean_se(arm['token_age_steps'], 2)} optimizer steps; the "
+                         f"calibrated EWMA's age {fmt_mean_se(arm['ewma_age_steps'], 2)} (|difference| {fmt_mean_se(gap, 2)}; "
                          "calibration: com := the tokens' mean lag); the old default's com = bound × steps per version.")
     return lines + [""]
 
 
-def study_report(results: dict, meta: dict) -> None:
-    """Writes ``## Old-logit mechanism study`` of docs/results.md and its learning-curve plot."""
+def study_report(results: dict, meta: dict, doc: Path | None) -> None:
+    """``## Old-logit mechanism study``, printed and written into ``doc`` with its learning-curve plot."""
     import platform
-
-    from scripts.bench.report import write_section
-    from scripts.bench.stats import paired_verdict
 
     steps = meta["steps"]
     command = (f"python -m scripts.bench.old_logits_experiment --study --seeds {meta['seeds']} --steps {steps} "
@@ -808,10 +698,9 @@ def study_report(results: dict, meta: dict) -> None:
     lines += study_checks(results, meta)
     for key, runs in results.items():
         rows = study_rows(runs, steps)
-        lines += [f"### {key}", "", "| arm | " + " | ".join(c for c, _, _ in STUDY_COLUMNS) + " |",
-                  "|---" * (len(STUDY_COLUMNS) + 1) + "|"]
-        for arm, row in rows.items():
-            lines.append(f"| {arm} | " + " | ".join(_fmt(row[k], d) for _, k, d in STUDY_COLUMNS) + " |")
+        lines += [f"### {key}", "", md_table(["arm", *(c for c, _, _ in STUDY_COLUMNS)],
+                                              [[arm, *(fmt_mean_se(row[k], d) for _, k, d in STUDY_COLUMNS)]
+                                               for arm, row in rows.items()])]
         lines += ["", "Paired differences (final reward; reward AUC; masked fraction):", ""]
         for a, b in STUDY_PAIRS:
             if a in rows and b in rows:
@@ -820,10 +709,10 @@ def study_report(results: dict, meta: dict) -> None:
                              f"{paired_verdict(rows[a]['masked'], rows[b]['masked'])}")
         lines.append("")
     image = ROOT / "docs" / "img" / "old_logits_study.png"
-    study_plot(results, image)
     lines += [f"![old-logit mechanism study](../img/{image.name})", ""]
-    write_section(ROOT / "docs" / "experiments" / "old_logit_mechanism_study.md", STUDY_HEADING, "\n".join(lines))
-    print("\n".join(lines))
+    if doc is not None:
+        study_plot(results, image)
+    publish(doc, STUDY_HEADING, "\n".join(lines))
 
 
 def study_plot(results: dict, path: Path) -> None:

@@ -1,35 +1,26 @@
-"""Old-logit providers end to end on one H200: bf16 vLLM rollout against the
-FSDP2 trainer, a real train/inference mismatch, under real staleness.
-
-``recipes/text_corridor/run_gpu.sh`` (verl's ``main_ppo``, colocate_async, FSDP2 + vLLM) with a tiny
-random Qwen2 (hidden 256, 4 layers: head dim 64 for vLLM's FlashAttention) at the cpu runs'
-learning rate, for every arm of a fair comparison: the same ``ppo_ewma`` loss and the same rollout
-correction (token IS truncated at 2 + token_k1 band [0.5, 2]); only the old-logit source differs
-(``ARMS``), plus fp32-rollout controls for ``current`` and ``snapshot`` (vLLM and trainer in fp32:
-almost no mismatch). Staleness from ``num_warmup_batches`` 3 and 6 (bound 2x), ``--steps`` (>= 60)
-steps, ``--seeds`` (>= 3) seeds per arm. Runs share the card, at most ``--parallel`` at a time. Each
-vLLM engine gets a fixed KV cache (``--kv-cache-bytes``, vLLM's ``kv_cache_memory_bytes``: ``run_gpu.sh``'s
-``KV_CACHE_BYTES``): vLLM then skips the start-up memory profiling that failed
-when three engines profiled at once while other processes freed memory, so runs start
-``--start-gap-s`` apart. With ``--kv-cache-bytes 0`` vLLM profiles, and each run starts only once
-the previous one has trained its first step (its engine is up) or ``--stagger-s`` passed. Host
-memory bounds how many runs share a machine: with verl's defaults a run held ~10 GB of host memory
-and ~13 GB while it started (Ray, 8 TransferQueue storage units and 8 reward workers, the FSDP
-worker, the vLLM engine); nine runs on one 128 GB H200 host reached 120 GB and Ray's memory monitor
-killed workers of several runs (2026-11-28). The study runs 2 storage units and 2 reward workers
-(about 5 GB less per run by Ray's per-actor figures, not yet measured whole), and a run starts only
-while ``--min-free-gb`` are available.
-
-Each run writes ``metrics.jsonl`` and ``run.json`` (wall time, card, versions) under
-``--out/<warmup>/<arm>/seed<k>``; finished runs are reused. The report (``--report-only`` to
-re-write it) is the section ``## GPU: old-logit study`` of docs/results.md: success curve, area
-under it, steps to 0.8, masked fraction by cause (fresh = numerics, stale), clip fraction, max IS
-ratio, collapses, time per step; mean ± SE, differences paired by seed with 2-SE verdicts (over the
-seeds an arm shares with ``current``). ``--keep-runs SOURCE`` copies the finished runs of a machine's
-``--out`` into the repository's results folder, cut to the metrics the report reads.
+"""Old-logit providers end to end on one H200: bf16 vLLM rollout against the FSDP2 trainer, under real staleness.
 
     python -m scripts.bench.old_logits_gpu_study --dry-run        # every unfinished run's command, runs nothing
     python -m scripts.bench.old_logits_gpu_study --steps 60 --seeds 0 1 2
+
+``recipes/text_corridor/run_gpu.sh`` (verl's ``main_ppo``, colocate_async, FSDP2 + vLLM) with a tiny random
+Qwen2 (hidden 256, 4 layers: head dim 64 for vLLM's FlashAttention) for every arm of a fair comparison: the
+same ``ppo_ewma`` loss and rollout correction (token IS truncated at 2 + token_k1 band [0.5, 2]); only the
+old-logit source differs (``ARMS``), plus fp32-rollout controls for ``current`` and ``snapshot``. Staleness
+from ``num_warmup_batches`` 3 and 6 (bound 2x), ``--steps`` (>= 60) steps, ``--seeds`` (>= 3) seeds per arm.
+
+Runs share the card, at most ``--parallel`` at a time. Each vLLM engine gets a fixed KV cache
+(``--kv-cache-bytes``): vLLM then skips the start-up memory profiling that fails when engines profile at
+once while other processes free memory, and runs start ``--start-gap-s`` apart (``--stagger-s`` without a
+fixed cache). Host memory bounds how many runs share a machine (a run holds ~10 GB, ~13 GB while it
+starts; below ~5% free, Ray's memory monitor kills workers of every run): the study runs 2 TransferQueue
+storage units and 2 reward workers, and a run starts only while ``--min-free-gb`` are available.
+
+Each run writes ``metrics.jsonl`` and ``run.json`` under ``--out/<warmup>/<arm>/seed<k>``; finished runs are
+reused. The report (``--report-only``): success curve, area under it, steps to 0.8, masked fraction by
+cause (fresh = numerics, stale), clip fraction, max IS ratio, collapses, time per step; mean ± SE, paired
+differences with 2-SE verdicts over the seeds an arm shares with ``current``. ``--keep-runs SOURCE`` copies
+a machine's finished runs into ``--out``, cut to the metrics the report reads.
 
 Docs section (``--write``; printed otherwise): docs/results.md, "## GPU: old-logit study".
 """
@@ -41,16 +32,15 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
-from scripts.bench.launch import REPO, gpu_environment, load_steps, thread_caps
-from scripts.bench.report import add_write_flags, publish, target
-from scripts.bench.stats import mean_and_se, paired_verdict
+from scripts.bench.launch import REPO, RunSpec, card_slots, finished_walls, gpu_environment, launch, load_steps, run
+from scripts.bench.report import script_parser, publish, table, target
+from scripts.bench.stats import fmt_mean_se, paired_verdict
 
 HEADING = "## GPU: old-logit study"
-SCRIPT = REPO / "recipes/text_corridor/run_gpu.sh"
+SCRIPT = "text_corridor/run_gpu.sh"  # under recipes/
 FP32_TRAINER = ("++actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=fp32",
                 "++actor_rollout_ref.actor.fsdp_config.mixed_precision.reduce_dtype=fp32",
                 "++actor_rollout_ref.actor.fsdp_config.mixed_precision.buffer_dtype=fp32")
@@ -138,87 +128,27 @@ def heading(setting: str) -> str:
     return HEADING if setting == "base" else f"{HEADING}, {setting.replace('_', ' ')}"
 
 
-def start(spec: dict, gpu: int | None = None, threads: dict[str, str] | None = None) -> subprocess.Popen:
-    run_dir = Path(spec["out"])
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "metrics.jsonl").unlink(missing_ok=True)  # verl's file logger appends
-    env = {**os.environ, **(threads or {}), **spec["env"], "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    if gpu is not None:  # one card per run (N_GPUS=1): Ray and vLLM see only this one
-        env["CUDA_VISIBLE_DEVICES"] = str(gpu)
-    model = Path(spec["env"]["MODEL"])
-    if not (model / "config.json").exists():  # head dim 256 / 4 = 64: vLLM's FlashAttention takes it
+def execute(spec: RunSpec, attempts: int, env: dict[str, str]) -> None:
+    """``run``, after making the run's tiny model (head dim 256 / 4 = 64: vLLM's FlashAttention takes it)."""
+    model = Path(spec.env["MODEL"])
+    if not (model / "config.json").exists():
         subprocess.run([sys.executable, "-m", "verl_ext.cli", "make-tiny-model", str(model), "--hidden-size",
-                        "256", "--layers", "4", "--seed", spec["env"]["SEED"]], check=True, env=env)
-    log = open(run_dir / "run.log", "w")
-    proc = subprocess.Popen(["bash", str(SCRIPT), *spec["args"]], cwd=REPO, env=env, stdout=log,
-                            stderr=subprocess.STDOUT)
-    proc.spec, proc.started, proc.log, proc.gpu = spec, time.time(), log, gpu
-    return proc
-
-
-def finish(proc: subprocess.Popen, steps: int, env_info: dict) -> tuple[float, bool]:
-    """Records a run that ended (``run.json``, a line of progress); returns its wall time and
-    whether it reached its last step."""
-    proc.log.close()
-    wall = time.time() - proc.started
-    run_dir = Path(proc.spec["out"])
-    ok = proc.returncode == 0 and steps in load_steps(run_dir / "metrics.jsonl")
-    record = {"wall_s": wall, "ok": ok, **env_info, "overrides": proc.spec["args"]}
-    (run_dir / "run.json").write_text(json.dumps(record))
-    print(f"{proc.spec['arm']} warmup {proc.spec['warmup']} seed {proc.spec['seed']}: "
-          f"{'done' if ok else f'FAILED (exit {proc.returncode})'} in {wall:.0f} s", flush=True)
-    return wall, ok
-
-
-def available_host_gb() -> float:
-    """The host memory available to new processes, in GB."""
-    import psutil
-
-    return psutil.virtual_memory().available / 2**30
-
-
-def least_used_gpu(running: list[subprocess.Popen], gpus: list[int]) -> int | None:
-    """Of the cards ``gpus``, the one with the fewest running runs (None without a list: every run
-    sees every card)."""
-    if not gpus:
-        return None
-    return min(gpus, key=lambda g: sum(p.gpu == g for p in running))
+                        "256", "--layers", "4", "--seed", spec.env["SEED"]], check=True, env={**os.environ, **env})
+    print(f"{spec.label}: done in {run(spec, attempts, env):.0f} s", flush=True)
 
 
 def run_all(args: argparse.Namespace) -> None:
-    """Runs every unfinished spec, at most ``--parallel`` at once, starts spaced (see the module doc);
-    starts none that would end after ``--budget-s`` (a run's expected wall time: the longest one
-    finished so far, else ``--run-s``), so a lent machine's hold ends with no run cut short. A run
-    that fails is queued again, up to ``--retries`` times (start-up failures on a crowded host are
-    mostly transient: a port taken between verl's pick and its bind, a thread limit)."""
-    env_info = gpu_environment()
-    threads = thread_caps(args.parallel, os.cpu_count() or 1)
-    began = time.time()
-    walls: list[float] = []  # of runs that finished: a failed run's short wall would understate a run's
-    pending = [s for s in all_specs(args) if args.steps not in load_steps(Path(s["out"]) / "metrics.jsonl")]
-    tries = {s["out"]: 0 for s in pending}
-    running: list[subprocess.Popen] = []
-    while pending or running:
-        for proc in [p for p in running if p.poll() is not None]:
-            wall, ok = finish(proc, args.steps, env_info)
-            running.remove(proc)
-            if ok:
-                walls.append(wall)
-            elif tries[proc.spec["out"]] < args.retries:
-                tries[proc.spec["out"]] += 1
-                pending.append(proc.spec)
-        if pending and time.time() - began + max(walls, default=args.run_s) > args.budget_s:
-            print(f"budget: {len(pending)} runs not started (the same command continues them)", flush=True)
-            pending = []
-        last = running[-1] if running else None
-        since_last = float("inf") if last is None else time.time() - last.started
-        if args.kv_cache_bytes:  # no memory profiling: only spread the start-ups' CPU load
-            may_start = since_last > args.start_gap_s
-        else:
-            may_start = since_last > args.stagger_s or (Path(last.spec["out"]) / "metrics.jsonl").exists()
-        if pending and len(running) < args.parallel and may_start and available_host_gb() >= args.min_free_gb:
-            running.append(start(pending.pop(0), least_used_gpu(running, args.gpus), threads))
-        time.sleep(5)
+    """Runs every unfinished spec, ``--parallel`` slots spread over ``--gpus``, starts spaced (see the
+    module doc); starts none that would end after ``--budget-s`` (a run's expected wall time: the
+    longest one finished, else ``--run-s``). A failed run is started again up to ``--retries`` times
+    (start-up failures on a crowded host are mostly transient: a port taken between verl's pick and
+    its bind, a thread limit)."""
+    info = gpu_environment()
+    specs = [RunSpec(f"{s['arm']} warmup {s['warmup']} seed {s['seed']}", SCRIPT, Path(s["out"]), args.steps, s["env"],
+                     s["args"], {**info, "overrides": s["args"]}) for s in all_specs(args)]
+    launch(specs, card_slots(args.gpus, args.parallel), attempts=args.retries + 1, execute=execute,
+           start_gap_s=args.start_gap_s if args.kv_cache_bytes else args.stagger_s, min_free_gb=args.min_free_gb,
+           budget_s=args.budget_s, expected_s=lambda _: max(finished_walls(args.out), default=args.run_s))
 
 
 def keep_runs(source: Path, args: argparse.Namespace) -> list[str]:
@@ -298,15 +228,6 @@ def load_results(args: argparse.Namespace) -> tuple[dict, list[dict]]:
     return results, infos
 
 
-def cell(values: np.ndarray, digits: int) -> str:
-    if digits == 0:
-        return f"{int(np.nansum(values))}/{len(values)}"
-    m, se, n = mean_and_se(values)
-    if n < 2:
-        return "n/a" if n == 0 else f"{m:.{digits}f}"
-    return f"{m:.{digits}f} ± {se:.{digits}f}"
-
-
 def report(args: argparse.Namespace) -> str:
     results, infos = load_results(args)
     card = infos[0] if infos else {}
@@ -333,9 +254,8 @@ def report(args: argparse.Namespace) -> str:
     for warmup, arms in sorted(results.items()):
         rows = {arm: summary(runs, args.steps, args.phase_steps) for arm, runs in arms.items()}
         lines += [f"### num_warmup_batches = {warmup} (staleness bound {2 * warmup})", "",
-                  "| arm | seeds | " + " | ".join(c for c, _ in columns) + " |", "|---" * (len(columns) + 2) + "|"]
-        for arm, row in rows.items():
-            lines.append(f"| {arm} | {len(arms[arm])} | " + " | ".join(cell(row[c], d) for c, d in columns) + " |")
+                  table(["arm", "seeds", *(c for c, _ in columns)],
+                        [[arm, len(arms[arm]), *(fmt_mean_se(row[c], d) for c, d in columns)] for arm, row in rows.items()])]
         lines += ["", f"Masked and truncated fractions, clip fraction, max IS ratio and time per step: means over "
                   f"steps 1-{args.phase_steps} (the learning phase). Differences paired by seed (final success; "
                   "success AUC; masked, stale tokens):", ""]
@@ -362,13 +282,13 @@ def report(args: argparse.Namespace) -> str:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = script_parser(__doc__, context=True)
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--parallel", type=int, default=6, help="runs at once, all cards together")
     parser.add_argument("--gpus", type=int, nargs="*", default=[], metavar="INDEX",
-                        help="cards to spread the runs over (e.g. --gpus 0 3): each run gets the least used one "
-                        "as its CUDA_VISIBLE_DEVICES; none given: every run sees every card")
+                        help="cards to spread the runs over (e.g. --gpus 0 3): the --parallel slots take them in turn "
+                        "as their CUDA_VISIBLE_DEVICES; none given: every run sees every card")
     parser.add_argument("--kv-cache-bytes", type=int, default=1 << 30,
                         help="vLLM KV cache per run (skips its memory profiling); 0: profile, starts staggered")
     parser.add_argument("--start-gap-s", type=float, default=20.0, help="seconds between starts with a fixed KV cache")
@@ -383,20 +303,18 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--phase-steps", type=int, default=20,
                         help="report the correction's fractions over the first this many steps (the learning phase)")
     parser.add_argument("--stagger-s", type=float, default=180.0,
-                        help="without a fixed KV cache: start the next run after the last one's first step, or after this long")
+                        help="without a fixed KV cache: seconds between starts (one engine profiles at a time)")
     parser.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS), metavar="ARM",
                         help=f"arms to run, in this order within each seed and warm-up (default: all: {list(ARMS)})")
     parser.add_argument("--retries", type=int, default=1, help="times a failed run is queued again")
     parser.add_argument("--budget-s", type=float, default=float("inf"), help="start no run that would end after this")
     parser.add_argument("--run-s", type=float, default=600.0, help="a run's expected wall time until one has finished")
     parser.add_argument("--out", type=Path, default=REPO / "runs/old_logits_gpu_study")
-    add_write_flags(parser)
     parser.add_argument("--dry-run", action="store_true", help="print every run's environment and command; run nothing")
     parser.add_argument("--report-only", action="store_true", help="run nothing; report the runs under --out")
     parser.add_argument("--keep-runs", type=Path, metavar="SOURCE",
                         help="copy the finished runs under SOURCE (another machine's --out) into --out, their metrics "
                         "cut to what the report reads, then report")
-    parser.add_argument("--context", default="", help="how the runs were made (machine, other load), in the report")
     args = parser.parse_args(argv)
     if args.steps < 60 or len(args.seeds) < 3:
         print("warning: a comparison needs >= 60 steps and >= 3 seeds per arm", file=sys.stderr)
@@ -404,7 +322,7 @@ def main(argv: list[str]) -> int:
         for spec in all_specs(args):
             if args.steps in load_steps(Path(spec["out"]) / "metrics.jsonl"):
                 continue  # finished: run_all skips it too
-            print(json.dumps({**spec, "command": ["bash", str(SCRIPT.relative_to(REPO)), *spec["args"]]}))
+            print(json.dumps({**spec, "command": ["bash", f"recipes/{SCRIPT}", *spec["args"]]}))
         return 0
     if args.keep_runs:
         copied = keep_runs(args.keep_runs, args)

@@ -10,11 +10,21 @@ REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "docs" / "results.md"
 
 
-def add_write_flags(parser: argparse.ArgumentParser, doc: Path = RESULTS) -> argparse.ArgumentParser:
+def add_write_flags(parser: argparse.ArgumentParser, doc: Path | None = RESULTS) -> argparse.ArgumentParser:
     """The one convention of every script: the section is printed; ``--write`` also writes it into
     ``--doc`` (the script's own page by default)."""
     parser.add_argument("--write", action="store_true", help="write the section into --doc (default: print only)")
     parser.add_argument("--doc", type=Path, default=doc, help="the page --write updates")
+    return parser
+
+
+def script_parser(module_doc: str, doc: Path | None = RESULTS, context: bool = False) -> argparse.ArgumentParser:
+    """A script's parser: its docstring's first line as the description, ``add_write_flags`` and, with
+    ``context``, ``--context`` (how the runs were made: machine, other load), printed with the section."""
+    parser = add_write_flags(argparse.ArgumentParser(description=module_doc.splitlines()[0]), doc)
+    if context:
+        parser.add_argument("--context", default="", help="how the runs were made (machine, other load), "
+                            "printed with the section")
     return parser
 
 
@@ -23,16 +33,17 @@ def target(args: argparse.Namespace) -> Path | None:
     return args.doc if args.write else None
 
 
-def publish(doc: Path | None, heading: str, section: str) -> None:
-    """Print ``section``; with a ``doc``, also replace its section under ``heading`` there."""
+def publish(doc: Path | None, heading: str, section: str, until: str = "\n## ") -> None:
+    """Print ``section``; with a ``doc``, also replace its section under ``heading`` there (``write_section``)."""
     print(section)
     if doc is not None:
-        write_section(doc, heading, section)
+        write_section(doc, heading, section, until)
         print(f"wrote {doc} ({heading!r})")
 
 
-def write_section(doc: Path, heading: str, section: str) -> None:
-    """Replace the section under ``heading`` in ``doc`` (up to the next ``## `` heading), or append it."""
+def write_section(doc: Path, heading: str, section: str, until: str = "\n## ") -> None:
+    """Replace the section under ``heading`` in ``doc`` (up to the next ``until``: a ``## `` heading, or
+    ``"\n#"`` to keep the subsections other scripts write under it), or append it."""
     heading = heading.rstrip("\n")
     text = doc.read_text() if doc.exists() else "# Results\n"
     section = section.rstrip("\n") + "\n\n"  # one blank line before the next section
@@ -40,7 +51,7 @@ def write_section(doc: Path, heading: str, section: str) -> None:
     if start < 0:
         text = text.rstrip("\n") + "\n\n" + section
     else:
-        end = text.find("\n## ", start + len(heading))
+        end = text.find(until, start + len(heading))
         text = text[:start] + section + (text[end + 1:] if end >= 0 else "")
     doc.write_text(text)
 

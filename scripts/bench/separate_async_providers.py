@@ -1,45 +1,36 @@
-"""Old-logit providers under verl's ``separate_async`` trainer: how exact each one is, what verl's
-rollout correction removes from fresh and from stale tokens, and what verl-ext's hooks cost against
-verl's own ``separate_async`` step. Writes the section "separate_async: old-logit providers
-(<backend>)" of ``docs/results.md``.
+"""Old-logit providers under verl's ``separate_async`` trainer: how exact each is, what the correction removes, what the hooks cost.
 
     python -m scripts.bench.separate_async_providers --backend cpu --out runs/separate_async_cpu
     python -m scripts.bench.separate_async_providers --backend gpu --out runs/separate_async_gpu --parallel 4
     python -m scripts.bench.separate_async_providers --backend cpu --results runs/separate_async_cpu   # table only
 
 Arms: ``verl`` (verl's own ``separate_async`` trainer, no verl-ext hook) and every provider under
-``verl_ext_separate_async`` (``current`` is verl's own anchor, the weights its sync window started
-from, with the hooks around it). Every arm the same seed, verl's PPO loss, GRPO and the same rollout
-correction: token IS truncated at 2 and a token_k1 rejection band [0.998, 1.002] on ρ = π_old/μ, tight
-enough to fire on bf16 numerics, with a bf16 rollout against the trainer (cpu: the ``hf`` server in
-bf16 against the fp32 trainer; gpu: vLLM against the FSDP2 trainer), so the band's rate on fresh
-tokens is the numerics rate and what it adds on stale tokens is staleness left in ρ. Partial
-rollouts span windows (responses decoded 8 at a time, verl's ``wait`` sampler, bound 2).
+``verl_ext_separate_async`` (``current`` is verl's own anchor, the weights its sync window started from,
+with the hooks around it). Every arm: the same seed, verl's PPO loss, GRPO and the same rollout correction
+(token IS truncated at 2, token_k1 band [0.998, 1.002] on ρ = π_old/μ, tight enough to fire on bf16
+numerics), a bf16 rollout against the trainer, so the band's rate on fresh tokens is the numerics rate and
+what it adds on stale tokens is staleness left in ρ. Partial rollouts span windows (bound 2).
 
-- cpu: ``recipes/quickstart/run_cpu.sh`` (tiny random model, arithmetic), a standalone ``hf`` replica
-  on a fake GPU of its own, weights through host memory; runs one at a time.
-- gpu: ``recipes/text_corridor/run_gpu.sh`` with ``MODE=separate_async SHARE_CARD=1``: trainer and
-  standalone vLLM on one card. ``--parallel N`` runs N arms side by side on the card (each with a
-  fixed KV cache), so host noise hits them alike; step times are compared within one such batch.
+- cpu: ``recipes/quickstart/run_cpu.sh``, a standalone ``hf`` replica on a fake GPU of its own; one run at a time.
+- gpu: ``recipes/text_corridor/run_gpu.sh`` with ``MODE=separate_async SHARE_CARD=1``; ``--parallel N`` runs
+  N arms side by side on the card (each with a fixed KV cache), and step times are compared within one batch.
 
-The table: per arm, over the steps after the first (whose batch holds no stale token), the mean
-exact-token share (``old_logits/exact_token_share``), the band's masked fraction of fresh and of stale
-tokens and the truncated fraction of stale tokens (``old_logits/correction/*``), the hooks' share of
-the step (``verl_ext/time/share_of_step``, median) and the median step time against ``verl``'s.
+The table, per arm over the steps after the first: the exact-token share, the band's masked fraction of
+fresh and stale tokens, the truncated fraction of stale tokens, the hooks' share of the step and the
+median step time against ``verl``'s.
 
 Docs section (``--write``; printed otherwise): docs/results.md, "## separate_async: old-logit providers (<backend>)".
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from scripts.bench.launch import gpu_environment, load_steps, run_once, thread_caps
-from scripts.bench.report import add_write_flags, publish, target
+from scripts.bench.launch import RunSpec, card_slots, gpu_environment, launch, load_steps
+from scripts.bench.report import publish, script_parser, target
+from scripts.bench.report import table as md_table  # table() below is the docs section
 
 PLAIN = "verl"
 ARMS = (PLAIN, "current", "snapshot", "ewma", "loglinear", "rollout", "dedicated", "interrupt")
@@ -96,41 +87,33 @@ def table(out: Path, arms: tuple[str, ...]) -> str:
     def pct(x: float) -> str:
         return "—" if x != x else f"{100 * x:.1f}%"
 
-    lines = ["| arm | exact-token share | stale tokens | masked fresh | masked stale | truncated stale | "
-             "hooks' share of the step | step time vs `verl` |", "|---|---|---|---|---|---|---|---|"]
-    for arm, r in rows.items():
-        ratio = "1.00" if arm == PLAIN else ("—" if r["step_s"] != r["step_s"] else f"{r['step_s'] / plain:.2f}")
-        exact = "—" if arm == PLAIN or r["exact"] != r["exact"] else f"{r['exact']:.3f}"  # verl's own logs none
-        lines.append(f"| `{arm}` | {exact} | {pct(r['stale'])} | {pct(r['masked_fresh'])} | {pct(r['masked_stale'])} | "
-                     f"{pct(r['truncated_stale'])} | {pct(r['hooks'])} | {ratio} |")
-    return "\n".join(lines)
+    return md_table(
+        ["arm", "exact-token share", "stale tokens", "masked fresh", "masked stale", "truncated stale",
+         "hooks' share of the step", "step time vs `verl`"],
+        [[f"`{arm}`", "—" if arm == PLAIN or r["exact"] != r["exact"] else f"{r['exact']:.3f}",  # verl's own logs none
+          *(pct(r[k]) for k in ("stale", "masked_fresh", "masked_stale", "truncated_stale", "hooks")),
+          "1.00" if arm == PLAIN else ("—" if r["step_s"] != r["step_s"] else f"{r['step_s'] / plain:.2f}")]
+         for arm, r in rows.items()])
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = script_parser(__doc__)
     parser.add_argument("--backend", choices=("cpu", "gpu"), required=True)
     parser.add_argument("--out", type=Path, help="runs folder (one subfolder per arm; finished arms are kept)")
     parser.add_argument("--results", type=Path, help="write the table from this runs folder, run nothing")
     parser.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS))
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--parallel", type=int, default=1, help="arms run side by side (gpu: on one card)")
-    add_write_flags(parser)
     args = parser.parse_args(argv)
     out = args.results or args.out
     if out is None:
         parser.error("give --out (run) or --results (table only)")
     arms = tuple(args.arms)
     if args.results is None:
-        caps = thread_caps(args.parallel, 16 if args.backend == "gpu" else 2)
         info = gpu_environment() if args.backend == "gpu" else {}
-
-        def run(arm: str) -> None:
-            script, env, overrides = arm_run(args.backend, arm)
-            run_once(script, {**env, **caps}, args.steps, out / arm, attempts=2, label=arm, script_args=overrides,
-                     info=info)
-
-        with ThreadPoolExecutor(args.parallel) as pool:
-            list(pool.map(run, arms))
+        specs = [RunSpec(arm, script, out / arm, args.steps, env, overrides, info)
+                 for arm in arms for script, env, overrides in [arm_run(args.backend, arm)]]
+        launch(specs, card_slots([], args.parallel), cpus=16 if args.backend == "gpu" else 2)
     command = (f"python -m scripts.bench.separate_async_providers --backend {args.backend} --steps {args.steps} "
                f"--parallel {args.parallel} --arms {' '.join(arms)}")
     recorded = [out / arm / "run.json" for arm in arms if (out / arm / "run.json").exists()]

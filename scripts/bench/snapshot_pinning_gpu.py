@@ -1,28 +1,20 @@
-"""What a snapshot save costs the host and the step, by how its pinned host buffers are allocated
-(the 7B ``snapshot`` arm's save left 0.476 s a step on the critical path and ran a
-125 GiB host out of memory).
+"""What a snapshot save costs the host and the step, by how its pinned host buffers are allocated.
 
     python -m scripts.bench.snapshot_pinning_gpu --out runs/pinning.json          # on a CUDA machine
     python -m scripts.bench.snapshot_pinning_gpu --results runs/pinning.json --context "..."
 
-What runs. For each architecture (fp32 tensors of Qwen2.5-1.5B's and 7B's parameter shapes, the
-vocabulary of the hook-cost runs' local tokenizer, on the GPU) and each allocation, in a fresh
-process: ``SnapshotStore(max_versions=1)`` saves the weights ``--saves`` times the way the trainer
-does (``begin_save``, then ``wait_saved`` before the next write), each save begun before a fixed
-compute load is queued on the current stream (bf16 matmuls standing in for the actor update's
-forward and backward), as ``set_version`` begins it before the update's work. Allocations: ``one_buffer`` (verl-ext's: one buffer of the
-weights' exact bytes per copy, page-locked with ``cudaHostRegister``) and ``per_tensor`` (the
-earlier code: one ``torch.empty(pin_memory=True)`` per tensor through PyTorch's caching host
-allocator, which rounds each to a power of two) and ``one_buffer_bf16`` (``one_buffer`` with
-``algorithm.old_logits.snapshot.dtype=bf16``: the copy narrowed to bfloat16 on the GPU; its resident
-multiple is of the fp32 weights' bytes, 0.5x at best).
+For each architecture (fp32 tensors of Qwen2.5-1.5B's and 7B's parameter shapes, on the GPU) and each
+allocation, in a fresh process: ``SnapshotStore(max_versions=1)`` saves the weights ``--saves`` times as the
+trainer does (``begin_save``, then ``wait_saved`` before the next write), each save begun before a fixed
+compute load (bf16 matmuls standing in for the actor update) is queued on the current stream. Allocations:
+``one_buffer`` (one buffer of the weights' exact bytes per copy, page-locked with ``cudaHostRegister``),
+``per_tensor`` (one ``torch.empty(pin_memory=True)`` per tensor through PyTorch's caching host allocator,
+which rounds each to a power of two) and ``one_buffer_bf16`` (the copy narrowed to bfloat16 on the GPU).
 
-Per save: ``host_s``, the host's time inside ``begin_save``; ``stream_s``, the compute stream's
-time across it (what ``verl_ext/time/snapshot_save`` reads in the trainer); ``added_s``, the
-save-plus-load time to the end of ``wait_saved``'s stream wait minus the load alone (median of
-``--saves`` loads without a save): the save's share of the critical path. Memory: the process's
-resident host bytes after the saves minus before them. The first save allocates; the table
-gives it apart and the median of the later ones.
+Per save: ``host_s``, the host's time inside ``begin_save``; ``stream_s``, the compute stream's time across
+it (what ``verl_ext/time/snapshot_save`` reads); ``added_s``, the save's share of the critical path
+(save-plus-load time minus the load alone). Memory: the process's resident host bytes added by the saves.
+The first save allocates; the table gives it apart from the median of the later ones.
 
 Docs section (``--write``; printed otherwise): docs/results.md, "## GPU: snapshot host buffers, ...".
 """
@@ -38,7 +30,7 @@ import sys
 import time
 from pathlib import Path
 
-from scripts.bench.report import add_write_flags, publish, target
+from scripts.bench.report import publish, script_parser, table, target
 
 ALLOCATIONS = ("one_buffer", "per_tensor", "one_buffer_bf16")
 VOCAB = 516  # the local tokenizer of the hook-cost runs' models (docs/bench_results/hook_cost_*)
@@ -127,16 +119,13 @@ def report(rows: list[dict], context: str) -> str:
              "load to `wait_saved` minus the load alone (the save's critical-path cost); resident: host memory the "
              "saves added, as a multiple of the weights' bytes. First save (allocates) | median of the later ones.",
              "",
-             "| arch | allocation | weights GB | load s | first: host s | first: added s | later: host s | "
-             "later: stream s | later: added s | resident GB (x weights) |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in rows:
-        gb = r["param_bytes"] / 1e9
-        lines.append(
-            f"| {r['arch']} | {r['allocation']} | {gb:.2f} | {r['load_s']:.3f} | {r['first']['host_s']:.2f} | "
-            f"{r['first']['added_s']:.2f} | {r['later']['host_s']:.4f} | {r['later']['stream_s']:.4f} | "
-            f"{r['later']['added_s']:.4f} | {r['resident_bytes_added'] / 1e9:.1f} "
-            f"({r['resident_bytes_added'] / r['param_bytes']:.2f}x) |")
+             table(["arch", "allocation", "weights GB", "load s", "first: host s", "first: added s", "later: host s",
+                    "later: stream s", "later: added s", "resident GB (x weights)"],
+                   [[r["arch"], r["allocation"], f"{r['param_bytes'] / 1e9:.2f}", f"{r['load_s']:.3f}",
+                     f"{r['first']['host_s']:.2f}", f"{r['first']['added_s']:.2f}",
+                     *(f"{r['later'][k]:.4f}" for k in ("host_s", "stream_s", "added_s")),
+                     f"{r['resident_bytes_added'] / 1e9:.1f} ({r['resident_bytes_added'] / r['param_bytes']:.2f}x)"]
+                    for r in rows], align="llrrrrrrrr")]
     by = {(r["arch"], r["allocation"]): r for r in rows}
     for arch in dict.fromkeys(r["arch"] for r in rows):
         one, per = by.get((arch, "one_buffer")), by.get((arch, "per_tensor"))
@@ -151,7 +140,7 @@ def report(rows: list[dict], context: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = script_parser(__doc__, context=True)
     parser.add_argument("--archs", nargs="+", default=["qwen2.5-1.5b", "qwen2.5-7b"])
     parser.add_argument("--allocations", nargs="+", choices=ALLOCATIONS, default=list(ALLOCATIONS))
     parser.add_argument("--saves", type=int, default=6)
@@ -159,8 +148,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--load-matmuls", type=int, default=600, help="8192^2 bf16 matmuls per load (~1 s on an H200)")
     parser.add_argument("--out", type=Path, help="JSON lines, one per (arch, allocation)")
     parser.add_argument("--results", type=Path, help="write the docs section from this --out file")
-    parser.add_argument("--context", default="", help="the machine and the date, for the section's first line")
-    add_write_flags(parser)
     parser.add_argument("--one", nargs=2, metavar=("ARCH", "ALLOCATION"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:

@@ -109,3 +109,23 @@ def paired_verdict(a, b, digits: int = 3) -> str:
         return "n/a"
     verdict = "**exceeds 2 SE**" if d.exceeds_2se else "within 2 SE"
     return f"{d.mean:+.{digits}f} ± {d.se:.{digits}f} ({verdict})"
+
+
+def fmt_mean_se(values, digits: int = 2) -> str:
+    """``mean ± SE`` over the finite values (the mean alone for one value, ``n/a`` for none); ``digits``
+    0: per-seed 0/1 flags, shown as their count ``k/n``."""
+    if digits == 0:
+        return f"{int(np.nansum(values))}/{len(values)}"
+    m, se, n = mean_and_se(values)
+    if n == 0:
+        return "n/a"
+    return f"{m:.{digits}f}" if n == 1 else f"{m:.{digits}f} ± {se:.{digits}f}"
+
+
+def two_se_verdict(diff: float, se: float, digits: int = 2, n: int | None = None) -> str:
+    """``+d (2 SE = s[, n seeds]): verdict``: whether |diff| exceeds two standard errors of it."""
+    finite = bool(np.isfinite(se))
+    verdict = ("**exceeds** 2 SE" if abs(diff) > 2 * se else "within 2 SE") if finite else \
+        "SE undefined (fewer than 2 seeds)"
+    two_se = f"{2 * se:.{digits}f}" if finite else "n/a"
+    return f"{diff:+.{digits}f} (2 SE = {two_se}{'' if n is None else f', {n} seeds'}): {verdict}"

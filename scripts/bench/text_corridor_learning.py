@@ -1,19 +1,10 @@
 """Does the tiny model learn TextCorridor? grpo vs gigpo vs hgpo through verl's real trainer.
 
-Runs ``recipes/text_corridor/run_cpu.sh`` once per (estimator, seed), sequentially (one trainer
-at a time on a 2-core machine), with the same seeds and the same budget, then reads verl's per-step
-metrics from each run's JSONL file logger and writes:
-
-- the section ``## Stepwise advantages: text corridor learning`` of ``docs/results.md``
-  (replaced in place; the rest of the file is left alone);
-- ``docs/img/text_corridor_learning.png``: validation and training success over steps.
-
-The tables are generated; a hand-written reading of one run is kept in
-``recipes/text_corridor/learning_notes.md`` and only linked from the section.
-
-A run whose ``metrics.jsonl`` already reaches the last step is reused, so the script can be
-re-run to add seeds or to redraw the table (``--report-only`` runs nothing). Shared machinery:
-``learning_runs.py``.
+Runs ``recipes/text_corridor/run_cpu.sh`` once per (estimator, seed), one at a time, with the same seeds
+and budget, then tabulates verl's per-step metrics and plots validation and training success
+(``docs/img/text_corridor_learning.png``). A hand-written reading of one run is kept in
+``recipes/text_corridor/learning_notes.md`` and only linked. Finished runs are reused; ``--report-only``
+runs nothing. Shared machinery: ``learning_runs.py``.
 
     python -m scripts.bench.text_corridor_learning --steps 30 --seeds 0 1
 
@@ -22,16 +13,16 @@ Docs section (``--write``; printed otherwise): docs/results.md, "## Stepwise adv
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 from pathlib import Path
 
 import numpy as np
-from scripts.bench.launch import REPO, load_steps, run_once, Runs
-from scripts.bench.learning_runs import cell, logged_steps, machine_line, plot_curves, series, wall_times
-from scripts.bench.report import add_write_flags, publish, target
+from scripts.bench.launch import REPO, RunSpec, Runs, launch, load_steps
+from scripts.bench.learning_runs import (before_after, cell, logged_steps, machine_line, plot_curves, series, step_table,
+                                         wall_times)
+from scripts.bench.report import publish, script_parser, table, target
 
 NOTES = "recipes/text_corridor/learning_notes.md"
 HEADING = "## Stepwise advantages: text corridor learning"
@@ -47,8 +38,6 @@ def report(results: dict[str, Runs], steps: int, runs_info: dict[str, list[dict]
     seeds = sorted(next(iter(results.values())))
     val_steps = logged_steps(results, VAL_SUCCESS)
     windows = [(lo, min(lo + 9, steps)) for lo in range(1, steps + 1, 10)]
-    header = "| " + " | ".join(estimators) + " |"
-    rule = "|---" * (len(estimators) + 1) + "|"
     lines = [
         HEADING, "",
         machine_line(runs_info),
@@ -63,25 +52,17 @@ def report(results: dict[str, Runs], steps: int, runs_info: dict[str, list[dict]
         "",
         "**Validation success rate** (64 held-out seeds, one sampled episode each at temperature 1; "
         "mean over seeds, per seed in brackets):", "",
-        "| step " + header, rule,
+        step_table(results, VAL_SUCCESS, val_steps),
+        "", "**Training success rate** (32 episodes per step, averaged over the window):", "",
+        table(["steps", *estimators], [
+            [f"{lo}-{hi}", *(cell(np.nanmean(series(results[e], TRAIN_SUCCESS, list(range(lo, hi + 1))), axis=1))
+                             for e in estimators)] for lo, hi in windows]),
+        "", f"**What the policy does** (validation, step 0 -> step {val_steps[-1]}):", "",
+        table(["metric", *estimators], [
+            *(before_after(results, name, key, val_steps[-1]) for name, key in (
+                ("share of R actions", VAL_RIGHT), ("share of invalid answers", VAL_INVALID))),
+            ["wall time per run (s)", *wall_times(runs_info, estimators)]]),
     ]
-    for s in val_steps:
-        cells = [cell(series(results[e], VAL_SUCCESS, [s])[:, 0]) for e in estimators]
-        lines.append(f"| {s} | " + " | ".join(cells) + " |")
-    lines += ["", "**Training success rate** (32 episodes per step, averaged over the window):", "",
-              "| steps " + header, rule]
-    for lo, hi in windows:
-        cells = [cell(np.nanmean(series(results[e], TRAIN_SUCCESS, list(range(lo, hi + 1))), axis=1))
-                 for e in estimators]
-        lines.append(f"| {lo}-{hi} | " + " | ".join(cells) + " |")
-    last = val_steps[-1]
-    lines += ["", f"**What the policy does** (validation, step 0 -> step {last}):", "",
-              "| metric " + header, rule]
-    for name, key in (("share of R actions", VAL_RIGHT), ("share of invalid answers", VAL_INVALID)):
-        cells = [f"{np.nanmean(series(results[e], key, [0])):.2f} -> "
-                 f"{np.nanmean(series(results[e], key, [last])):.2f}" for e in estimators]
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    lines.append("| wall time per run (s) | " + " | ".join(wall_times(runs_info, estimators)) + " |")
     lines += ["", f"![text corridor learning curves]({os.path.relpath(plot_path, REPO / 'docs')})", ""]
     lines += [f"A reading of these tables, written by hand for the run they came from, is in `{NOTES}`; it is not "
               "regenerated with them.", ""]
@@ -89,25 +70,24 @@ def report(results: dict[str, Runs], steps: int, runs_info: dict[str, list[dict]
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = script_parser(__doc__)
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--estimators", nargs="+", default=["grpo", "gigpo", "hgpo"])
     parser.add_argument("--out", type=Path, default=REPO / "runs/text_corridor_bench")
-    add_write_flags(parser)
     parser.add_argument("--plot", type=Path, default=REPO / "docs/img/text_corridor_learning.png")
     parser.add_argument("--attempts", type=int, default=3, help="tries per run before giving up")
     parser.add_argument("--report-only", action="store_true", help="run nothing; report the runs under --out")
     args = parser.parse_args(argv)
     runs_info: dict[str, list[dict]] = {e: [] for e in args.estimators}
     results: dict[str, Runs] = {e: {} for e in args.estimators}
-    for seed in args.seeds:  # seed-major: a partial sweep still compares every estimator
+    if not args.report_only:  # seed-major: a partial sweep still compares every estimator
+        launch([RunSpec(f"{estimator} seed {seed}", "text_corridor/run_cpu.sh", args.out / f"{estimator}-seed{seed}",
+                        args.steps, {"ADV": estimator, "SEED": str(seed)})
+                for seed in args.seeds for estimator in args.estimators], attempts=args.attempts)
+    for seed in args.seeds:
         for estimator in args.estimators:
             out = args.out / f"{estimator}-seed{seed}"
-            if not args.report_only:
-                wall = run_once("text_corridor/run_cpu.sh", {"ADV": estimator, "SEED": str(seed)}, args.steps, out,
-                                args.attempts, f"{estimator} seed {seed}")
-                print(f"{estimator} seed {seed}: " + ("reused" if wall is None else f"{wall:.0f} s"), flush=True)
             if (out / "run.json").exists():
                 runs_info[estimator].append(json.loads((out / "run.json").read_text()))
             results[estimator][seed] = load_steps(out / "metrics.jsonl")

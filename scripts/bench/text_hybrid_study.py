@@ -1,23 +1,18 @@
-"""Does each plugin earn its place? The text_hybrid study: the tiny model on the
-browserless hybrid GUI + tool apps, one T/G decision per subgoal, through verl's real trainer
-(``recipes/text_hybrid/run_cpu.sh``), same seeds and budget for every arm.
+"""Does each plugin earn its place? The tiny model on the browserless hybrid GUI + tool apps through verl's trainer.
+
+``recipes/text_hybrid/run_cpu.sh``, one T/G decision per subgoal, same seeds and budget for every arm:
 
 - ``estimators`` (synchronous, verl's PPO loss): grpo vs gigpo vs hgpo: held-out success, steps per
-  successful episode, and *when to switch*: the tool-use rate where tools are strictly shorter vs
-  where the GUI is, per task (any tool call on a tool-beneficial task) and per decision.
-- ``old_logits`` (verl's colocate_async, batches queued 3 ahead, hgpo): fair arms: every
-  arm trains with the same decoupled loss (``ppo_ewma``) and the same rollout correction (token IS
-  truncated at 2 + the token_k1 band of ``recipes/async_agentic``), only the old-logit source
-  differs: ``current`` (verl's recomputation), ``rollout`` (bypass), ``snapshot`` (exact), ``ewma``
-  (calibrated), ``ewma_bound`` (the earlier fixed decay), ``loglinear``: final success, PPO
-  clip fraction, what the correction removes from fresh and stale tokens, per-token staleness, the
-  EWMA's age, time per step.
+  successful episode, and *when to switch*: the tool-use rate where tools are strictly shorter vs where the
+  GUI is, per task and per decision.
+- ``old_logits`` (verl's colocate_async, batches queued 3 ahead, hgpo): fair arms with the same loss
+  (``ppo_ewma``) and rollout correction, only the old-logit source differs (``current``, ``rollout``,
+  ``snapshot``, ``ewma``, ``ewma_bound``, ``loglinear``): final success, clip fraction, what the correction
+  removes from fresh and stale tokens, per-token staleness, the EWMA's age, time per step.
 
-Mean and standard error over seeds per arm; every pairwise difference of an arm's final value is
-tested against two standard errors of the difference (``compare``), and the section says which
-exceed it. Runs are sequential and seed-major (a partial sweep still compares every arm); a
-finished run is reused; ``--report-only`` runs nothing and reports exactly the runs found.
-Writes the section ``## text_hybrid study: ...`` of ``docs/results.md`` and PNGs in docs/img/.
+Mean and standard error over seeds per arm; every pairwise difference of final values is tested against
+two standard errors of the difference (``compare``). Runs are seed-major (a partial sweep still compares
+every arm); finished runs are reused; ``--report-only`` reports exactly the runs found.
 
     python -m scripts.bench.text_hybrid_study --steps 25 --seeds 0 1 2
 
@@ -34,10 +29,10 @@ from itertools import combinations
 from pathlib import Path
 
 import numpy as np
-from scripts.bench.launch import REPO, load_steps, run_once, Runs
+from scripts.bench.launch import REPO, RunSpec, Runs, launch, load_steps
 from scripts.bench.learning_runs import machine_line, series, study_command, study_parser
-from scripts.bench.report import publish, target
-from scripts.bench.stats import mean_and_se
+from scripts.bench.report import publish, table, target
+from scripts.bench.stats import fmt_mean_se, mean_and_se, two_se_verdict
 
 HEADING = "## text_hybrid study: which plugin earns its place"
 SCRIPT = "text_hybrid/run_cpu.sh"
@@ -107,13 +102,6 @@ def derived(runs: Runs, steps: list[int], max_steps: int = MAX_STEPS, val: str =
 
 
 # --- statistics ------------------------------------------------------------------------------------
-def fmt(values: np.ndarray, digits: int = 2) -> str:
-    m, se, n = mean_and_se(values)
-    if n == 0:
-        return "n/a"
-    return f"{m:.{digits}f}" if n == 1 else f"{m:.{digits}f} ± {se:.{digits}f}"
-
-
 @dataclass(frozen=True)
 class Comparison:
     a: str
@@ -152,14 +140,8 @@ def compare(arms: dict[str, np.ndarray], episodes: int | None = None) -> list[Co
 def comparison_lines(metric: str, arms: dict[str, np.ndarray], digits: int = 2,
                      episodes: int | None = None) -> list[str]:
     """One bullet per pair: the difference, 2 SE, and whether it exceeds them."""
-    lines = []
-    for c in compare(arms, episodes):
-        if not np.isfinite(c.diff):
-            continue
-        verdict = ("**exceeds** 2 SE" if c.exceeds else "within 2 SE" if np.isfinite(c.se)
-                   else "SE undefined (fewer than 2 seeds)")
-        lines.append(f"- {metric}, {c.a} - {c.b}: {c.diff:+.{digits}f} (2 SE = {2 * c.se:.{digits}f}): {verdict}")
-    return lines
+    return [f"- {metric}, {c.a} - {c.b}: {two_se_verdict(c.diff, c.se, digits)}"
+            for c in compare(arms, episodes) if np.isfinite(c.diff)]
 
 
 def final(values: np.ndarray) -> np.ndarray:
@@ -187,12 +169,9 @@ def val_steps(results: dict[str, Runs]) -> list[int]:
 
 
 def _step_table(results: dict[str, Runs], name: str, steps: list[int], digits: int = 2) -> list[str]:
-    arms = list(results)
-    lines = ["| step | " + " | ".join(arms) + " |", "|---" * (len(arms) + 1) + "|"]
-    values = {arm: derived(results[arm], steps)[name] for arm in arms}
-    for j, s in enumerate(steps):
-        lines.append(f"| {s} | " + " | ".join(fmt(values[arm][:, j], digits) for arm in arms) + " |")
-    return lines
+    values = {arm: derived(results[arm], steps)[name] for arm in results}
+    return table(["step", *results], [[s, *(fmt_mean_se(v[:, j], digits) for v in values.values())]
+                                      for j, s in enumerate(steps)]).splitlines()
 
 
 def seeds_ran(results: dict[str, Runs], steps: int) -> str:
@@ -253,16 +232,14 @@ def estimators_section(results: dict[str, Runs], steps: int, refs: dict[str, flo
         "strictly shorter to the end of the task from the state the policy reached (ties and decisions "
         "without a tool left out). Validation episodes, so an episode cut short by an invalid answer "
         "counts its decisions so far.", "",
-        "| arm | step | tool use, tools help (task) | tool use, tools do not help (task) | T where tools "
-        "shorter (decision) | T where GUI shorter (decision) | goal met (decision) |",
-        "|---|---|---|---|---|---|---|",
+        table(["arm", "step", "tool use, tools help (task)", "tool use, tools do not help (task)",
+               "T where tools shorter (decision)", "T where GUI shorter (decision)", "goal met (decision)"],
+              [[arm, vs[j], *(fmt_mean_se(d[k][:, j]) for k in ("tool_when_beneficial", "tool_when_not",
+                                                                "decision_tool_when_shorter",
+                                                                "decision_tool_when_gui_shorter")),
+                goal_met(d["decision_tool_when_shorter"][:, j], d["decision_tool_when_gui_shorter"][:, j])]
+               for arm, d in last.items() for j in (sorted({0, len(vs) - 1}) if vs else [])]),
     ]
-    for arm, d in last.items():
-        for j in sorted({0, len(vs) - 1}) if vs else []:
-            cells = [fmt(d[k][:, j]) for k in ("tool_when_beneficial", "tool_when_not", "decision_tool_when_shorter",
-                                               "decision_tool_when_gui_shorter")]
-            met = goal_met(d["decision_tool_when_shorter"][:, j], d["decision_tool_when_gui_shorter"][:, j])
-            lines.append(f"| {arm} | {vs[j]} | " + " | ".join(cells) + f" | {met} |")
     lines += ["", *comparison_lines("T where tools shorter minus T where GUI shorter (final, per seed)", {
         a: final(d["decision_tool_when_shorter"]) - final(d["decision_tool_when_gui_shorter"]) for a, d in last.items()})]
     lines += ["", f"![text_hybrid estimators]({plot})", ""]
@@ -301,13 +278,11 @@ def old_logits_section(results: dict[str, Runs], steps: int, plot: str) -> list[
         "`ewma_bound`: com = staleness bound, the earlier fixed decay). On this backend rollout and "
         "trainer are both fp32 unless `actor_rollout_ref.rollout.dtype=bfloat16`. Mean ± standard error "
         "over seeds; training metrics averaged over the steps (staleness: maximum).", "",
-        "| metric | " + " | ".join(arms) + " |", "|---" * (len(arms) + 1) + "|",
-        f"| held-out success, step {vs[-1] if vs else '-'} | " + " | ".join(fmt(success[a]) for a in arms) + " |",
+        table(["metric", *arms], [[f"held-out success, step {vs[-1] if vs else '-'}",
+                                   *(fmt_mean_se(success[a]) for a in arms)]]
+              + [[label, *(fmt_mean_se(reduce_steps(results[a], key, how), 3 if "fraction" in label or "KL" in label
+                                       else 2) for a in arms)] for label, (key, how) in ASYNC_KEYS.items()]),
     ]
-    for label, (key, how) in ASYNC_KEYS.items():
-        values = {a: reduce_steps(results[a], key, how) for a in arms}
-        digits = 3 if "fraction" in label or "KL" in label else 2
-        lines.append(f"| {label} | " + " | ".join(fmt(values[a], digits) for a in arms) + " |")
     speed = {arm: np.nanmean(derived(runs, vs)["success"], axis=1) for arm, runs in results.items()}
     lines += ["", "**Differences**, computed by the script (as in (a)):", "",
               *comparison_lines("final success", success, episodes=VAL_EPISODES),
@@ -389,23 +364,17 @@ def main(argv: list[str]) -> int:
     command = study_command("text_hybrid_study", parser, args, always=("steps", "seeds"))
     results: dict[str, dict[str, Runs]] = {p: {arm: {} for arm in PARTS[p]} for p in args.parts}
     runs_info: list[dict] = []
-    for seed in args.seeds:  # seed-major: a sweep cut short still compares every arm
-        for part in args.parts:
-            for arm, env in PARTS[part].items():
-                out = args.out / f"{env['MODE']}-{env['ADV']}-{env['LOSS']}-{env['PROVIDER']}-seed{seed}"
-                if not args.report_only:
-                    try:
-                        wall = run_once(SCRIPT, {**env, "SEED": str(seed)}, args.steps, out, args.attempts,
-                                        f"{arm} seed {seed}")
-                    except RuntimeError as err:  # one broken arm must not cost the others' runs
-                        print(err, flush=True)
-                        continue
-                    print(f"{arm} seed {seed}: " + ("reused" if wall is None else f"{wall:.0f} s"), flush=True)
-                if (out / "run.json").exists():
-                    runs_info.append(json.loads((out / "run.json").read_text()))
-                steps = load_steps(out / "metrics.jsonl")
-                if steps:
-                    results[part][arm][seed] = steps
+    runs = [(seed, part, arm, env, args.out / f"{env['MODE']}-{env['ADV']}-{env['LOSS']}-{env['PROVIDER']}-seed{seed}")
+            for seed in args.seeds for part in args.parts for arm, env in PARTS[part].items()]
+    if not args.report_only:  # seed-major: a sweep cut short still compares every arm
+        launch([RunSpec(f"{arm} seed {seed}", SCRIPT, out, args.steps, {**env, "SEED": str(seed)})
+                for seed, _, arm, env, out in runs], attempts=args.attempts)
+    for seed, part, arm, _, out in runs:
+        if (out / "run.json").exists():
+            runs_info.append(json.loads((out / "run.json").read_text()))
+        steps = load_steps(out / "metrics.jsonl")
+        if steps:
+            results[part][arm][seed] = steps
     refs = reference_lengths(args.out / f"sync-grpo-vanilla-current-seed{args.seeds[0]}" / "data")
     plots = {"estimators": args.img / "text_hybrid_estimators.png", "old_logits": args.img / "text_hybrid_old_logits.png"}
     if "estimators" in results:

@@ -1,13 +1,11 @@
-"""Forward + backward time of the tiny random Qwen2 by batch shape, attention kernel and gradient
-checkpointing, outside verl: the compute floor under a verl step of the same model.
+"""Forward + backward time of the tiny random Qwen2 by batch shape, attention kernel and gradient checkpointing.
 
-verl pads every RL row to ``max_prompt_length + max_response_length`` when ``use_remove_padding`` is
-off (no flash-attn in the offline GPU bundle), so a 3.5k-token decision prompt of
-``recipes/toolcua_sft_rl`` runs as an 8320-token row; this measures what that padding and gradient
-checkpointing cost against the same rows unpadded.
+Outside verl: the compute floor under a verl step of the same model. verl pads every RL row to
+``max_prompt_length + max_response_length`` when ``use_remove_padding`` is off (no flash-attn), so a
+3.5k-token decision prompt of ``recipes/toolcua_sft_rl`` runs as an 8320-token row; this measures what that
+padding and gradient checkpointing cost against the same rows unpadded.
 
-    python -m scripts.bench.tiny_model_step --device cuda --width 256 --layers 4 \
-        --rows 6 --tokens 3500 --padded-to 8320 --out runs/tiny_model_step.json
+    python -m scripts.bench.tiny_model_step --device cuda --width 256 --layers 4 --rows 6 --tokens 3500 --padded-to 8320
 
 Docs section: none of its own (prints a table the docs quote).
 """

@@ -1,14 +1,11 @@
-"""Does the tiny model learn when to use tools? The flagship cpu recipe (``recipes/toolcua_hybrid``)
-through verl's real trainer: grpo vs gigpo vs hgpo (all with PPO-EWMA), and hgpo with verl's vanilla
-PPO loss vs PPO-EWMA, with the same seeds and budget.
+"""Does the tiny model learn when to use tools? The flagship cpu recipe through verl's trainer, per estimator and loss.
 
-Runs ``recipes/toolcua_hybrid/run_cpu.sh`` once per (config, seed), sequentially, reads verl's
-per-step metrics and writes the section ``## Hybrid GUI + tool agent: toolcua_hybrid learning``
-of ``docs/results.md`` plus ``docs/img/toolcua_hybrid_learning.png``. Each run's initial model
-and final checkpoint are then played with ``verl-ext eval``'s engine on unseen task instances
-(``--eval-seeds``), split by whether tools help the task. A hand-written reading
-of one run is kept in ``recipes/toolcua_hybrid/learning_notes.md`` and only linked. Finished runs are reused;
-``--report-only`` runs nothing. Shared machinery: ``learning_runs.py``.
+Runs ``recipes/toolcua_hybrid/run_cpu.sh`` once per (config, seed), one at a time: grpo vs gigpo vs hgpo
+(all with PPO-EWMA), and hgpo with verl's vanilla PPO loss vs PPO-EWMA, same seeds and budget; plots
+``docs/img/toolcua_hybrid_learning.png``. Each run's initial model and final checkpoint are played with
+``verl-ext eval``'s engine on unseen task instances (``--eval-seeds``), split by whether tools help. A
+hand-written reading of one run is kept in ``recipes/toolcua_hybrid/learning_notes.md`` and only linked.
+Finished runs are reused; ``--report-only`` runs nothing. Shared machinery: ``learning_runs.py``.
 
     python -m scripts.bench.toolcua_hybrid_learning --steps 30 --seeds 0 1
 
@@ -17,16 +14,16 @@ Docs section (``--write``; printed otherwise): docs/results.md, "## Hybrid GUI +
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 from pathlib import Path
 
 import numpy as np
-from scripts.bench.launch import REPO, load_steps, run_once, Runs
-from scripts.bench.learning_runs import cell, logged_steps, machine_line, plot_curves, series, wall_times
-from scripts.bench.report import add_write_flags, publish, target
+from scripts.bench.launch import REPO, RunSpec, Runs, launch, load_steps
+from scripts.bench.learning_runs import (before_after, cell, logged_steps, machine_line, plot_curves, series, step_table,
+                                         wall_times)
+from scripts.bench.report import publish, script_parser, table, target
 
 NOTES = "recipes/toolcua_hybrid/learning_notes.md"
 HEADING = "## Hybrid GUI + tool agent: toolcua_hybrid learning"
@@ -47,14 +44,6 @@ CONFIGS = {
     "hgpo + ppo_ewma": {"ADV": "hgpo", "LOSS": "ppo_ewma"},
     "hgpo + vanilla": {"ADV": "hgpo", "LOSS": "vanilla"},
 }
-
-
-def _table(results: dict[str, Runs], key: str, steps: list[int]) -> list[str]:
-    configs = list(results)
-    lines = ["| step | " + " | ".join(configs) + " |", "|---" * (len(configs) + 1) + "|"]
-    for s in steps:
-        lines.append(f"| {s} | " + " | ".join(cell(series(results[c], key, [s])[:, 0]) for c in configs) + " |")
-    return lines
 
 
 def evaluate_policy(model: Path, cache: Path, eval_seeds: int) -> dict[str, float]:
@@ -80,12 +69,11 @@ def evaluate_policy(model: Path, cache: Path, eval_seeds: int) -> dict[str, floa
 def _eval_table(evals: dict[str, list[dict[str, float]]], eval_seeds: int) -> list[str]:
     lines = [f"**Per task type** (`verl-ext eval` engine, {eval_seeds} unseen instances of each of the 8 templates "
              "per run, temperature 1; mean over seeds, per seed in brackets):", "",
-             "| policy | success, tools help | used a tool, tools help | success, tools do not help | "
-             "used a tool, tools do not help |", "|---|---|---|---|---|"]
-    for name, summaries in evals.items():
-        cells = [cell(np.array([s[key] for s in summaries])) for key in (
-            "tools_help/success", "tools_help/used_tool", "tools_do_not_help/success", "tools_do_not_help/used_tool")]
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+             table(["policy", "success, tools help", "used a tool, tools help", "success, tools do not help",
+                    "used a tool, tools do not help"],
+                   [[name, *(cell(np.array([s[key] for s in summaries])) for key in (
+                       "tools_help/success", "tools_help/used_tool", "tools_do_not_help/success",
+                       "tools_do_not_help/used_tool"))] for name, summaries in evals.items()])]
     return lines
 
 
@@ -94,8 +82,6 @@ def report(results: dict[str, Runs], steps: int, runs_info: dict[str, list[dict]
     configs = list(results)
     seeds = sorted(next(iter(results.values())))
     val_steps = logged_steps(results, VAL_SUCCESS)
-    header = "| " + " | ".join(configs) + " |"
-    rule = "|---" * (len(configs) + 1) + "|"
     lines = [
         HEADING, "",
         machine_line(runs_info),
@@ -114,29 +100,24 @@ def report(results: dict[str, Runs], steps: int, runs_info: dict[str, list[dict]
         "",
         "**Validation success rate** (64 held-out task instances, one sampled episode each at temperature 1; "
         "mean over seeds, per seed in brackets):", "",
-        *_table(results, VAL_SUCCESS, val_steps),
+        step_table(results, VAL_SUCCESS, val_steps),
         "",
         "**Validation tool-invocation rate** (TIR, ToolCUA's definition: success with a tool where tools help, "
         "success without tools where they do not):", "",
-        *_table(results, VAL_TIR, val_steps),
+        step_table(results, VAL_TIR, val_steps),
         "",
         "**Training** (32 episodes per step, averaged over the window; success / TIR):", "",
-        "| steps " + header, rule,
+        table(["steps", *configs], [
+            [f"{w[0]}-{w[-1]}", *(f"{cell(np.nanmean(series(results[c], TRAIN_SUCCESS, w), axis=1))} / "
+                                  f"{np.nanmean(series(results[c], TRAIN_TIR, w)):.2f}" for c in configs)]
+            for w in (list(range(lo, min(lo + 9, steps) + 1)) for lo in range(1, steps + 1, 10))]),
+        "", f"**What the policy does** (validation, step 0 -> step {val_steps[-1]}, mean over seeds):", "",
+        table(["metric", *configs], [
+            *(before_after(results, name, key, val_steps[-1]) for name, key in (
+                ("well-formed answers (all turns)", VAL_FORMAT), ("episodes that used a tool", VAL_TOOL),
+                ("env steps per episode", VAL_STEPS))),
+            ["wall time per run (s)", *wall_times(runs_info, configs)]]),
     ]
-    for lo in range(1, steps + 1, 10):
-        window = list(range(lo, min(lo + 9, steps) + 1))
-        cells = [f"{cell(np.nanmean(series(results[c], TRAIN_SUCCESS, window), axis=1))} / "
-                 f"{np.nanmean(series(results[c], TRAIN_TIR, window)):.2f}" for c in configs]
-        lines.append(f"| {window[0]}-{window[-1]} | " + " | ".join(cells) + " |")
-    last = val_steps[-1]
-    lines += ["", f"**What the policy does** (validation, step 0 -> step {last}, mean over seeds):", "",
-              "| metric " + header, rule]
-    for name, key in (("well-formed answers (all turns)", VAL_FORMAT), ("episodes that used a tool", VAL_TOOL),
-                      ("env steps per episode", VAL_STEPS)):
-        cells = [f"{np.nanmean(series(results[c], key, [0])):.2f} -> {np.nanmean(series(results[c], key, [last])):.2f}"
-                 for c in configs]
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    lines.append("| wall time per run (s) | " + " | ".join(wall_times(runs_info, configs)) + " |")
     if evals:
         lines += ["", *_eval_table(evals, eval_seeds)]
     lines += ["", f"![toolcua_hybrid learning curves]({os.path.relpath(plot_path, REPO / 'docs')})", ""]
@@ -146,12 +127,11 @@ def report(results: dict[str, Runs], steps: int, runs_info: dict[str, list[dict]
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = script_parser(__doc__)
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
     parser.add_argument("--out", type=Path, default=REPO / "runs/toolcua_hybrid_bench")
-    add_write_flags(parser)
     parser.add_argument("--plot", type=Path, default=REPO / "docs/img/toolcua_hybrid_learning.png")
     parser.add_argument("--attempts", type=int, default=2, help="tries per run before giving up")
     parser.add_argument("--report-only", action="store_true", help="run nothing; report the runs under --out")
@@ -160,14 +140,14 @@ def main(argv: list[str]) -> int:
     runs_info: dict[str, list[dict]] = {c: [] for c in args.configs}
     results: dict[str, Runs] = {c: {} for c in args.configs}
     evals: dict[str, list[dict[str, float]]] = {"initial model (step 0)": []} if args.eval_seeds else {}
-    for seed in args.seeds:  # seed-major: a partial sweep still compares every config
+    folder = {c: f"{CONFIGS[c]['ADV']}-{CONFIGS[c]['LOSS']}" for c in args.configs}
+    if not args.report_only:  # seed-major: a partial sweep still compares every config
+        launch([RunSpec(f"{config} seed {seed}", "toolcua_hybrid/run_cpu.sh", args.out / f"{folder[config]}-seed{seed}",
+                        args.steps, {**CONFIGS[config], "SEED": str(seed)})
+                for seed in args.seeds for config in args.configs], attempts=args.attempts)
+    for seed in args.seeds:
         for config in args.configs:
-            env = CONFIGS[config]
-            out = args.out / f"{env['ADV']}-{env['LOSS']}-seed{seed}"
-            if not args.report_only:
-                wall = run_once("toolcua_hybrid/run_cpu.sh", {**env, "SEED": str(seed)}, args.steps, out,
-                                args.attempts, f"{config} seed {seed}")
-                print(f"{config} seed {seed}: " + ("reused" if wall is None else f"{wall:.0f} s"), flush=True)
+            out = args.out / f"{folder[config]}-seed{seed}"
             if (out / "run.json").exists():
                 runs_info[config].append(json.loads((out / "run.json").read_text()))
             results[config][seed] = load_steps(out / "metrics.jsonl")

@@ -1,33 +1,26 @@
-"""What each stage of ToolCUA's pipeline earns: does single-turn RL on critical switching
-steps teach the tiny model *when* to switch between the GUI and tools? Arms of
-``recipes/toolcua_sft_rl/run_cpu.sh`` (SFT -> RFT -> online RL, function calls on TextHybrid),
-paired by seed (one SFT per seed, shared by every arm of that seed):
+"""What each stage of ToolCUA's pipeline (SFT -> RFT -> online RL) earns in when the tiny model switches between GUI and tools.
+
+Arms of ``recipes/toolcua_sft_rl/run_cpu.sh`` (function calls on TextHybrid), paired by seed (one SFT per
+seed, shared by every arm of that seed):
 
 - ``full pipeline``: SFT -> RFT -> online RL, path reward with ToolCUA's per-task tool term;
-- ``no RFT``: online RL from the SFT checkpoint (same SFT run);
-- ``no online RL``: the RFT checkpoint itself, i.e. the full pipeline's greedy validation before its
-  online stage (same held-out tasks, same run: no extra run);
+- ``no RFT``: online RL from the SFT checkpoint;
+- ``no online RL``: the RFT checkpoint itself (the full pipeline's validation before its online stage);
 - ``per-decision tool term``: online RL from the same RFT checkpoint with ``TOOL_TERM=decision``.
 
-Metrics on held-out task instances (greedy validation of the online stage, ``val-aux/verl_ext/
-text_hybrid/*``): per-decision T rate where tools are strictly shorter and where the GUI is (the
-decisions ``menu.DecisionFollower`` attributes the calls to), per-task tool use where tools help /
-do not, success, env steps per success; and the RFT stage's own held-out decisions (T rate by which
-way is shorter). Each ablation is compared with the full pipeline seed by seed: mean paired
-difference vs two standard errors of it. Goal: T >= 0.8 where tools are shorter and
-<= 0.2 where the GUI is, success no lower than without RFT; the table says by how much it is missed.
+Metrics on held-out task instances (greedy validation, ``val-aux/verl_ext/text_hybrid/*``): the tool rate
+per decision where tools / the GUI are strictly shorter, per-task tool use, success, env steps per success,
+and the RFT stage's own held-out decisions. Each ablation is compared with the full pipeline seed by seed
+(mean paired difference against two standard errors). Goal: T >= 0.8 where tools are shorter, <= 0.2 where
+the GUI is; the table says by how much it is missed.
 
-The model each seed starts from is ``verl-ext make-tiny-model --seed S --hidden-size W --layers L``
-(made here); ``--set KEY=VALUE`` sets a recipe knob of every run (``RFT_WARMUP_STEPS=300``) and
-``--override`` adds a ``main_ppo`` override of stages 2 and 3. ``--backend gpu`` runs ``run_gpu.sh``
-instead (FSDP2 + vLLM; records the card with each run), and ``--parallel`` starts every seed at once
-(``--stagger-s`` apart: vLLM start-ups on a shared card must not overlap), each later arm as soon as
-the full pipeline's checkpoint it starts from exists.
+``--set KEY=VALUE`` sets a recipe knob of every run, ``--override`` adds a ``main_ppo`` override of stages 2
+and 3. ``--backend gpu`` runs ``run_gpu.sh`` (FSDP2 + vLLM), and ``--parallel`` starts every seed at once
+(``--stagger-s`` apart, at most ``--max-runs``), each later arm once the full pipeline's stage it starts
+from has finished.
 
     python -m scripts.bench.toolcua_pipeline_study --steps 20 --seeds 0 1 2
     python -m scripts.bench.toolcua_pipeline_study --dry-run      # the runs it would make, and the report of what exists
-    python -m scripts.bench.toolcua_pipeline_study --backend gpu --parallel --width 256 --layers 4 --set N_GPUS=1 \
-        --override actor_rollout_ref.rollout.gpu_memory_utilization=0.06 ...   # one shared card
 
 Docs section (``--write``; printed otherwise): docs/results.md, "## ToolCUA pipeline study: ..." (one heading per backend, or ``--section``).
 """
@@ -36,21 +29,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import subprocess
 import sys
-import threading
-import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
-from scripts.bench.launch import REPO, gpu_environment, load_steps, run_once, Runs, thread_caps
+from scripts.bench.launch import REPO, RunSpec, Runs, card_slots, gpu_environment, launch, load_steps, run
 from scripts.bench.learning_runs import machine_line, series, study_command, study_parser
-from scripts.bench.report import publish, target
-from scripts.bench.stats import paired_mean_and_se
-from scripts.bench.text_hybrid_study import derived, final, fmt, goal_gap, ratio
+from scripts.bench.report import publish, table, target
+from scripts.bench.stats import fmt_mean_se, paired_mean_and_se, two_se_verdict
+from scripts.bench.text_hybrid_study import derived, final, goal_gap, ratio
 
 HEADINGS = {"cpu": "## ToolCUA pipeline study: SFT -> RFT -> online RL",  # each backend's runs keep their own section
             "gpu": "## GPU: ToolCUA pipeline study: SFT -> RFT -> online RL"}
@@ -75,7 +64,7 @@ METRICS = {  # derived() name -> column title
 
 def settings(args) -> dict[str, str]:
     """Environment of every run: the budget, the held-out validation and the ``--set`` knobs
-    (``run_once`` adds STEPS and OUT). REUSE_STAGES=1: a run's second attempt (``--attempts``) resumes
+    (``RunSpec`` adds STEPS and OUT). REUSE_STAGES=1: a run's second attempt (``--attempts``) resumes
     at the stage that failed (on a shared card vLLM's start-up can fail when another run frees memory)."""
     return {"REUSE_STAGES": "1", "RL_TEST_FREQ": str(args.steps), "RL_VAL_SIZE": str(args.val_size),
             "RFT_STEPS": str(args.rft_steps), "SFT_STEPS": str(args.sft_steps), "TEMPLATES": args.templates,
@@ -151,12 +140,7 @@ def rft_decisions(rft: Runs, step: int) -> dict[str, np.ndarray]:
 def paired_bullet(title: str, a: np.ndarray, b: np.ndarray) -> tuple[str, int]:
     """``- title: mean (2 SE = .., n seeds): verdict`` of the per-seed differences ``a - b``, and n."""
     mean, se, n = paired_mean_and_se(a, b)
-    if n < 2:
-        verdict = "SE undefined (fewer than 2 paired seeds)"
-    else:
-        verdict = "**exceeds** 2 SE" if abs(mean) > 2 * se else "within 2 SE"
-    two_se = f"{2 * se:.2f}" if np.isfinite(se) else "n/a"
-    return f"- {title}: {mean:+.2f} (2 SE = {two_se}, {n} seeds): {verdict}", n
+    return f"- {title}: {two_se_verdict(mean, se, n=n)}", n
 
 
 def verdict_lines(values: dict[str, dict[str, np.ndarray]]) -> list[str]:
@@ -175,19 +159,20 @@ def verdict_lines(values: dict[str, dict[str, np.ndarray]]) -> list[str]:
 def sft_lines(args) -> list[str]:
     """Per seed, what the SFT checkpoint every arm starts from writes on held-out transcripts
     (``verl-ext eval-sft``, ``sft_eval.json``): the later stages can only sharpen calls it can write."""
-    lines = []
+    rows = []
     for seed in args.seeds:
         path = args.out / f"seed{seed}" / "full" / "sft_eval.json"
         if path.exists():
             sft = json.loads(path.read_text())
             gui = sft.get("gui_turn_call_rate")  # absent from evaluations older than the column
-            lines.append(f"| {seed} | {sft['turns']} | {sft['valid_call_rate']:.2f} | {sft['exact_call_rate']:.2f} "
-                         f"| {sft['tool_turn_call_rate']:.2f} | {'n/a' if gui is None else f'{gui:.2f}'} |")
-    if not lines:
+            rows.append([seed, sft["turns"], *(f"{sft[k]:.2f}" for k in ("valid_call_rate", "exact_call_rate",
+                                                                          "tool_turn_call_rate")),
+                         "n/a" if gui is None else f"{gui:.2f}"])
+    if not rows:
         return []
     return ["**SFT checkpoint, held-out transcripts** (`verl-ext eval-sft`, greedy; every arm of a seed starts "
-            "from it):", "", "| seed | turns | one parseable call | the oracle's call | the oracle's call where it "
-            "is a tool | `computer_use` where the oracle's call is |", "|---|---|---|---|---|---|", *lines, ""]
+            "from it):", "", table(["seed", "turns", "one parseable call", "the oracle's call", "the oracle's call "
+                                    "where it is a tool", "`computer_use` where the oracle's call is"], rows), ""]
 
 
 def report(results: dict[str, Runs], rft: Runs, args, command: str, runs_info: list[dict]) -> str:
@@ -213,11 +198,10 @@ def report(results: dict[str, Runs], rft: Runs, args, command: str, runs_info: l
         "",
     ]
     if arms:
-        lines += ["| arm | " + " | ".join(METRICS.values()) + " | goal (decision) |", "|---" * (len(METRICS) + 2) + "|"]
-        digits = {name: 1 if name == "steps_per_success" else 2 for name in METRICS}
-        for arm in arms:
-            gap = goal_gap(values[arm]["decision_tool_when_shorter"], values[arm]["decision_tool_when_gui_shorter"])
-            lines.append(f"| {arm} | " + " | ".join(fmt(values[arm][n], digits[n]) for n in METRICS) + f" | {gap} |")
+        lines.append(table(["arm", *METRICS.values(), "goal (decision)"], [
+            [arm, *(fmt_mean_se(values[arm][n], 1 if n == "steps_per_success" else 2) for n in METRICS),
+             goal_gap(values[arm]["decision_tool_when_shorter"], values[arm]["decision_tool_when_gui_shorter"])]
+            for arm in arms]))
         lines += ["", "Paired differences to the full pipeline (per seed, then mean and standard error over seeds):", "",
                   *verdict_lines(values), ""]
     else:  # e.g. runs cut during the RFT stage: its held-out decisions below are all there is
@@ -234,18 +218,17 @@ def rft_lines(rft: Runs) -> list[str]:
     if not logged:
         return []
     first, last = rft_decisions(rft, logged[0]), rft_decisions(rft, logged[-1])
-    lines = ["**RFT stage, held-out decisions** (greedy, before and after single-turn RL; seeds "
-             f"{', '.join(map(str, rft))}):", "",
-             "| step | seed | " + " | ".join(first) + " | goal (decision) |", "|---" * 7 + "|"]
+    rows = []
     for step, rates in ((logged[0], first), (logged[-1], last)):
         tool, gui = rates["T where tools shorter"], rates["T where GUI shorter"]
         measured = int(np.isfinite(tool).sum())  # a seed whose run was cut before this validation has none
-        mean = "mean" if measured == len(rft) else f"mean of {measured}"
-        lines.append(f"| {step} | {mean} | " + " | ".join(fmt(v) for v in rates.values()) + f" | {goal_gap(tool, gui)} |")
-        for i, seed in enumerate(rft):
-            lines.append(f"| {step} | {seed} | " + " | ".join(fmt(v[i:i + 1]) for v in rates.values())
-                         + f" | {goal_gap(tool[i:i + 1], gui[i:i + 1])} |")
-    lines += ["", f"Paired change over the RFT stage (step {logged[-1]} - step {logged[0]}, per seed):", ""]
+        rows.append([step, "mean" if measured == len(rft) else f"mean of {measured}",
+                     *map(fmt_mean_se, rates.values()), goal_gap(tool, gui)])
+        rows += [[step, seed, *(fmt_mean_se(v[i:i + 1]) for v in rates.values()), goal_gap(tool[i:i + 1], gui[i:i + 1])]
+                 for i, seed in enumerate(rft)]
+    lines = ["**RFT stage, held-out decisions** (greedy, before and after single-turn RL; seeds "
+             f"{', '.join(map(str, rft))}):", "", table(["step", "seed", *first, "goal (decision)"], rows), "",
+             f"Paired change over the RFT stage (step {logged[-1]} - step {logged[0]}, per seed):", ""]
     for name in first:
         line, n = paired_bullet(name, last[name], first[name])
         if n >= 2:
@@ -253,59 +236,44 @@ def rft_lines(rft: Runs) -> list[str]:
     return lines + [""]
 
 
-def run_arm(args, arm: str, out: Path, env: dict[str, str], seed: int, info: dict) -> None:
-    """One arm of one seed, unless it cannot start: a later arm needs the full pipeline's checkpoint."""
-    start = env.get(START_MODEL[args.backend])
-    if arm != FULL and not Path(start).is_dir():
-        print(f"{arm} seed {seed}: not run: no full-pipeline checkpoint {start} (run --arms full first)", flush=True)
-        return
-    if arm == FULL:
-        make_fresh_model(args, seed)
-    if info:  # the card, kept from the start: a run cut short (a lease that ends) still names it
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "card.json").write_text(json.dumps(info))
-    try:
-        wall = run_once(SCRIPTS[args.backend], env, args.steps, out, args.attempts, f"{arm} seed {seed}",
-                        script_args=args.override, info=info)
-    except RuntimeError as err:  # one broken run must not cost the others
-        print(err, flush=True)
-        return
-    print(f"{arm} seed {seed}: " + ("reused" if wall is None else f"{wall:.0f} s"), flush=True)
-
-
-def run_parallel(args, selected: set[str], info: dict) -> None:
-    """Every seed at once, ``--stagger-s`` apart; in a seed, ``no RFT`` starts when the full pipeline's
-    SFT stage has finished and ``per-decision tool term`` when its RFT stage has (or gives up when
-    the full pipeline's run ends without it). ``--max-runs``: at most that many runs at a time."""
-    runs_in_all = len(args.seeds) * len(selected)
-    at_once = min(runs_in_all, args.max_runs or runs_in_all)
-    caps = thread_caps(at_once, os.cpu_count() or 1)
-    slots = threading.Semaphore(at_once)
-
-    def limited_run(arm: str, out: Path, env: dict[str, str], seed: int) -> None:
-        with slots:  # a run waits for a slot here, never while it holds one (no run waits on another's slot)
-            run_arm(args, arm, out, {**env, **caps}, seed, info)
-
-    def seed_runs(index: int, seed: int) -> None:
-        time.sleep(index * args.stagger_s)
+def run_all(args, selected: set[str], info: dict) -> None:
+    """The selected runs through ``launch``, seed-major: one at a time, or with ``--parallel`` up to
+    ``--max-runs`` at once, ``--stagger-s`` apart (vLLM start-ups on a shared card must not overlap).
+    A later arm starts once the full pipeline's stage it starts from has finished (``no RFT``: SFT,
+    ``per-decision tool term``: RFT), or once that run has ended without it."""
+    specs, needs, ended = [], {}, set()
+    for seed in args.seeds:
         runs = plan(args, seed)
-        with ThreadPoolExecutor(len(runs)) as pool:
-            arm, out, env = runs[0]
-            full = pool.submit(limited_run, arm, out, env, seed) if FULL in selected else None
-            started = [full] if full else []
-            for (arm, out, env), needs in zip(runs[1:], ("sft", "rft")):
-                if arm not in selected:
-                    continue
-                while full is not None and not full.done() and not stage_done(runs[0][1], needs):
-                    time.sleep(POLL_S)
-                time.sleep(args.stagger_s)  # not at the moment the full pipeline's next stage starts vLLM
-                started.append(pool.submit(limited_run, arm, out, env, seed))
-        for future in started:  # an error outside run_once's (e.g. making the tiny model) is raised, not dropped
-            future.result()
+        for (arm, out, env), stage in zip(runs, (None, "sft", "rft")):
+            if arm in selected:
+                specs.append(RunSpec(f"{arm} seed {seed}", SCRIPTS[args.backend], out, args.steps, env, args.override,
+                                     info))
+                if stage:
+                    needs[out] = (runs[0][1], stage)
+    running_full = {s.out for s in specs if s.out not in needs and not s.done()}
 
-    with ThreadPoolExecutor(len(args.seeds)) as pool:
-        for future in [pool.submit(seed_runs, i, seed) for i, seed in enumerate(args.seeds)]:
-            future.result()
+    def ready(spec: RunSpec) -> bool:
+        full, stage = needs.get(spec.out, (None, ""))
+        return full is None or full not in running_full or full in ended or stage_done(full, stage)
+
+    def execute(spec: RunSpec, attempts: int, env: dict[str, str]) -> None:
+        try:
+            start = spec.env[START_MODEL[args.backend]]
+            if spec.out in needs and not Path(start).is_dir():
+                print(f"{spec.label}: not run: no full-pipeline checkpoint {start} (run --arms full first)", flush=True)
+                return
+            if spec.out not in needs:
+                make_fresh_model(args, int(spec.env["SEED"]))
+            if info:  # the card, kept from the start: a run cut short still names it
+                spec.out.mkdir(parents=True, exist_ok=True)
+                (spec.out / "card.json").write_text(json.dumps(info))
+            print(f"{spec.label}: {run(spec, attempts, env):.0f} s", flush=True)
+        finally:
+            ended.add(spec.out)
+
+    at_once = min(len(specs), args.max_runs or len(specs)) if args.parallel else 1
+    launch(specs, card_slots([], max(1, at_once)), args.attempts, execute, ready=ready,
+           start_gap_s=args.stagger_s if args.parallel else 0.0, poll_s=POLL_S)
 
 
 def main(argv: list[str]) -> int:
@@ -352,14 +320,7 @@ def main(argv: list[str]) -> int:
                             always=("steps", "seeds", "sft_steps", "rft_steps"))
     selected = {RUN_ARMS[name] for name in args.arms}
     if not (args.report_only or args.dry_run):
-        info = gpu_environment() if args.backend == "gpu" else {}
-        if args.parallel:
-            run_parallel(args, selected, info)
-        else:
-            for seed in args.seeds:  # seed-major: the later arms start from the full pipeline's checkpoints
-                for arm, out, env in plan(args, seed):
-                    if arm in selected:
-                        run_arm(args, arm, out, env, seed, info)
+        run_all(args, selected, gpu_environment() if args.backend == "gpu" else {})
     results: dict[str, Runs] = {FULL: {}, NO_RFT: {}, PER_DECISION: {}}
     rft: Runs = {}
     runs_info: list[dict] = []

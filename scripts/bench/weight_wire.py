@@ -1,12 +1,10 @@
-"""Full weights into a Ray actor: a dict of torch tensors (pickled) against ``wire.named_to_wire``
-(numpy byte views, handed over through Ray's object store without pickling the data).
+"""Full weights into a Ray actor: a dict of torch tensors (pickled) against ``wire.named_to_wire``'s numpy byte views.
 
     python -m scripts.bench.weight_wire [--arch qwen2.5-0.5b] [--repeats 3] [--write]
 
-The weights are random tensors of the architecture's parameter shapes in bf16 (as the trainer
-sends them to the ``hf`` rollout server and to the ``dedicated`` scorer, both on this path). Each
-repeat sends both forms to one actor, which rebuilds every tensor and sums an element of each (so
-nothing is skipped), in alternating order; the table gives the medians and their ratio. The
+Random bf16 tensors of the architecture's parameter shapes (as the trainer sends them to the ``hf`` rollout
+server and the ``dedicated`` scorer). Each repeat sends both forms to one actor, which rebuilds every tensor
+and sums an element of each, in alternating order; the table gives the medians and their ratio. The
 numbers are this host's (one Ray worker); on a GPU the device-to-host copy comes on top.
 
 Docs section (``--write``; printed otherwise): docs/results.md, "## Weights over Ray: torch tensors vs numpy byte views".
@@ -14,7 +12,6 @@ Docs section (``--write``; printed otherwise): docs/results.md, "## Weights over
 
 from __future__ import annotations
 
-import argparse
 import platform
 import statistics
 import sys
@@ -23,7 +20,7 @@ import time
 import ray
 import torch
 
-from scripts.bench.report import add_write_flags, publish, target
+from scripts.bench.report import publish, script_parser, table, target
 
 from verl_ext.backends.cpu.wire import named_from_wire, named_to_wire  # noqa: E402
 from verl_ext.tiny_model import ARCHITECTURES, build_tokenizer  # noqa: E402
@@ -53,10 +50,9 @@ def parameter_shapes(arch: str) -> dict[str, tuple[int, ...]]:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = script_parser(__doc__)
     parser.add_argument("--arch", default="qwen2.5-0.5b", choices=sorted(a for a in ARCHITECTURES if "vision" not in ARCHITECTURES[a]))
     parser.add_argument("--repeats", type=int, default=3)
-    add_write_flags(parser)
     args = parser.parse_args(argv)
 
     shapes = parameter_shapes(args.arch)
@@ -87,9 +83,8 @@ def main(argv: list[str]) -> int:
              f"{platform.python_version()}, Ray {ray.__version__}, shared machine (medians of {args.repeats} "
              "alternating repeats). The `hf` rollout server and the `dedicated` scorer receive weights as "
              "numpy byte views (`verl_ext/backends/cpu/wire.py`).", "",
-             "| form | median (s) | GB/s | vs torch tensors |", "|---|---|---|---|"]
-    for form, median in medians.items():
-        lines.append(f"| {form} | {median:.2f} | {n_bytes / 1e9 / median:.2f} | {median / base:.3f}x |")
+             table(["form", "median (s)", "GB/s", "vs torch tensors"],
+                   [[form, f"{m:.2f}", f"{n_bytes / 1e9 / m:.2f}", f"{m / base:.3f}x"] for form, m in medians.items()])]
     publish(target(args), HEADING, "\n".join(lines) + "\n")
     return 0
 
