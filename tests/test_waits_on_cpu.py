@@ -128,6 +128,34 @@ def test_the_dedicated_scorer_sync_wait_counts_a_hung_rollout_server(hung, tiny_
     assert_names(caplog.text, "old-logit scorer", "algorithm.old_logits.dedicated.sync_timeout_s")
 
 
+def test_a_weight_transfer_reader_stops_waiting_for_a_sender_that_never_sends(hung):
+    from verl_ext.backends.host_memory import (
+        BUCKET_TIMEOUT_KEY,
+        MAILBOX_ACTOR_NAME,
+        HostMemoryCheckpointEngine,
+        WeightMailbox,
+    )
+
+    mailbox = ray.remote(WeightMailbox).options(name=MAILBOX_ACTOR_NAME, num_cpus=0, max_concurrency=10).remote()
+    reader = HostMemoryCheckpointEngine(bucket_size=1, bucket_timeout_s=BOUND_S)
+    reader.init_process_group("receiver", ray.get(mailbox.open.remote(1)))  # a transfer nobody sends on
+
+    async def read() -> list:
+        return [item async for item in reader.receive_weights()]
+
+    start = time.perf_counter()
+    try:
+        with pytest.raises(WaitExpired) as caught:
+            asyncio.run(read())
+    finally:
+        ray.kill(mailbox)
+    _quickly(time.perf_counter() - start)
+    assert_names(str(caught.value), MAILBOX_ACTOR_NAME, "bucket 0", f"{BOUND_S:g} s", BUCKET_TIMEOUT_KEY)
+    with pytest.raises(ValueError) as caught:
+        HostMemoryCheckpointEngine(bucket_size=1, bucket_timeout_s=0)
+    assert_names(str(caught.value), BUCKET_TIMEOUT_KEY)
+
+
 # --- the keys -----------------------------------------------------------------------------------
 
 OLD_LOGIT_KEYS = [("dedicated", "sync_timeout_s"), ("dedicated", "start_timeout_s"), ("dedicated", "call_timeout_s"),
