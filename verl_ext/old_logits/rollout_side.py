@@ -107,7 +107,7 @@ class DedicatedScorer:
     of its own that Ray has left free on the node (``dedicated.gpu=own``)."""
 
     def __init__(self, host: VerlOldLogitHost, config: OldLogitsConfig) -> None:
-        from verl_ext.backends.cpu.rollout import SCORER_ACTOR_NAME, SCORER_COMPONENT, HFOldLogitScorer
+        from verl_ext.backends.cpu.rollout import SCORER_ACTOR_NAME, HFOldLogitScorer
 
         trainer = host.trainer
         self.host = host
@@ -141,8 +141,7 @@ class DedicatedScorer:
             )
         )
         # surfaces model-loading errors here
-        ray_get(self.actor.get_global_steps.remote(), self.config.start_timeout_s, SCORER_COMPONENT,
-                "start and load the model", f"{KEY}.dedicated.start_timeout_s")
+        self._call(self.actor.get_global_steps.remote(), "start and load the model", "start_timeout_s")
         self.on_actor_gpu = 0.0
         if on_gpu:  # where the scorer landed, as a metric (dedicated.gpu=own must not share the actor's GPU)
             _, actor_gpu = _node_and_gpu(trainer.actor_rollout_wg.workers[0])
@@ -151,10 +150,11 @@ class DedicatedScorer:
             logger.info("dedicated old-logit scorer (%s) on GPU %s; the actor's first worker on GPU %s",
                         config.dedicated.gpu, scorer_gpu, actor_gpu)
 
-    def _call(self, refs: Any, what: str) -> Any:
+    def _call(self, refs: Any, what: str, bound: str = "call_timeout_s") -> Any:
+        """``ray.get`` of a call to the scorer, bounded by ``dedicated.<bound>``."""
         from verl_ext.backends.cpu.rollout import SCORER_COMPONENT
 
-        return ray_get(refs, self.config.call_timeout_s, SCORER_COMPONENT, what, f"{KEY}.dedicated.call_timeout_s")
+        return ray_get(refs, getattr(self.config, bound), SCORER_COMPONENT, what, f"{KEY}.dedicated.{bound}")
 
     def client_kwargs(self) -> dict[str, Any]:
         return {"old_logit_scorer": self.actor, "call_timeout_s": self.config.call_timeout_s}
