@@ -7,6 +7,7 @@ import threading
 
 import pytest
 
+from ..messages import assert_names
 from verl_ext.envs.core import GuiAction, ToolCall
 from verl_ext.envs.pool import EnvPool, make_env
 
@@ -92,6 +93,7 @@ def test_hung_page_is_a_driver_timeout_fault_and_the_pool_recovers():
             env.browser.js("document.addEventListener('mousedown', function () { while (true) {} }, true);")
             *_, truncated, info = env.step(GuiAction("click", element=obs.find("app-mail").id))
             assert truncated and info["fault"]["kind"] == "driver_timeout"
+            assert_names(info["fault"]["message"], "Chromium for env minidesk", "3 s", "env_options.command_timeout_s")
         with pool.lease() as env:
             obs, info = pool.reset(env, "mail_open", 1)
             *_, step_info = env.step(GuiAction("click", element=obs.find("app-mail").id))

@@ -3,6 +3,8 @@ tiny random Qwen2 model directory."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import httpx
 import pytest
 
@@ -59,3 +61,15 @@ def tiny_model_dir(tmp_path_factory) -> str:
     from verl_ext.tiny_model import make_tiny_model
 
     return make_tiny_model(str(tmp_path_factory.mktemp("tiny_qwen2")), seed=0)
+
+
+@pytest.fixture
+def silent_judge() -> Iterator[str]:
+    """The URL of a judge that never answers: a socket on 127.0.0.1 that listens (the kernel
+    accepts connections into its backlog) and never reads or writes."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(64)
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}/v1"

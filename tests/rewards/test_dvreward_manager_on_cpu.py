@@ -8,6 +8,8 @@ exactly like the one `AgentLoopWorker._compute_score` sends (verl 0.9.1, agent_l
 
 import copy
 import json
+import logging
+import time
 
 import numpy as np
 import pytest
@@ -17,6 +19,7 @@ from tensordict import TensorDict
 from verl import DataProto
 from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
 
+from ..messages import assert_names
 from verl_ext.rewards.dvreward.judge_server import bind
 from verl_ext.steps import StepMetadata
 
@@ -249,6 +252,24 @@ def test_judge_down_flags_the_trajectory_instead_of_scoring_zero(base_config, fa
     raising = RewardLoopWorker(_config(base_config, judge_url=_dead_url(), on_failure="raise"))
     with pytest.raises(RuntimeError, match="judge_failed"):
         _score(raising, data)
+
+
+def test_a_judge_that_never_answers_times_out_naming_the_judge_the_bound_and_the_keys(base_config, golden,
+                                                                                      silent_judge, caplog):
+    flagging = RewardLoopWorker(_config(base_config, judge_url=silent_judge, timeout_s=0.3))
+    data = _trajectory(flagging.input_tokenizer, ["x"], {"dv_questions": _questions(golden)})
+    start = time.perf_counter()
+    with caplog.at_level(logging.WARNING, logger="verl_ext"):
+        info = _score(flagging, data)["reward_extra_info"]
+    assert time.perf_counter() - start < 10  # 3 questions in parallel, 1 attempt of 0.3 s each
+    assert info["dv_fail_reason"] == "judge_failed:timeout"
+    parts = (f"judge at {silent_judge}/chat/completions", "0.3 s", "reward.reward_kwargs.dvreward.timeout_s",
+             "reward.reward_kwargs.dvreward.max_retries")
+    assert_names(caplog.text, *parts)
+    raising = RewardLoopWorker(_config(base_config, judge_url=silent_judge, timeout_s=0.3, on_failure="raise"))
+    with pytest.raises(RuntimeError) as caught:
+        _score(raising, data)
+    assert_names(str(caught.value), *parts)
 
 
 def test_partial_failures_are_excluded_and_counted(base_config, fake_judge, golden):

@@ -11,6 +11,7 @@ import socket
 import pandas as pd
 import pytest
 
+from ..messages import assert_names
 from verl_ext.errors import UserError
 from verl_ext.rewards.dvreward import judge_server
 from verl_ext.rewards.dvreward.describe_task import describe_rows
@@ -70,6 +71,14 @@ def test_a_judge_url_where_nothing_listens_stops_naming_the_url_not_the_key(tmp_
     message = str(info.value)
     assert f"judge_url={url} does not answer (connect: ConnectError" in message and "start the judge" in message
     assert SECRET not in message
+
+
+def test_a_judge_that_never_answers_stops_the_start_naming_the_url_the_bound_and_the_key(silent_judge):
+    config = _config(f"+reward.reward_kwargs.dvreward.judge_url={silent_judge}",
+                     "+reward.reward_kwargs.dvreward.timeout_s=0.3")
+    with pytest.raises(UserError) as info:
+        probe_configured_judge(config)
+    assert_names(str(info.value), f"judge_url={silent_judge}", "0.3 s", "reward.reward_kwargs.dvreward.timeout_s")
 
 
 def test_the_projects_judge_server_passes_and_a_refused_key_is_named(tmp_path, monkeypatch):

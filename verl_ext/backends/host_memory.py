@@ -33,9 +33,11 @@ from verl.checkpoint_engine.base import CheckpointEngine, CheckpointEngineRegist
 from verl.workers.rollout.utils import ensure_async_iterator
 
 from verl_ext.backends.cpu.wire import WireTensor, from_wire, to_wire
+from verl_ext.waits import check_timeout, wait_for
 
 BACKEND = "host_memory"
 MAILBOX_ACTOR_NAME = "verl_ext_weight_mailbox"
+BUCKET_TIMEOUT_KEY = f"actor_rollout_ref.rollout.checkpoint_engine.engine_kwargs.{BACKEND}.bucket_timeout_s"
 MAILBOX_BUCKETS = 2  # unread buckets in the object store at once (the sender waits beyond that)
 
 
@@ -93,13 +95,18 @@ class HostMemoryCheckpointEngine(CheckpointEngine):
     Args:
         bucket_size: bytes of tensors per bucket (``checkpoint_engine.update_weights_bucket_megabytes``).
         is_master: actor rank 0, the one sender (verl passes it on the actor side only).
+        bucket_timeout_s: how long one bucket may be waited for: by a reader, for the sender to
+            gather and put it; by the sender, for the readers to make room. A bucket takes
+            seconds to gather and copy, so the default (600 s) fires only on a hung side.
     """
 
     _mailbox: ClassVar[Any] = None  # the trainer process's handle, kept so the actor lives on
 
-    def __init__(self, bucket_size: int, is_master: bool = False, **_: Any) -> None:
+    def __init__(self, bucket_size: int, is_master: bool = False, bucket_timeout_s: float = 600.0, **_: Any) -> None:
+        check_timeout(BUCKET_TIMEOUT_KEY, bucket_timeout_s)
         self.bucket_size = max(1, int(bucket_size))
         self.is_master = is_master
+        self.bucket_timeout_s = float(bucket_timeout_s)
         self.transfer: int | None = None
         self.role = "idle"
 
@@ -120,6 +127,11 @@ class HostMemoryCheckpointEngine(CheckpointEngine):
         rollout = {"role": ["receiver"] * rollout_world_size, "transfer": [transfer] * rollout_world_size}
         return actor, rollout
 
+    async def _bounded(self, ref: Any, what: str) -> Any:
+        return await wait_for(ref, self.bucket_timeout_s,
+                              f"the host_memory weight transfer {self.transfer} (Ray actor {MAILBOX_ACTOR_NAME})",
+                              what, BUCKET_TIMEOUT_KEY)
+
     def init_process_group(self, role: str, transfer: int) -> None:
         self.role, self.transfer = role, transfer
 
@@ -139,19 +151,24 @@ class HostMemoryCheckpointEngine(CheckpointEngine):
             bucket.append((name, to_wire(tensor.detach().to("cpu"))))
             size += tensor.nbytes
             if size >= self.bucket_size:
-                await mailbox.put.remote(self.transfer, count, [ray.put(bucket)])
+                await self._put(mailbox, count, bucket)
                 bucket, size, count = [], 0, count + 1
         if mailbox is not None:
             if bucket:
-                await mailbox.put.remote(self.transfer, count, [ray.put(bucket)])
+                await self._put(mailbox, count, bucket)
                 count += 1
             await mailbox.close.remote(self.transfer, count)
         return {}
 
+    async def _put(self, mailbox: Any, index: int, bucket: list[tuple[str, WireTensor]]) -> None:
+        await self._bounded(mailbox.put.remote(self.transfer, index, [ray.put(bucket)]),
+                            f"take bucket {index} (it waits for the rollout workers to read the earlier ones)")
+
     async def receive_weights(self, global_steps: int | None = None) -> AsyncGenerator[tuple[str, torch.Tensor], None]:
         mailbox = ray.get_actor(MAILBOX_ACTOR_NAME)
         for index in itertools.count():
-            wrapped = await mailbox.get.remote(self.transfer, index)
+            wrapped = await self._bounded(mailbox.get.remote(self.transfer, index),
+                                          f"hand over bucket {index} (the trainer's rank 0 sends it)")
             if wrapped is None:
                 return
             for name, wire in await wrapped[0]:

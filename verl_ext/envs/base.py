@@ -32,7 +32,9 @@ class BrowserEnv(ABC):
         max_steps: actions per episode before ``truncated``.
         screenshots: attach a PNG screenshot to every observation.
         width / height: viewport in CSS pixels.
-        command_timeout_s: a driver command slower than this is a ``driver_timeout`` fault.
+        command_timeout_s: a driver command slower than this is a ``driver_timeout`` fault
+            (page loads, scripts, the driver's HTTP calls; 30 s: a page of these envs loads in
+            well under a second, and a hung renderer costs the episode, not the run).
 
     ``step`` never raises for a bad action (the result says what was wrong) and never raises for
     an env failure either: it returns ``truncated=True`` with ``info["fault"]`` set. ``reset``
@@ -50,7 +52,7 @@ class BrowserEnv(ABC):
 
         self.max_steps = max_steps
         self.screenshots = screenshots
-        self.browser = Browser(width, height, command_timeout_s)
+        self.browser = Browser(width, height, command_timeout_s, env=self.name)
         self.task: TaskSpec | None = None
         self.instruction = ""
         self._tools: dict[str, ToolDef] = {}

@@ -23,6 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from verl_ext.envs.core import ActionError, EnvFault
+from verl_ext.waits import check_timeout
+
+# where a browser env's driver-command bound is set in training (hybrid_gui_tool's kwargs)
+COMMAND_TIMEOUT_KEY = "agent loop kwarg env_options.command_timeout_s"
 
 # Flags that work for headless Chromium as root on a CPU-only box, plus two that keep every
 # request on the machine: no DNS for anything but localhost, and a dead proxy for the rest
@@ -175,11 +179,19 @@ def reap_orphaned_browsers() -> int:
 
 
 class Browser:
-    """One headless Chromium + chromedriver pair. Not thread-safe: one env uses it at a time."""
+    """One headless Chromium + chromedriver pair. Not thread-safe: one env uses it at a time.
 
-    def __init__(self, width: int = 1024, height: int = 768, command_timeout_s: float = 30.0):
+    Args:
+        command_timeout_s: bound on each driver command (page load, script, the driver's HTTP
+            call); a command past it is a ``driver_timeout`` fault.
+        env: the env's name, for fault messages.
+    """
+
+    def __init__(self, width: int = 1024, height: int = 768, command_timeout_s: float = 30.0, env: str = "browser"):
+        check_timeout(COMMAND_TIMEOUT_KEY, command_timeout_s)
         self.width, self.height = width, height
         self.command_timeout_s = command_timeout_s
+        self.env = env
         self.driver: Any = None
         self._profile: str | None = None
 
@@ -282,7 +294,7 @@ class Browser:
         except (ActionError, EnvFault):
             raise
         except TimeoutException as exc:
-            raise EnvFault("driver_timeout", f"{what}: {exc.msg}") from exc
+            raise self._timeout(what, exc.msg) from exc
         except JavascriptException as exc:
             raise EnvFault("page_error", f"{what}: {exc.msg}") from exc
         except WebDriverException as exc:
@@ -290,11 +302,17 @@ class Browser:
             kind = "page_error" if "net::ERR_" in message else "browser_crash"  # a failed navigation
             raise EnvFault(kind, f"{what}: {message}") from exc
         except (TimeoutError, OSError) as exc:  # socket timeouts, refused connections (driver gone)
-            kind = "driver_timeout" if isinstance(exc, TimeoutError) or "timed out" in str(exc) else "browser_crash"
-            raise EnvFault(kind, f"{what}: {exc}") from exc
+            if isinstance(exc, TimeoutError) or "timed out" in str(exc):
+                raise self._timeout(what, str(exc)) from exc
+            raise EnvFault("browser_crash", f"{what}: {exc}") from exc
         except Exception as exc:  # noqa: BLE001 - urllib3 errors etc.: the driver link is broken
-            kind = "driver_timeout" if "timeout" in type(exc).__name__.lower() else "browser_crash"
-            raise EnvFault(kind, f"{what}: {type(exc).__name__}: {exc}") from exc
+            if "timeout" in type(exc).__name__.lower():
+                raise self._timeout(what, f"{type(exc).__name__}: {exc}") from exc
+            raise EnvFault("browser_crash", f"{what}: {type(exc).__name__}: {exc}") from exc
+
+    def _timeout(self, what: str, detail: str) -> EnvFault:
+        return EnvFault("driver_timeout", f"Chromium for env {self.env}: {what} did not finish within "
+                                          f"{self.command_timeout_s:g} s ({COMMAND_TIMEOUT_KEY}): {detail}")
 
     def js(self, script: str, *args: Any) -> Any:
         with self._guard("script"):

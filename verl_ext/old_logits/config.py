@@ -19,6 +19,7 @@ from typing import Any
 
 from verl_ext.old_logits.ewma import beta_from_com, com_from_beta
 from verl_ext.old_logits.loglinear import PROXIMAL_VERSIONS
+from verl_ext.waits import check_timeout
 
 KEY = "algorithm.old_logits"
 SNAPSHOT_DTYPES = ("param", "bf16")  # what a snapshot stores fp32 parameters as (SnapshotConfig.dtype)
@@ -122,6 +123,13 @@ class DedicatedConfig:
         sync_timeout_s: how long the scorer's weight update waits for the segments of the version
             it is about to replace to be scored; after that it logs a warning and moves on (the
             unscored tokens then meet ``on_missing``).
+        start_timeout_s: how long the trainer waits for the scorer actor to start and load the
+            model (a fresh Ray worker imports torch and verl and reads the checkpoint: minutes on
+            a cold node or a network file system).
+        call_timeout_s: how long one call to the scorer may take: an agent loop's ``score`` (it
+            queues behind the other segments' forwards), the step's stats read and, after the
+            ``sync_timeout_s`` wait, the weight load of an update. Expiry stops the run naming
+            the scorer: a scorer that does not answer in minutes is hung, not slow.
         gpu: on GPU machines, ``shared``: the scorer runs on the actor's first GPU next to the
             trainer and the colocated rollout (its weights: ``verl_ext/mem/dedicated_scorer/gpu_bytes``);
             ``own``: on a GPU of its own, which Ray must have free on the node (more GPUs than
@@ -130,13 +138,15 @@ class DedicatedConfig:
 
     on_missing: str = "error"
     sync_timeout_s: float = 300.0
+    start_timeout_s: float = 1800.0
+    call_timeout_s: float = 600.0
     gpu: str = "shared"
 
     def __post_init__(self) -> None:
         _check_choice("dedicated.on_missing", self.on_missing, ("error", "current"))
         _check_choice("dedicated.gpu", self.gpu, ("shared", "own"))
-        if self.sync_timeout_s <= 0:
-            raise ValueError(f"{KEY}.dedicated.sync_timeout_s must be > 0, got {self.sync_timeout_s}")
+        for name in ("sync_timeout_s", "start_timeout_s", "call_timeout_s"):
+            check_timeout(f"{KEY}.dedicated.{name}", getattr(self, name))
 
 
 @dataclass(frozen=True)
@@ -150,17 +160,22 @@ class InterruptConfig:
         sync_timeout_s: how long the sync waits for the LLM clients to record as many segments of
             the outgoing version as the rollout servers served; then it logs a warning, counts
             ``old_logits/interrupt/sync_timeouts`` and scores what arrived (later ones stay
-            unscored and meet ``on_missing``).
+            unscored and meet ``on_missing``). It also bounds the servers' and the log's answers
+            to the counts compared there.
+        call_timeout_s: how long one call to the ``SegmentLog`` actor may take: an agent loop's
+            ``record`` and the sync's ``take`` of a version's segments (every segment's token
+            ids cross Ray there). Expiry stops the run naming the segment log.
     """
 
     on_missing: str = "error"
     max_versions: int | None = None
     sync_timeout_s: float = 300.0
+    call_timeout_s: float = 600.0
 
     def __post_init__(self) -> None:
         _check_choice("interrupt.on_missing", self.on_missing, ("error", "current"))
-        if self.sync_timeout_s <= 0:
-            raise ValueError(f"{KEY}.interrupt.sync_timeout_s must be > 0, got {self.sync_timeout_s}")
+        for name in ("sync_timeout_s", "call_timeout_s"):
+            check_timeout(f"{KEY}.interrupt.{name}", getattr(self, name))
 
 
 @dataclass(frozen=True)

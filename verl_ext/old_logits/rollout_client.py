@@ -29,7 +29,10 @@ from typing import Any
 from verl.workers.rollout.llm_server import FullyAsyncLLMServerClient, LLMServerClient
 from verl.workers.rollout.replica import TokenOutput
 
+from verl_ext.old_logits.config import KEY, DedicatedConfig
 from verl_ext.old_logits.precomputed import SEGMENTS_KEY, TOKEN_OLD_LOG_PROBS_KEY
+from verl_ext.old_logits.segment_log import SEGMENT_LOG_COMPONENT
+from verl_ext.waits import wait_for
 
 TOKEN_VERSIONS_KEY = "token_global_steps"
 NO_VERSION = -1  # the version of a response token the model did not generate
@@ -120,22 +123,29 @@ class _RecordCallVersions(LLMServerClient):
             token_ids, version)``), or None.
         segment_log: the ``interrupt`` provider's ``SegmentLog`` actor (``record(prompt_ids,
             token_ids, version)``), or None.
+        call_timeout_s: the bound on one call to whichever of the two is set (its provider's
+            ``call_timeout_s``).
     """
 
     old_logit_scorer: Any = None
     segment_log: Any = None
+    call_timeout_s: float = DedicatedConfig.call_timeout_s
 
-    def __init__(self, *args: Any, old_logit_scorer: Any = None, segment_log: Any = None, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, old_logit_scorer: Any = None, segment_log: Any = None,
+                 call_timeout_s: float = DedicatedConfig.call_timeout_s, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.old_logit_scorer = old_logit_scorer
         self.segment_log = segment_log
+        self.call_timeout_s = call_timeout_s
 
     async def generate(self, request_id, **kwargs: Any) -> TokenOutput:
         output = await super().generate(request_id, **kwargs)
         version = output.extra_fields.get("global_steps")
         segment_id = None
         if self.segment_log is not None and output.token_ids:
-            segment_id = await self.segment_log.record.remote(kwargs["prompt_ids"], output.token_ids, version)
+            segment_id = await wait_for(self.segment_log.record.remote(kwargs["prompt_ids"], output.token_ids, version),
+                                        self.call_timeout_s, SEGMENT_LOG_COMPONENT, "record a segment",
+                                        f"{KEY}.interrupt.call_timeout_s")
         old_log_probs = await self._score(kwargs["prompt_ids"], output, version)
         sink = _calls.get()
         if sink is not None:
@@ -150,7 +160,11 @@ class _RecordCallVersions(LLMServerClient):
             return None
         if not output.token_ids:
             return []
-        scored = await self.old_logit_scorer.score.remote(prompt_ids, output.token_ids, version)
+        from verl_ext.backends.cpu.rollout import SCORER_COMPONENT
+
+        scored = await wait_for(self.old_logit_scorer.score.remote(prompt_ids, output.token_ids, version),
+                                self.call_timeout_s, SCORER_COMPONENT, "score a segment",
+                                f"{KEY}.dedicated.call_timeout_s")
         return scored if scored is not None else [None] * len(output.token_ids)
 
 

@@ -29,13 +29,14 @@ import torch
 import transfer_queue as tq
 from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
-from verl_ext.old_logits.config import OldLogitsConfig
+from verl_ext.old_logits.config import KEY, OldLogitsConfig
 from verl_ext.old_logits.metrics import PREFIX
 from verl_ext.old_logits.precomputed import SegmentStore
 from verl_ext.old_logits.trainer_side import VerlOldLogitHost, row_multiple
 from verl_ext.old_logits.weight_specs import CURRENT, snapshot_spec
 from verl_ext.old_logits.worker_side import send_weights_to_scorer
 from verl_ext.timing import timed
+from verl_ext.waits import ray_get
 
 logger = logging.getLogger("verl_ext.old_logits")
 
@@ -67,13 +68,21 @@ def counting_rollout_replicas(rollout_name: str, needed: bool) -> Iterator[None]
 def wait_until_recorded(recorded: Any, servers: Sequence[Any], version: int, timeout_s: float) -> tuple[float, bool]:
     """Waits until the LLM clients have recorded (``recorded(version)``, a Ray method) as many
     segments of ``version`` as the rollout servers served: a result may still be on its way from
-    a server to its client when verl's abort returns. Returns (seconds waited, timed out)."""
+    a server to its client when verl's abort returns. The servers' and the log's answers count
+    against ``timeout_s`` too (a hung one is a timeout). Returns (seconds waited, timed out)."""
     start = time.perf_counter()
-    served = sum(ray.get([server.served_segments.remote(version) for server in servers]))
-    while ray.get(recorded.remote(version)) < served:
-        if time.perf_counter() - start > timeout_s:
-            return time.perf_counter() - start, True
-        time.sleep(0.01)
+
+    def left() -> float:
+        return max(0.0, timeout_s - (time.perf_counter() - start))
+
+    try:
+        served = sum(ray.get([server.served_segments.remote(version) for server in servers], timeout=left()))
+        while ray.get(recorded.remote(version), timeout=left()) < served:
+            if not left():
+                return time.perf_counter() - start, True
+            time.sleep(0.01)
+    except ray.exceptions.GetTimeoutError:
+        return time.perf_counter() - start, True
     return time.perf_counter() - start, False
 
 
@@ -102,6 +111,7 @@ class DedicatedScorer:
 
         trainer = host.trainer
         self.host = host
+        self.config = config.dedicated
         self.sent_version: int | None = None  # the version the scorer holds
         ref = trainer.config.actor_rollout_ref
         self.dtype = training_dtype(ref.actor)
@@ -130,17 +140,24 @@ class DedicatedScorer:
                 device="cuda" if on_gpu else "cpu",
             )
         )
-        ray.get(self.actor.get_global_steps.remote())  # surfaces model-loading errors here
+        # surfaces model-loading errors here
+        self._call(self.actor.get_global_steps.remote(), "start and load the model", "start_timeout_s")
         self.on_actor_gpu = 0.0
         if on_gpu:  # where the scorer landed, as a metric (dedicated.gpu=own must not share the actor's GPU)
             _, actor_gpu = _node_and_gpu(trainer.actor_rollout_wg.workers[0])
-            scorer_gpu = ray.get(self.actor.__ray_call__.remote(lambda _: _visible_devices()))
+            scorer_gpu = self._call(self.actor.__ray_call__.remote(lambda _: _visible_devices()), "name its GPU")
             self.on_actor_gpu = float(scorer_gpu == actor_gpu)
             logger.info("dedicated old-logit scorer (%s) on GPU %s; the actor's first worker on GPU %s",
                         config.dedicated.gpu, scorer_gpu, actor_gpu)
 
+    def _call(self, refs: Any, what: str, bound: str = "call_timeout_s") -> Any:
+        """``ray.get`` of a call to the scorer, bounded by ``dedicated.<bound>``."""
+        from verl_ext.backends.cpu.rollout import SCORER_COMPONENT
+
+        return ray_get(refs, getattr(self.config, bound), SCORER_COMPONENT, what, f"{KEY}.dedicated.{bound}")
+
     def client_kwargs(self) -> dict[str, Any]:
-        return {"old_logit_scorer": self.actor}
+        return {"old_logit_scorer": self.actor, "call_timeout_s": self.config.call_timeout_s}
 
     def after_weight_sync(self, version: int | None) -> None:
         """The actor's weights of ``version``, to the scorer (it first finishes the outgoing
@@ -150,7 +167,8 @@ class DedicatedScorer:
         if version is None or version == self.sent_version:
             return
         with timed("scorer_weight_sync"):
-            self.host.on_workers(send_weights_to_scorer, SCORER_ACTOR_NAME, version, self.dtype)
+            self.host.on_workers(send_weights_to_scorer, SCORER_ACTOR_NAME, version, self.dtype,
+                                 self.config.sync_timeout_s + self.config.call_timeout_s)
         self.sent_version = version
 
     def before_checkpoint(self) -> None:
@@ -164,7 +182,7 @@ class DedicatedScorer:
 
     def sync(self, metrics: dict[str, float]) -> None:
         """Nothing to score here; reports the scorer's work since the last step and its memory."""
-        stats, memory = ray.get([self.actor.take_stats.remote(), self.actor.memory.remote()])
+        stats, memory = self._call([self.actor.take_stats.remote(), self.actor.memory.remote()], "report its stats")
         metrics.update({f"{PREFIX}dedicated/scorer_{name}": float(value) for name, value in stats.items()})
         metrics[f"{PREFIX}dedicated/scorer_on_actor_gpu"] = self.on_actor_gpu
         metrics.update(memory)
@@ -227,13 +245,21 @@ class InterruptScoring:
         self.after_sync = config.separate_pools
         self.segment_store = SegmentStore(config.interrupt_max_versions())
         self.sync_timeout_s = config.interrupt.sync_timeout_s
+        self.call_timeout_s = config.interrupt.call_timeout_s
         self.servers = host.trainer.rollout_server_handles()
         self.segment_log = ray.remote(SegmentLog).options(name=SEGMENT_LOG_ACTOR_NAME, num_cpus=0).remote()
         self._pending: dict[str, float] = {}  # metrics of the scoring after a sync, logged at the next step
         self._ended: int | None = None  # the last version scored after its sync
 
     def client_kwargs(self) -> dict[str, Any]:
-        return {"segment_log": self.segment_log}
+        return {"segment_log": self.segment_log, "call_timeout_s": self.call_timeout_s}
+
+    def _take(self, ref: Any, version: int) -> Any:
+        """A ``take`` of the segment log's segments of ``version``, bounded."""
+        from verl_ext.old_logits.segment_log import SEGMENT_LOG_COMPONENT
+
+        return ray_get(ref, self.call_timeout_s, SEGMENT_LOG_COMPONENT, f"hand over the segments of version {version}",
+                       f"{KEY}.interrupt.call_timeout_s")
 
     def after_weight_sync(self, version: int | None) -> None:
         """Separate pools: the sync to ``version`` ended ``version - 1``: score its segments."""
@@ -251,7 +277,7 @@ class InterruptScoring:
             return
         version = self.host.old_logits_version()
         with timed("segment_scoring"):
-            segments = ray.get(self.segment_log.take_recorded.remote(version))
+            segments = self._take(self.segment_log.take_recorded.remote(version), version)
             self._store(segments, version, self._pending)
 
     def state_dict(self) -> dict[str, Any]:
@@ -277,10 +303,10 @@ class InterruptScoring:
         if timed_out:
             logger.warning(
                 "verl-ext interrupt: after %.0f s (algorithm.old_logits.interrupt.sync_timeout_s) the clients had "
-                "not recorded every segment of version %d the servers served; scoring what arrived, the rest stay "
-                "unscored", waited, version,
+                "not recorded every segment of version %d the servers served, or a rollout server or the segment "
+                "log did not answer; scoring what arrived, the rest stay unscored", waited, version,
             )
-        segments, late = ray.get(self.segment_log.take.remote(version))
+        segments, late = self._take(self.segment_log.take.remote(version), version)
         if late:
             logger.warning(
                 "verl-ext interrupt: %d segments reached the segment log after their version's sync; left unscored "

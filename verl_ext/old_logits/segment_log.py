@@ -29,6 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 SEGMENT_LOG_ACTOR_NAME = "verl_ext_old_logit_segment_log"
+SEGMENT_LOG_COMPONENT = f"the interrupt segment log (Ray actor {SEGMENT_LOG_ACTOR_NAME})"
 
 
 class ServedSegments:

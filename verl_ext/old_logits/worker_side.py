@@ -18,9 +18,10 @@ import torch
 
 from verl_ext.backends.cpu.wire import to_wire
 from verl_ext.checkpoint_files import load_file, save_file
-from verl_ext.old_logits.config import OldLogitsConfig
+from verl_ext.old_logits.config import KEY, OldLogitsConfig
 from verl_ext.old_logits.swap import WeightSwap, local_parameters
 from verl_ext.timing import held_bytes, timed
+from verl_ext.waits import ray_get
 
 # The driver times its calls that swap weights on the workers (``weight_swap``, which on the cpu
 # backend includes the copies); on CUDA the copies run asynchronously after the call returns and
@@ -106,10 +107,12 @@ def exit_weights(ray_self: Any) -> None:
             context.__exit__(None, None, None)
 
 
-def send_weights_to_scorer(ray_self: Any, scorer_name: str, version: int | None, dtype: torch.dtype) -> None:
+def send_weights_to_scorer(ray_self: Any, scorer_name: str, version: int | None, dtype: torch.dtype,
+                           timeout_s: float) -> None:
     """Sends the actor's full weights (``get_per_tensor_param``, which every rank must iterate:
     FSDP gathers each tensor collectively) to the ``dedicated`` scorer, from rank 0, cast to the
-    scorer's ``dtype`` as FSDP's mixed precision casts them for the forward."""
+    scorer's ``dtype`` as FSDP's mixed precision casts them for the forward. The scorer has
+    ``timeout_s`` to take them (its wait for the outgoing version plus the load)."""
     params, peft_config = _actor_worker(ray_self).actor.engine.get_per_tensor_param()
     if peft_config is not None:
         raise NotImplementedError(
@@ -123,7 +126,11 @@ def send_weights_to_scorer(ray_self: Any, scorer_name: str, version: int | None,
             cast = tensor.detach().to(dtype=dtype if tensor.is_floating_point() else tensor.dtype)
             state[name] = to_wire(cast.to("cpu"))
     if sender:
-        ray.get(ray.get_actor(scorer_name).update_weights.remote(state, version))
+        from verl_ext.backends.cpu.rollout import SCORER_COMPONENT
+
+        ray_get(ray.get_actor(scorer_name).update_weights.remote(state, version), timeout_s, SCORER_COMPONENT,
+                f"load the weights of version {version} (after its wait of up to {KEY}.dedicated.sync_timeout_s "
+                "for the outgoing version)", f"{KEY}.dedicated.call_timeout_s")
 
 
 def calibrate_worker_ewma(ray_self: Any, token_age_versions: float | None, version: int) -> dict[str, float]:

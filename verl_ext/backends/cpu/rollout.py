@@ -27,6 +27,7 @@ import logging
 import os
 import threading
 import time
+from dataclasses import dataclass, fields
 from typing import Any
 
 import ray
@@ -41,6 +42,7 @@ from verl_ext.backends.cpu.hf_engine import GenerationRequest, HFGenerationEngin
 from verl_ext.backends.cpu.wire import WireTensor, named_from_wire, to_wire
 from verl_ext.old_logits.segment_log import ServedSegments
 from verl_ext.timing import held_bytes
+from verl_ext.waits import check_timeout, wait_for
 
 logger = logging.getLogger("verl_ext.hf_rollout")
 
@@ -50,6 +52,37 @@ BATCH_WINDOW_S = 0.01
 
 # The named Ray actor of the ``dedicated`` old-logit scorer (created by the trainer).
 SCORER_ACTOR_NAME = "verl_ext_old_logit_scorer"
+SCORER_COMPONENT = f"the dedicated old-logit scorer (Ray actor {SCORER_ACTOR_NAME})"
+HF_KEY = "actor_rollout_ref.rollout.engine_kwargs.hf"
+
+
+@dataclass(frozen=True)
+class HFServerTimeouts:
+    """``actor_rollout_ref.rollout.engine_kwargs.hf``: bounds on the trainer's waits for an ``hf``
+    rollout server (verl keeps each engine's own settings under ``engine_kwargs.<engine>``).
+
+    Attributes:
+        start_timeout_s: the server actor's start and model load (a fresh Ray worker imports
+            torch and transformers and reads the checkpoint: minutes on a cold node).
+        update_timeout_s: one weight update (the full state crosses Ray's object store and is
+            copied into the model on the host CPU).
+    """
+
+    start_timeout_s: float = 1800.0
+    update_timeout_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        for field in fields(self):
+            check_timeout(f"{HF_KEY}.{field.name}", getattr(self, field.name))
+
+    @classmethod
+    def from_rollout(cls, config: Any) -> HFServerTimeouts:
+        """From ``config.engine_kwargs.hf`` (a RolloutConfig or its DictConfig); names an unknown key."""
+        values = dict((config.engine_kwargs or {}).get("hf") or {})
+        unknown = sorted(set(values) - {field.name for field in fields(cls)})
+        if unknown:
+            raise ValueError(f"unknown key(s) {[f'{HF_KEY}.{k}' for k in unknown]} for the hf rollout")
+        return cls(**{k: float(v) for k, v in values.items()})
 
 
 def server_actor_name(replica_rank: int, suffix: str = "") -> str:
@@ -371,20 +404,25 @@ class HFOldLogitScorer(HFRolloutServer):
 
     async def _wait_until_scored(self, version: int) -> None:
         start = time.perf_counter()
-        while True:
-            served = sum(await asyncio.gather(*[s.served_segments.remote(version) for s in self.servers]))
-            if self._scored.get(version, 0) >= served:
-                break
-            if time.perf_counter() - start > self.sync_timeout_s:
-                self._stats["sync_timeouts"] += 1
-                logger.warning(
-                    "old-logit scorer: %d of %d segments of version %s scored after %.0f s "
-                    "(algorithm.old_logits.dedicated.sync_timeout_s); moving to the next version, "
-                    "the rest stay unscored",
-                    self._scored.get(version, 0), served, version, self.sync_timeout_s,
-                )
-                break
-            await asyncio.sleep(0.01)
+        served: list[int | str] = ["?"]  # "?" while a rollout server has not answered
+
+        async def scored_all() -> None:
+            while True:
+                served[0] = sum(await asyncio.gather(*[s.served_segments.remote(version) for s in self.servers]))
+                if self._scored.get(version, 0) >= served[0]:
+                    return
+                await asyncio.sleep(0.01)
+
+        try:  # the servers' answers count against the same bound: a hung server is a timeout too
+            await asyncio.wait_for(scored_all(), self.sync_timeout_s)
+        except asyncio.TimeoutError:
+            self._stats["sync_timeouts"] += 1
+            logger.warning(
+                "old-logit scorer: %d of %s segments of version %s scored after %.0f s "
+                "(algorithm.old_logits.dedicated.sync_timeout_s; '?': a rollout server did not answer); "
+                "moving to the next version, the rest stay unscored",
+                self._scored.get(version, 0), served[0], version, self.sync_timeout_s,
+            )
         self._scored.pop(version, None)
         self._stats["sync_wait_s"] += time.perf_counter() - start
 
@@ -414,7 +452,10 @@ class HFReplica(RolloutReplica):
             .options(name=name, num_cpus=0, max_concurrency=self.max_concurrency, **placement)
             .remote(config=self.config, model_config=self.model_config, replica_rank=self.replica_rank)
         )
-        await server.get_global_steps.remote()  # surfaces model-loading errors here, not at first use
+        timeout_s = HFServerTimeouts.from_rollout(self.config).start_timeout_s
+        # surfaces model-loading errors here, not at first use
+        await wait_for(server.get_global_steps.remote(), timeout_s, f"the hf rollout server (Ray actor {name})",
+                       "start and load the model", f"{HF_KEY}.start_timeout_s")
         self.servers = [server]
         self._server_handle = server
         # Only a load-balancer key: agent loops talk to the handle, not over HTTP.
@@ -438,6 +479,7 @@ class HFServerAdapter(BaseRollout):
         self.replica_rank = rank // replica_world if replica_rank == -1 else replica_rank
         self.is_leader = rank % replica_world == 0
         self.sleep_level = 2  # read by verl's worker for sglang only; kept for protocol parity
+        self.update_timeout_s = HFServerTimeouts.from_rollout(self.config).update_timeout_s
         self._server = None
 
     def _server_handle(self):
@@ -461,4 +503,6 @@ class HFServerAdapter(BaseRollout):
         state = {name: to_wire(tensor.detach().to("cpu", copy=True))
                  async for name, tensor in ensure_async_iterator(weights)}
         if self.is_leader:
-            await self._server_handle().update_weights.remote(state, global_steps)
+            await wait_for(self._server_handle().update_weights.remote(state, global_steps), self.update_timeout_s,
+                           f"the hf rollout server (Ray actor {server_actor_name(self.replica_rank)})",
+                           f"load the weights of version {global_steps}", f"{HF_KEY}.update_timeout_s")

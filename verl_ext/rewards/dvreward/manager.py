@@ -122,7 +122,8 @@ class DVRewardManager(RewardManagerBase):
         else:
             if s.on_failure == "raise":
                 raise RuntimeError(
-                    f"DVReward could not score a trajectory ({reason}); {KEY_PREFIX}.on_failure=flag flags it instead"
+                    f"DVReward could not score a trajectory ({reason}{self._timeout_note(reason)}); "
+                    f"{KEY_PREFIX}.on_failure=flag flags it instead"
                 )
             score = s.failed_score
             self._warn_failure(reason)
@@ -155,10 +156,18 @@ class DVRewardManager(RewardManagerBase):
                 reason,
                 "; a colocated reward model passes no extra_info: set reward.reward_model.enable_resource_pool=True"
                 if reason == "no_extra_info"
-                else "",
+                else self._timeout_note(reason),
                 self._n_flagged,
                 self.judge.stats.summary(),
             )
+
+    def _timeout_note(self, reason: str) -> str:
+        """Where a judge request timed out: which judge, the bound and the keys that change it."""
+        if "timeout" not in reason:
+            return ""
+        endpoint = self.judge.endpoint
+        return (f"; the DVReward judge at {endpoint.chat_url} did not answer within {endpoint.timeout_s:g} s in "
+                f"{endpoint.max_retries + 1} attempts ({KEY_PREFIX}.timeout_s, {KEY_PREFIX}.max_retries)")
 
     async def _env_score(self, item: DataProtoItem, response_text: str, fields: Mapping[str, Any]) -> float | None:
         """The environment verifier's score: ``env_score_key`` in the row, else the custom function."""

@@ -72,6 +72,10 @@ class DVRewardSettings(JudgeOptions):
             "artifact_kind": settings.artifact_kind in ("auto", "text", "image"),
             "on_failure": settings.on_failure in ("flag", "raise"),
             "max_concurrency": settings.max_concurrency >= 1,
+            # each judge request is bounded: timeout_s per attempt, 1 + max_retries attempts
+            "timeout_s": settings.timeout_s > 0,
+            "max_retries": settings.max_retries >= 0,
+            "backoff_s": settings.backoff_s >= 0,
         }
         bad = [k for k, ok in checks.items() if not ok]
         if bad:

@@ -95,18 +95,21 @@ def check_config(config: Any) -> DVRewardSettings | None:
     return settings
 
 
-def probe_judge(settings: DVRewardSettings, timeout_s: float = 5.0) -> None:
-    """Raise ``UserError`` naming ``judge_url`` when nothing answers there or the key is refused.
-    verl's GenRM router (no ``judge_url``) is started by verl itself later and is not probed."""
+def probe_judge(settings: DVRewardSettings) -> None:
+    """Raise ``UserError`` naming ``judge_url`` when nothing answers there within one request's
+    bound (``timeout_s``) or the key is refused. verl's GenRM router (no ``judge_url``) is started
+    by verl itself later and is not probed."""
     from verl_ext.rewards.dvreward.transport import probe
 
     if not settings.judge_url:
         return
-    failure = probe(settings.endpoint(None, None), timeout_s)
+    failure = probe(settings.endpoint(None, None), settings.timeout_s)
     if failure is None:
         return
     if failure.reason in ("no_api_key", "http_401", "http_403"):
         fix = f"check the environment variable named by {KEY_PREFIX}.api_key_env={settings.api_key_env!r}"
+    elif failure.reason == "timeout":
+        fix = f"start the judge, or raise {KEY_PREFIX}.timeout_s={settings.timeout_s:g} if it is only slow"
     else:
         fix = "start the judge (verl-ext judge-server, vLLM, SGLang) or fix the URL"
     raise UserError(
