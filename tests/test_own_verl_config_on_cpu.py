@@ -69,7 +69,7 @@ def your_run(tiny_model_dir, tmp_path_factory) -> list[str]:
         "+plugins/backend=cpu", f"actor_rollout_ref.model.path={tiny_model_dir}",
         f"data.train_files={data}/train.parquet", f"data.val_files={data}/val.parquet", "data.train_batch_size=4",
         "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
-        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4", "actor_rollout_ref.rollout.n=1",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4", "actor_rollout_ref.rollout.n=2",
     ]
 
 

@@ -32,7 +32,7 @@ def base(tiny_model_dir, tmp_path_factory) -> list[str]:
         "+plugins/backend=cpu", f"actor_rollout_ref.model.path={tiny_model_dir}",
         f"data.train_files={data}/train.parquet", f"data.val_files={data}/val.parquet", "data.train_batch_size=4",
         "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
-        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4", "actor_rollout_ref.rollout.n=1",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4", "actor_rollout_ref.rollout.n=2",
         f"critic.model.path={tiny_model_dir}", "critic.ppo_micro_batch_size_per_gpu=4",
     ]
 
@@ -177,7 +177,8 @@ def test_case9_an_estimator_value_it_rejects_is_refused(base):
 
 @pytest.mark.parametrize("estimator", ["himac", "hiper"])
 def test_case9_a_role_estimator_with_a_loop_that_writes_no_roles_is_refused(base, estimator):
-    found = problems(*base, "trainer.v1.trainer_mode=verl_ext_sync", f"+plugins/advantage={estimator}")
+    found = problems(*base, "trainer.v1.trainer_mode=verl_ext_sync", f"+plugins/advantage={estimator}",
+                     "critic.enable=true")  # hiper's critic
     assert len(found) == 1, found
     assert found[0].startswith(f"algorithm.adv_estimator={estimator} needs role=planner/executor on every step, but "
                                "agent loop 'text_env' (agent_name in ")

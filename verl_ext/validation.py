@@ -22,6 +22,7 @@ from typing import Any
 
 from verl_ext import VERL_VERSION, doctor, gpu_checks, plugin
 from verl_ext.gpu_checks import select
+from verl_ext.preconditions import precondition_problems
 
 logger = logging.getLogger("verl_ext")
 
@@ -31,12 +32,6 @@ VERL_EXT_TRAINERS = tuple(spec.name for spec in plugin.PLUGINS if spec.kind == "
 VERL_EXT_TWIN = {"sync": "verl_ext_sync", "colocate_async": "verl_ext_colocate_async",
                  "separate_async": "verl_ext_separate_async"}
 VERL_EXT_TWIN_BASE = {twin: base for base, twin in VERL_EXT_TWIN.items()}
-# Agent loops (by class) that write verl_ext.steps.StepMetadata; none of them records roles.
-STEP_METADATA_LOOPS = frozenset({
-    "verl_ext.agent_loops.hybrid_gui_tool.HybridGuiToolAgentLoop",
-    "verl_ext.agent_loops.text_env.TextEnvAgentLoop",
-})
-ROLE_ESTIMATORS = ("himac", "hiper")  # need role=planner/executor on every step
 # env backends that drive Chromium (verl_ext.envs.pool): hybrid_gui_tool's backends that need selenium (the
 # plugin table is where they are listed)
 BROWSER_BACKENDS = frozenset(backend for spec in plugin.PLUGINS for backend, modules in spec.backend_requires.items()
@@ -99,21 +94,10 @@ def micro_batches_divide(config: Any) -> list[str]:
 
 
 def _hook_features(config: Any) -> Iterator[tuple[str, Any, str]]:
-    """``(key, value, what verl's own trainer does with it)`` for each setting only a verl-ext
-    trainer honours."""
-    from verl_ext.advantages import ESTIMATORS
+    """``(key, value, what verl's own trainer does with it)`` for each setting, other than a plugin
+    with preconditions (``verl_ext.preconditions``), that only a verl-ext trainer honours."""
     from verl_ext.rewards import postprocess
 
-    from verl_ext.old_logits.config import DEFAULT_PROVIDER
-
-    provider = select(config, "algorithm.old_logits.provider")
-    if provider not in (None, DEFAULT_PROVIDER):
-        yield ("algorithm.old_logits.provider", provider,
-               "ignores it (old log-probs are recomputed with the current weights, no old_logits/* metric)")
-    estimator = select(config, "algorithm.adv_estimator")
-    if estimator in ESTIMATORS:
-        yield ("algorithm.adv_estimator", estimator,
-               "passes estimators no step metadata (the run stops at the first advantage, after a rollout)")
     if select(config, "reward.reward_manager.name") == "dvreward":
         yield ("reward.reward_manager.name", "dvreward",
                "trains on the rows the judge could not score (dv_valid=0) as if they had scored failed_score")
@@ -123,10 +107,9 @@ def _hook_features(config: Any) -> Iterator[tuple[str, Any, str]]:
                "ignores the group term R_length")
 
 
-@check
-def verl_ext_trainer_selected(config: Any) -> list[str]:
-    """Settings only the verl-ext trainers read are refused under verl's own trainer, which would
-    ignore them (or fail on them after a rollout)."""
+def needs_verl_ext_trainer(config: Any, key: str, value: Any, effect: str) -> list[str]:
+    """The problem of ``key=value``, which only a verl-ext trainer honours, under the configured
+    trainer (none under a verl-ext one); ``effect``: what verl's own trainer does with it instead."""
     mode = str(select(config, TRAINER_MODE_KEY, "sync"))
     if not select(config, "trainer.use_v1", True):
         where, fix = "trainer.use_v1=false (verl's legacy trainer)", f"trainer.use_v1=true {TRAINER_MODE_KEY}=verl_ext_sync"
@@ -135,8 +118,21 @@ def verl_ext_trainer_selected(config: Any) -> list[str]:
     else:
         where = f"{TRAINER_MODE_KEY}={mode} is verl's own trainer"
         fix = f"{TRAINER_MODE_KEY}={VERL_EXT_TWIN.get(mode, ' or '.join(VERL_EXT_TRAINERS))}"
-    return [f"{key}={value} needs a verl-ext trainer, but {where}, which {effect}: set {fix}"
-            for key, value, effect in _hook_features(config)]
+    return [f"{key}={value} needs a verl-ext trainer, but {where}, which {effect}: set {fix}"]
+
+
+@check
+def verl_ext_trainer_selected(config: Any) -> list[str]:
+    """Settings only the verl-ext trainers read are refused under verl's own trainer, which would
+    ignore them (or fail on them after a rollout)."""
+    return [p for key, value, effect in _hook_features(config) for p in needs_verl_ext_trainer(config, key, value, effect)]
+
+
+@check
+def preconditions(config: Any) -> list[str]:
+    """The preconditions of the selected estimator, loss and old-logit provider
+    (``verl_ext.preconditions``; the section "Preconditions" of docs/reference/validation.md)."""
+    return precondition_problems(config)
 
 
 def base_trainer_mode(config: Any) -> str:
@@ -148,22 +144,15 @@ def base_trainer_mode(config: Any) -> str:
 
 @check
 def old_logits_settings(config: Any) -> list[str]:
-    """``algorithm.old_logits.*`` parses (unknown keys, ``beta`` with ``com``, bad choices) and the
-    configured provider's own checks pass (``OldLogitProvider.config_problems``: the rollout engine,
-    the trainer mode, settings that default to the staleness bound, ...)."""
-    from verl_ext.old_logits.config import TRAINER_MODES, OldLogitsConfig
-    from verl_ext.old_logits.providers import build_provider
+    """``algorithm.old_logits.*`` parses (unknown keys, ``beta`` with ``com``, bad choices) and names
+    a registered provider; the provider's own conditions are its preconditions."""
+    from verl_ext.old_logits.providers import configured_provider
 
-    section = select(config, "algorithm.old_logits")
-    if section is None or base_trainer_mode(config) not in TRAINER_MODES:
-        return []  # an unknown trainer mode is verl's to refuse
     try:
-        parsed = OldLogitsConfig.from_config(section, select(config, "trainer.v1.sampler.max_off_policy_threshold"),
-                                             base_trainer_mode(config))
-        provider = build_provider(parsed)
+        configured_provider(config)
     except (TypeError, ValueError) as exc:
         return [str(exc)]
-    return provider.config_problems(config)
+    return []
 
 
 SEPARATE_ASYNC_KEY = "trainer.v1.separate_async"
@@ -370,35 +359,6 @@ def _file_env_backends(path: str, version: tuple[int, int] | None) -> frozenset[
         env = (extra_info or {}).get("env") or {}
         backends.add(env.get("backend") or (extra_info or {}).get("env_backend") or "minidesk")
     return frozenset(backends)
-
-
-@check
-def agent_loops_write_steps(config: Any) -> list[str]:
-    """A step-aware estimator needs an agent loop that writes step metadata, and ``himac``/``hiper``
-    one that records a role per step; verl's own loops write none, verl-ext's write no roles."""
-    from verl_ext.advantages import ESTIMATORS
-
-    estimator = select(config, "algorithm.adv_estimator")
-    if estimator not in ESTIMATORS:
-        return []
-    found = []
-    for name, (target, source) in agent_loops(config).items():
-        if target is None:
-            continue  # unregistered: plugins_registered names it; a custom class: assume it writes them
-        if target.startswith("verl.") and target not in STEP_METADATA_LOOPS:
-            found.append(
-                f"algorithm.adv_estimator={estimator} needs per-step metadata, but agent loop {name!r} ({source}) is "
-                "verl's own and writes none (a single-turn task has no steps): use a step-aware loop (text_env, "
-                "hybrid_gui_tool, or one that writes verl_ext.steps.StepMetadata: docs/howto/bring_your_own_env.md), or "
-                "a verl estimator such as algorithm.adv_estimator=grpo"
-            )
-        elif estimator in ROLE_ESTIMATORS and (target in STEP_METADATA_LOOPS or target.startswith("verl.")):
-            found.append(
-                f"algorithm.adv_estimator={estimator} needs role=planner/executor on every step, but agent loop "
-                f"{name!r} ({source}) records no roles: use an agent loop that sets StepMetadata.role "
-                "(docs/plugins/advantages.md), or gigpo/hgpo/step_grouped"
-            )
-    return found
 
 
 @check

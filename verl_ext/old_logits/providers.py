@@ -3,9 +3,10 @@
 Contract (docs/explanation/architecture.md): ``provider.compute(host, batch, metrics) -> batch``,
 writing ``old_log_probs``. A provider is the unit of change: besides ``compute`` it declares
 everything the trainer, the host and the start-up checks would otherwise decide by its name
-(``ProviderNeeds``, ``rollout_side``, ``bypass_loss``, ``config_problems``). A new provider is
-one class here (or in a module of its own that registers it) and one fragment in
-``plugins/old_logits/``.
+(``ProviderNeeds``, ``rollout_side``, ``bypass_loss``) and what it needs of the config (its entries
+in ``PRECONDITIONS``, run at start-up by ``verl_ext.validation``). A new provider is one class and its
+preconditions here (or in a module of its own that registers it, with its preconditions added to
+``PRECONDITIONS``) and one fragment in ``plugins/old_logits/``.
 
 ``host`` is anything implementing ``OldLogitHost`` (``verl_ext.old_logits.trainer_side`` for verl's
 trainers; the in-process ``verl_ext.old_logits.local_host.LocalPolicyHost`` for tests and
@@ -37,7 +38,7 @@ from typing import Any, ClassVar, Protocol
 import torch
 
 from verl_ext.gpu_checks import select
-from verl_ext.old_logits.config import OldLogitsConfig
+from verl_ext.old_logits.config import STALENESS_KEY, TRAINER_MODES, OldLogitsConfig
 from verl_ext.old_logits.loglinear import loglinear_alpha, loglinear_proxy
 from verl_ext.old_logits.metrics import (
     PREFIX,
@@ -47,6 +48,7 @@ from verl_ext.old_logits.metrics import (
 )
 from verl_ext.old_logits.snapshot import SnapshotMissingError, scatter_by_version
 from verl_ext.old_logits.weight_specs import CURRENT, EWMA, SNAPSHOT, snapshot_spec
+from verl_ext.preconditions import Precondition, verl_ext_trainer
 
 # Fields a provider may fetch through ``OldLogitHost.old_logits_fetch`` (all padded (bs, L)).
 RESPONSE_MASK = "response_mask"
@@ -162,7 +164,8 @@ def exact_share(exact: torch.Tensor, mask: torch.Tensor) -> float:
 
 class OldLogitProvider(ABC):
     """Base: one strategy for ``old_log_probs``. Subclasses set ``needs`` and ``compute``, and
-    declare what else sets them apart (the class attributes below, ``config_problems``).
+    declare what else sets them apart (the class attributes below; their conditions on the config:
+    ``PRECONDITIONS``).
 
     Attributes:
         rollout_side: the rollout-side companion the trainer starts before the first weight sync
@@ -193,15 +196,6 @@ class OldLogitProvider(ABC):
         if self.config.separate_pools and CURRENT in needs.weights:
             needs = dataclasses.replace(needs, snapshots=needs.snapshots + 1)
         return needs
-
-    def config_problems(self, config: Any) -> list[str]:
-        """What is wrong with the composed verl ``config`` for this provider, one sentence each
-        naming the key, the value and the fix (``verl_ext.validation`` runs it at start-up)."""
-        try:
-            self.requirements()
-        except ValueError as exc:  # e.g. a setting that defaults to the staleness bound, which is null
-            return [str(exc)]
-        return []
 
     @abstractmethod
     def compute(self, host: OldLogitHost, batch: Any, metrics: dict[str, float]) -> Any:
@@ -269,12 +263,6 @@ class SnapshotProvider(OldLogitProvider):
         kept = self.config.snapshot_max_versions() if self.config.stale_tokens else 0
         return dataclasses.replace(self.needs, snapshots=kept)
 
-    def config_problems(self, config: Any) -> list[str]:
-        found = super().config_problems(config)
-        if self.config.snapshot.dtype == "bf16":
-            found += _bf16_snapshot_problems(config)
-        return found
-
     def compute(self, host: OldLogitHost, batch: Any, metrics: dict[str, float]) -> Any:
         data = self._fetch_with_staleness(host, batch, [TOKEN_VERSIONS], metrics)
         versions = torch.where(data[RESPONSE_MASK].bool(), data[TOKEN_VERSIONS], -1)
@@ -324,22 +312,6 @@ class PrecomputedProvider(OldLogitProvider):
     version, which is exact (metric ``{name}/filled_by_current_frac``). An unscored *stale* token is
     an error, or with ``algorithm.old_logits.<name>.on_missing=current`` it is scored with those
     weights too, logged and counted in ``{name}/inexact_frac``."""
-
-    def config_problems(self, config: Any) -> list[str]:
-        found = super().config_problems(config)
-        engine = str(select(config, "actor_rollout_ref.rollout.name", ""))
-        if engine not in SEGMENT_COUNTING_ROLLOUTS:
-            supported = " or ".join(f"actor_rollout_ref.rollout.name={name}" for name in SEGMENT_COUNTING_ROLLOUTS)
-            found.append(
-                f"algorithm.old_logits.provider={self.name} is supported with {supported}, not "
-                f"actor_rollout_ref.rollout.name={engine!r} (verl-ext has no segment-counting server for that engine). "
-                "Use algorithm.old_logits.provider=snapshot (exact, any rollout) or ewma")
-        if select(config, "actor_rollout_ref.rollout.disaggregation.enabled"):
-            found.append(
-                f"algorithm.old_logits.provider={self.name} with actor_rollout_ref.rollout.disaggregation.enabled"
-                "=true: verl's prefill/decode replicas have no segment-counting server; turn disaggregation off "
-                "or use algorithm.old_logits.provider=snapshot")
-        return found
 
     def compute(self, host: OldLogitHost, batch: Any, metrics: dict[str, float]) -> Any:
         host.old_logits_rollout_sync(metrics)
@@ -400,22 +372,6 @@ class InterruptProvider(PrecomputedProvider):
     needs = _precomputed_needs("the rollout servers log each segment and the trainer scores them after the sync")
     rollout_side = "verl_ext.old_logits.rollout_side:InterruptScoring"
 
-    def config_problems(self, config: Any) -> list[str]:
-        found = super().config_problems(config)
-        try:
-            self.config.interrupt_max_versions()
-        except ValueError as exc:
-            found.append(str(exc))
-        if not self.config.stale_tokens:
-            mode = select(config, TRAINER_MODE_KEY, "sync")
-            found.append(
-                f"algorithm.old_logits.provider=interrupt with {TRAINER_MODE_KEY}={mode}: a synchronous trainer samples "
-                "every token with the current weights, so there is nothing stale to score, while interrupt re-scores "
-                "each turn's whole prefix at every weight sync (several times the tokens the batch holds) for the same "
-                "old log-probs as `current`: use algorithm.old_logits.provider=current, or "
-                f"{TRAINER_MODE_KEY}=verl_ext_colocate_async (or verl_ext_separate_async) for stale tokens"
-            )
-        return found
 
 
 @register_provider("ewma")
@@ -440,14 +396,6 @@ class EWMAProvider(OldLogitProvider):
         if not self.config.ewma.fresh_exact:
             return self.needs
         return dataclasses.replace(self.needs, weights=(EWMA, CURRENT))
-
-    def config_problems(self, config: Any) -> list[str]:
-        found = super().config_problems(config)
-        try:  # the settings that default to the staleness bound
-            self.config.ewma_max_com() if self.config.ewma.calibrated else self.config.ewma_beta()
-        except ValueError as exc:
-            found.append(str(exc))
-        return found
 
     def compute(self, host: OldLogitHost, batch: Any, metrics: dict[str, float]) -> Any:
         data = self._fetch_with_staleness(host, batch, [TOKEN_VERSIONS], metrics)
@@ -506,3 +454,139 @@ class LogLinearProvider(OldLogitProvider):
         metrics[f"{PREFIX}loglinear/alpha_mean"] = float(alpha[m].mean()) if m.any() else 0.0
         metrics[EXACT_TOKEN_SHARE] = exact_share(torch.zeros_like(m), m)
         return host.old_logits_store(batch, loglinear_proxy(data[ROLLOUT_LOG_PROBS], current, alpha))
+
+
+# --------------------------------------------------------------------------- the preconditions
+
+
+PROVIDER_KEY = "algorithm.old_logits.provider"
+KIND = "old_logit_provider"
+ROLLOUT_NAME_KEY = "actor_rollout_ref.rollout.name"
+DISAGGREGATION_KEY = "actor_rollout_ref.rollout.disaggregation.enabled"
+
+
+def configured_provider(config: Any) -> OldLogitProvider | None:
+    """The provider ``algorithm.old_logits`` configures, built as the trainer builds it; None without
+    that section or under a trainer mode verl-ext does not know (verl's to refuse).
+
+    Raises:
+        ValueError, TypeError: the section does not parse or names no registered provider.
+    """
+    from verl_ext.validation import base_trainer_mode  # validation imports this module
+
+    section = select(config, "algorithm.old_logits")
+    mode = base_trainer_mode(config)
+    if section is None or mode not in TRAINER_MODES:
+        return None
+    return build_provider(OldLogitsConfig.from_config(section, select(config, STALENESS_KEY), mode))
+
+
+def _provider_check(problems: Callable[[OldLogitProvider, Any], list[str]]) -> Callable[[Any], list[str]]:
+    """A check of the configured provider; a section that does not parse is ``old_logits_settings``'s
+    to name."""
+
+    def check(config: Any) -> list[str]:
+        try:
+            provider = configured_provider(config)
+        except (TypeError, ValueError):
+            return []
+        return [] if provider is None else problems(provider, config)
+
+    return check
+
+
+def _staleness_bound(name: str, settings: str, resolve: Callable[[OldLogitProvider], object]) -> Precondition:
+    def problems(provider: OldLogitProvider, config: Any) -> list[str]:
+        try:
+            resolve(provider)
+        except ValueError as exc:
+            return [str(exc)]
+        return []
+
+    return Precondition(KIND, name, f"a staleness bound (`{STALENESS_KEY}`) or explicit {settings}: they default to "
+                        "the bound, and without one the provider cannot size its state",
+                        (STALENESS_KEY, *(f"algorithm.old_logits.{s}" for s in settings.split(" / "))),
+                        _provider_check(problems))
+
+
+def _stale_tokens(name: str, cost: str) -> Precondition:
+    """Refused under a synchronous trainer: the provider's cost buys the old log-probs of ``current``."""
+
+    def problems(provider: OldLogitProvider, config: Any) -> list[str]:
+        if provider.config.stale_tokens:
+            return []
+        mode = select(config, TRAINER_MODE_KEY, "sync")
+        return [f"{PROVIDER_KEY}={name} with {TRAINER_MODE_KEY}={mode}: a synchronous trainer samples every token with "
+                f"the current weights, so there is nothing stale to score, while {name} {cost} for the same old "
+                f"log-probs as `current`: use {PROVIDER_KEY}=current, or {TRAINER_MODE_KEY}=verl_ext_colocate_async "
+                "(or verl_ext_separate_async) for stale tokens"]
+
+    return Precondition(KIND, name, f"stale tokens, i.e. an async trainer mode: under a sync mode it {cost} for the "
+                        "old log-probs `current` computes", (PROVIDER_KEY, TRAINER_MODE_KEY), _provider_check(problems))
+
+
+def _stale_tokens_to_differ(name: str, baseline: str, under_sync: str) -> Precondition:
+    """Stated, not refused: under a sync mode the provider costs little and gives ``baseline``'s old log-probs."""
+    return Precondition(KIND, name, f"stale tokens, i.e. an async trainer mode, to differ from `{baseline}`: under a "
+                        f"sync mode {under_sync}", (PROVIDER_KEY, TRAINER_MODE_KEY),
+                        not_at_start_up=f"not refused, the old log-probs of `{baseline}` still carry a learning signal")
+
+
+def _segment_counting_rollout(name: str) -> Precondition:
+    def problems(provider: OldLogitProvider, config: Any) -> list[str]:
+        found = []
+        engine = str(select(config, ROLLOUT_NAME_KEY, ""))
+        if engine not in SEGMENT_COUNTING_ROLLOUTS:
+            supported = " or ".join(f"{ROLLOUT_NAME_KEY}={e}" for e in SEGMENT_COUNTING_ROLLOUTS)
+            found.append(
+                f"{PROVIDER_KEY}={name} is supported with {supported}, not {ROLLOUT_NAME_KEY}={engine!r} (verl-ext has "
+                f"no segment-counting server for that engine). Use {PROVIDER_KEY}=snapshot (exact, any rollout) or ewma")
+        if select(config, DISAGGREGATION_KEY):
+            found.append(
+                f"{PROVIDER_KEY}={name} with {DISAGGREGATION_KEY}=true: verl's prefill/decode replicas have no "
+                f"segment-counting server; turn disaggregation off or use {PROVIDER_KEY}=snapshot")
+        return found
+
+    return Precondition(KIND, name, f"a rollout engine whose servers count the segments they serve "
+                        f"({' or '.join(SEGMENT_COUNTING_ROLLOUTS)}), without prefill/decode disaggregation: every "
+                        "segment must be scored before its weights move", (ROLLOUT_NAME_KEY, DISAGGREGATION_KEY),
+                        _provider_check(problems))
+
+
+def _bf16_forward(provider: OldLogitProvider, config: Any) -> list[str]:
+    return _bf16_snapshot_problems(config) if provider.config.snapshot.dtype == "bf16" else []
+
+
+_IGNORED = "ignores it (old log-probs are recomputed with the current weights, no old_logits/* metric)"
+PRECONDITIONS: tuple[Precondition, ...] = (
+    Precondition(KIND, "current", "none beyond verl's: any trainer mode, verl's own included (it is verl's anchor); "
+                 "under an async mode a stale token gets the current weights' log-prob, not its own version's",
+                 (PROVIDER_KEY,), not_at_start_up="nothing to refuse"),
+    *(verl_ext_trainer(KIND, name, _IGNORED)
+      for name in ("rollout", "snapshot", "dedicated", "interrupt", "ewma", "loglinear")),
+    Precondition(KIND, "rollout", "the loss runs in verl's bypass mode (π_prox = μ): the trainer sets "
+                 "`actor_rollout_ref.actor.policy_loss.loss_mode=bypass_mode`, replacing any other loss (ppo_ewma "
+                 "included), with a warning", (PROVIDER_KEY, "actor_rollout_ref.actor.policy_loss.loss_mode"),
+                 not_at_start_up="not refused, the trainer switches the loss"),
+    _staleness_bound("snapshot", "snapshot.max_versions", lambda p: p.requirements()),
+    Precondition(KIND, "snapshot", "with `snapshot.dtype=bf16`, an actor forward in bfloat16 (FSDP "
+                 "`mixed_precision.param_dtype=bf16`): otherwise the snapshots are not the weights the forward uses",
+                 ("algorithm.old_logits.snapshot.dtype", "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype"),
+                 _provider_check(_bf16_forward)),
+    _stale_tokens_to_differ("snapshot", "current", "it keeps no copies and scores every token with the current weights"),
+    _segment_counting_rollout("dedicated"),
+    _stale_tokens("dedicated", "runs a forward-only scorer that receives every weight version and scores every "
+                  "segment"),
+    _staleness_bound("interrupt", "interrupt.max_versions", lambda p: p.config.interrupt_max_versions()),
+    _segment_counting_rollout("interrupt"),
+    _stale_tokens("interrupt", "re-scores each turn's whole prefix at every weight sync (several times the tokens "
+                  "the batch holds)"),
+    _staleness_bound("ewma", "ewma.max_com / ewma.beta",
+                     lambda p: p.config.ewma_max_com() if p.config.ewma.calibrated else p.config.ewma_beta()),
+    _stale_tokens_to_differ("ewma", "current", "with `ewma.fresh_exact=true` (the default) every token is fresh and gets "
+                               "the current weights' log-prob; `fresh_exact=false` gives the EWMA weights' (PPO-EWMA "
+                               "of synchronous training)"),
+    _stale_tokens_to_differ("loglinear", "rollout", "every token has staleness 0, so α = 0 and the proxy is μ "
+                            "(after a forward it does not use)"),
+)
+

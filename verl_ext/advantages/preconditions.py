@@ -1,0 +1,119 @@
+"""The preconditions of the advantage estimators (``verl_ext.preconditions``): verl-ext's step-aware
+ones and the verl group estimators whose group size verl-ext checks.
+
+The agent-loop conditions read which loops a run uses (``verl_ext.validation.agent_loops``: the rows'
+``agent_name``, else ``default_agent_loop``); a loop of your own is assumed to write what it must.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from verl_ext.advantages import ESTIMATORS
+from verl_ext.gpu_checks import select
+from verl_ext.preconditions import SELECTORS, Precondition, verl_ext_trainer
+
+KIND = "estimator"
+ESTIMATOR_KEY = SELECTORS[KIND]
+N_KEY = "actor_rollout_ref.rollout.n"
+LOOP_KEYS = ("actor_rollout_ref.rollout.agent.default_agent_loop", "agent_name of data.train_files",
+             "actor_rollout_ref.rollout.agent.agent_loop_config_path")
+# The shipped agent loops (by class) that write verl_ext.steps.StepMetadata, and the per-step fields
+# they leave out.
+STEP_METADATA_LOOPS: dict[str, frozenset[str]] = {
+    "verl_ext.agent_loops.hybrid_gui_tool.HybridGuiToolAgentLoop": frozenset({"role", "action_match"}),
+    "verl_ext.agent_loops.text_env.TextEnvAgentLoop": frozenset({"role", "action_match"}),
+}
+
+# What a group of one (rollout.n = 1) leaves of each group estimator's advantage.
+GROUP_OF_ONE = {
+    "grpo": "the advantage is the raw score (mean 0, std 1): no baseline",
+    "rloo": "the advantage is the raw score (the leave-one-out mean of no other rollout is 0): no baseline",
+    "gigpo": "the episode term is the raw score (no baseline) and the step term is 0 except on states one "
+             "trajectory revisits",
+    "hgpo": "every context group but a revisited state's is a group of one and counts 0, so the advantage is 0 "
+            "(the raw score with base_group)",
+    "step_grouped": "the step term (same prompt and step index) is 0 and the episode term compares only the steps "
+                    "of one trajectory",
+    "himac": "the planner steps get the raw score (no baseline) and the executor steps are compared only within "
+             "their own trajectory",
+}
+
+
+def _group_size(name: str, effect: str) -> Precondition:
+    def check(config: Any) -> list[str]:
+        n = int(select(config, N_KEY, 1))
+        if n >= 2:
+            return []
+        return [f"{N_KEY}={n}: {ESTIMATOR_KEY}={name} compares the rollouts of one prompt, and with one rollout per "
+                f"prompt {effect}: set {N_KEY} to 2 or more (the recipes use 4 or 8)"]
+
+    return Precondition(KIND, name, f"groups of two or more rollouts of one prompt (`{N_KEY}` >= 2); with n = 1 "
+                        f"{effect}", (N_KEY,), check)
+
+
+def _loops(config: Any) -> Iterator[tuple[str, str, str]]:
+    """``(name, class path, where it is set)`` of each agent loop the run uses whose class is known."""
+    from verl_ext.validation import agent_loops  # validation imports this module through the driver
+
+    for name, (target, source) in agent_loops(config).items():
+        if target is not None:  # unregistered: plugins_registered names it
+            yield name, target, source
+
+
+def _step_metadata(name: str) -> Precondition:
+    def check(config: Any) -> list[str]:
+        return [f"{ESTIMATOR_KEY}={name} needs per-step metadata, but agent loop {loop!r} ({source}) is verl's own "
+                "and writes none (a single-turn task has no steps): use a step-aware loop (text_env, hybrid_gui_tool, "
+                "or one that writes verl_ext.steps.StepMetadata: docs/howto/bring_your_own_env.md), or a verl "
+                f"estimator such as {ESTIMATOR_KEY}=grpo"
+                for loop, target, source in _loops(config)
+                if target.startswith("verl.") and target not in STEP_METADATA_LOOPS]
+
+    return Precondition(KIND, name, "an agent loop that writes per-step metadata (`verl_ext.steps.StepMetadata`: "
+                        "text_env, hybrid_gui_tool or your own); verl's loops write none. Each step's rows must be "
+                        "consistent (checked at run time: the estimator names the trajectories)", LOOP_KEYS, check)
+
+
+def _per_step_field(name: str, field: str, need: str, fix: str) -> Precondition:
+    """A per-step field the shipped step-aware loops do not record (``STEP_METADATA_LOOPS``)."""
+
+    def check(config: Any) -> list[str]:
+        return [f"{ESTIMATOR_KEY}={name} needs {need}, but agent loop {loop!r} ({source}) records no {field}: {fix}"
+                for loop, target, source in _loops(config) if field in STEP_METADATA_LOOPS.get(target, ())]
+
+    return Precondition(KIND, name, f"{need}: an agent loop that sets `StepMetadata.{field}` (text_env and "
+                        f"hybrid_gui_tool do not); checked again at run time on every step", LOOP_KEYS, check)
+
+
+def _roles(name: str) -> Precondition:
+    return _per_step_field(name, "role", "role=planner/executor on every step",
+                           "use an agent loop that sets StepMetadata.role (docs/plugins/advantages.md), or "
+                           "gigpo/hgpo/step_grouped")
+
+
+def _critic(config: Any) -> list[str]:
+    enable = select(config, "critic.enable")
+    if enable:
+        return []
+    return [f"critic.enable={enable}: {ESTIMATOR_KEY}=hiper reads the critic's per-step values (V_high on planner "
+            "steps, V_low on executor steps) and stops at the first advantage without them: set critic.enable=true "
+            "and critic.model.path"]
+
+
+_NO_STEP_METADATA = "passes estimators no step metadata (the run stops at the first advantage, after a rollout)"
+PRECONDITIONS: tuple[Precondition, ...] = (
+    *(_group_size(name, effect) for name, effect in GROUP_OF_ONE.items()),
+    *(verl_ext_trainer(KIND, name, _NO_STEP_METADATA) for name in ESTIMATORS),
+    *(_step_metadata(name) for name in ESTIMATORS),
+    _per_step_field("step_grouped", "action_match", "action_match on every step (whether its action matched the "
+                    "reference trajectory the rollouts are aligned to; returns are cut there)",
+                    "without it every action counts as matching and the step term groups unrelated states by their "
+                    "index. Use an agent loop that sets StepMetadata.action_match (docs/plugins/advantages.md), or "
+                    "gigpo/hgpo"),
+    _roles("himac"),
+    _roles("hiper"),
+    Precondition(KIND, "hiper", "a critic (`critic.enable=true`): HiPER's two-level GAE reads its per-step values; "
+                 "every trajectory starts with a planner step (checked at run time)", ("critic.enable",), _critic),
+)
