@@ -8,6 +8,9 @@ from typing import Iterable, Sequence
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "docs" / "results.md"
+# Between a section's heading and this line sits the page's own prose (what does not depend on the run's
+# numbers); ``write_section`` rewrites only what follows it.
+GENERATED = "<!-- generated: --write rewrites from here to the next section -->"
 
 
 def add_write_flags(parser: argparse.ArgumentParser, doc: Path | None = RESULTS) -> argparse.ArgumentParser:
@@ -43,7 +46,8 @@ def publish(doc: Path | None, heading: str, section: str, until: str = "\n## ") 
 
 def write_section(doc: Path, heading: str, section: str, until: str = "\n## ") -> None:
     """Replace the section under ``heading`` in ``doc`` (up to the next ``until``: a ``## `` heading, or
-    ``"\n#"`` to keep the subsections other scripts write under it), or append it."""
+    ``"\n#"`` to keep the subsections other scripts write under it), or append it. Where the section
+    holds a ``GENERATED`` line, only what follows that line is replaced."""
     heading = heading.rstrip("\n")
     text = doc.read_text() if doc.exists() else "# Results\n"
     section = section.rstrip("\n") + "\n\n"  # one blank line before the next section
@@ -52,7 +56,12 @@ def write_section(doc: Path, heading: str, section: str, until: str = "\n## ") -
         text = text.rstrip("\n") + "\n\n" + section
     else:
         end = text.find(until, start + len(heading))
-        text = text[:start] + section + (text[end + 1:] if end >= 0 else "")
+        end = len(text) if end < 0 else end + 1
+        marker = text.find(GENERATED, start, end)
+        if marker >= 0:  # the heading and the page's prose stay; the section's own heading line is dropped
+            start = marker + len(GENERATED) + 1
+            section = "\n" + section.removeprefix(heading).lstrip("\n")
+        text = text[:start] + section + text[end:]
     doc.write_text(text)
 
 
