@@ -3,7 +3,6 @@ known values, the docs section writer and table renderer, the resumable launcher
 
 from __future__ import annotations
 
-import argparse
 import json
 import threading
 from pathlib import Path
@@ -74,7 +73,7 @@ def test_publish_prints_and_writes_only_with_a_doc(tmp_path, capsys):
                                "## B\n\nkept\n")
     report.write_section(doc, "## A", "## A\n\nnew table\n")  # rewriting is idempotent
     assert "prose of the page" in doc.read_text() and doc.read_text().count("new table") == 1
-    parser = report.add_write_flags(argparse.ArgumentParser(), doc)
+    parser = report.script_parser("A script.\n\nMore.", doc)
     assert report.target(parser.parse_args([])) is None and report.target(parser.parse_args(["--write"])) == doc
 
 

@@ -13,18 +13,13 @@ RESULTS = REPO / "docs" / "results.md"
 GENERATED = "<!-- generated: --write rewrites from here to the next section -->"
 
 
-def add_write_flags(parser: argparse.ArgumentParser, doc: Path | None = RESULTS) -> argparse.ArgumentParser:
-    """The one convention of every script: the section is printed; ``--write`` also writes it into
-    ``--doc`` (the script's own page by default)."""
+def script_parser(module_doc: str, doc: Path | None = RESULTS, context: bool = False) -> argparse.ArgumentParser:
+    """A script's parser: its docstring's first line as the description; the one convention of every script,
+    the section is printed and ``--write`` also writes it into ``--doc`` (the script's own page by default);
+    with ``context``, ``--context`` (how the runs were made: machine, other load), printed with the section."""
+    parser = argparse.ArgumentParser(description=module_doc.splitlines()[0])
     parser.add_argument("--write", action="store_true", help="write the section into --doc (default: print only)")
     parser.add_argument("--doc", type=Path, default=doc, help="the page --write updates")
-    return parser
-
-
-def script_parser(module_doc: str, doc: Path | None = RESULTS, context: bool = False) -> argparse.ArgumentParser:
-    """A script's parser: its docstring's first line as the description, ``add_write_flags`` and, with
-    ``context``, ``--context`` (how the runs were made: machine, other load), printed with the section."""
-    parser = add_write_flags(argparse.ArgumentParser(description=module_doc.splitlines()[0]), doc)
     if context:
         parser.add_argument("--context", default="", help="how the runs were made (machine, other load), "
                             "printed with the section")
@@ -32,7 +27,7 @@ def script_parser(module_doc: str, doc: Path | None = RESULTS, context: bool = F
 
 
 def target(args: argparse.Namespace) -> Path | None:
-    """Where ``publish`` writes for parsed ``add_write_flags`` arguments: the doc with ``--write``, else nowhere."""
+    """Where ``publish`` writes for parsed ``script_parser`` arguments: the doc with ``--write``, else nowhere."""
     return args.doc if args.write else None
 
 

@@ -339,7 +339,7 @@ def report(results: dict[str, dict[str, Runs]], steps: int, command: str, runs_i
 
 
 def main(argv: list[str]) -> int:
-    parser = study_parser(__doc__.split("\n\n")[0], REPO / "runs/text_hybrid_study", steps=25, seeds=[0, 1, 2])
+    parser = study_parser(__doc__, REPO / "runs/text_hybrid_study", steps=25, seeds=[0, 1, 2])
     parser.add_argument("--parts", nargs="+", default=list(PARTS), choices=list(PARTS))
     args = parser.parse_args(argv)
     # the command that makes these runs (``--report-only`` and output paths only re-report them)
