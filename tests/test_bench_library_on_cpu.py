@@ -3,7 +3,6 @@ known values, the docs section writer and table renderer, the resumable launcher
 
 from __future__ import annotations
 
-import argparse
 import json
 import threading
 from pathlib import Path
@@ -68,7 +67,13 @@ def test_publish_prints_and_writes_only_with_a_doc(tmp_path, capsys):
     assert doc.read_text() == "# Results\n\n## A\n\nnewer\n\n### A.1\n\nother script's\n\n## B\n\nkept\n"
     report.write_section(doc, "## C", "## C\n\nappended")
     assert doc.read_text().endswith("## B\n\nkept\n\n## C\n\nappended\n\n")
-    parser = report.add_write_flags(argparse.ArgumentParser(), doc)
+    doc.write_text(f"# Results\n\n## A\n\nprose of the page\n\n{report.GENERATED}\n\nold table\n\n## B\n\nkept\n")
+    report.write_section(doc, "## A", "## A\n\nnew table\n")  # the prose above the marker stays
+    assert doc.read_text() == (f"# Results\n\n## A\n\nprose of the page\n\n{report.GENERATED}\n\nnew table\n\n"
+                               "## B\n\nkept\n")
+    report.write_section(doc, "## A", "## A\n\nnew table\n")  # rewriting is idempotent
+    assert "prose of the page" in doc.read_text() and doc.read_text().count("new table") == 1
+    parser = report.script_parser("A script.\n\nMore.", doc)
     assert report.target(parser.parse_args([])) is None and report.target(parser.parse_args(["--write"])) == doc
 
 

@@ -299,14 +299,8 @@ def table(folders: list[Path], warmup: int) -> str:
     """The docs section: what every run is, then each results folder (one machine and code version) in turn."""
     lines = [
         HEADING, "",
-        "`python -m scripts.bench.hook_cost_gpu`: `recipes/text_corridor/run_gpu.sh`, FSDP2 + vLLM "
-        "on one GPU, `colocate_async` with stale tokens, GRPO and verl's PPO loss in every arm; random weights of "
-        "Qwen2.5 shapes. `verl` is verl's own trainer (no verl-ext hook). Shares are medians over the steps after "
-        f"step {warmup} of every repeat (repeats interleaved); a hook's share is its `verl_ext/time/<hook>` over "
-        "verl's `timing_s/step`. Memory: the most verl-ext's state held on any step (`verl_ext/mem/*`), as a "
-        "multiple of the fp32 parameter bytes. Host memory of runs before 2026-11-29 counts the tensors' bytes: "
-        "PyTorch's pinned allocator held up to 1.89x that for snapshots and host swap backups (\"GPU: snapshot host "
-        "buffers\"); since then each copy is one buffer of exactly its bytes, and the figure is what is held.",
+        # what the arms run and what the columns mean are the page's own prose, above report.GENERATED
+        f"`python -m scripts.bench.hook_cost_gpu --results ...`: shares over the steps after step {warmup}.",
     ]
     missed: list[str] = []
     for results in folders:
@@ -372,9 +366,7 @@ def folder_lines(results: Path, warmup: int, missed: list[str]) -> list[str]:
         ext_arms = [a for a in steps if a != PLAIN]
         share_rows = [[hook, *(_pct(mean_of(steps[a], hook_share(hook))) for a in ext_arms)] for hook in hooks]
         share_rows.append(["**all hooks**", *(_pct(mean_of(steps[a], lambda m: m.get(SHARE))) for a in ext_arms)])
-        lines += ["", "Each hook's share of the step, **mean** over the same steps (a hook that runs on some "
-                  "steps only has a median of 0); the last row, their sum, is the mean of the total share:", "",
-                  md_table(["hook: share of step (mean)", *ext_arms], share_rows)]
+        lines += ["", md_table(["hook: share of step (mean)", *ext_arms], share_rows)]
         for arm in (a for a in ext_arms if any(f"{TIME}{h}" in m for h in DEVICE_ONLY for m in steps[a])):
             without = median_of(steps[arm], lambda m: (m[SHARE] - sum(m.get(f"{TIME}{h}", 0.0) for h in DEVICE_ONLY)
                                                       / m["timing_s/step"]) if SHARE in m else None)

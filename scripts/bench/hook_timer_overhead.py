@@ -19,6 +19,7 @@ import time
 
 import torch
 
+from scripts.bench.report import table
 from verl_ext.timing import hook_timer, timed
 
 
@@ -70,10 +71,9 @@ def main(argv: list[str]) -> int:
     if args.json:
         print(json.dumps(measure(args.spans, args.repeats)))
         return 0
-    print("| clock | span enter+exit (µs) | collect per span (µs) | nested span enter+exit (µs) |")
-    print("|---|---|---|---|")
-    for clock, us in measure(args.spans, args.repeats).items():
-        print(f"| {clock} | {us['span']:.2f} | {us['collect']:.2f} | {us['nested_span']:.2f} |")
+    print(table(["clock", "span enter+exit (µs)", "collect per span (µs)", "nested span enter+exit (µs)"],
+                [[clock, *(f"{us[k]:.2f}" for k in ("span", "collect", "nested_span"))]
+                 for clock, us in measure(args.spans, args.repeats).items()]))
     print(f"\n{args.spans} spans x {args.repeats} repeats, torch {torch.__version__}"
           + (f", {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else ", no CUDA"))
     return 0

@@ -9,19 +9,18 @@ from pathlib import Path
 import numpy as np
 
 from scripts.bench.launch import REPO, Runs
-from scripts.bench.report import RESULTS, add_write_flags, table
+from scripts.bench.report import RESULTS, script_parser, table
 
 
-def study_parser(description: str, out: Path, steps: int, seeds: list[int],
+def study_parser(module_doc: str, out: Path, steps: int, seeds: list[int],
                  doc: Path = RESULTS) -> argparse.ArgumentParser:
     """The run arguments every study takes: budget (``--steps``), ``--seeds``, where runs go
     (``--out``), where the report goes (``--write``/``--doc``, ``--img``), ``--attempts`` and ``--report-only``.
     A study adds its own options to the parser it gets back."""
-    parser = argparse.ArgumentParser(description=description)
+    parser = script_parser(module_doc, doc)
     parser.add_argument("--steps", type=int, default=steps)
     parser.add_argument("--seeds", type=int, nargs="+", default=seeds)
     parser.add_argument("--out", type=Path, default=out)
-    add_write_flags(parser, doc)
     parser.add_argument("--img", type=Path, default=REPO / "docs/img")
     parser.add_argument("--attempts", type=int, default=2, help="tries per run before giving up")
     parser.add_argument("--report-only", action="store_true", help="run nothing; report the runs under --out")

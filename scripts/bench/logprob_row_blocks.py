@@ -15,6 +15,8 @@ import statistics
 import sys
 import time
 
+from scripts.bench.report import table
+
 
 def timed(fn, logits, labels, device: str, repeats: int):
     """Median seconds of forward + backward, the output and the gradient of the last pass."""
@@ -52,8 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     if verl_loop is None:
         print(f"logprob_row_blocks is not applied here ({patches.ROW_BLOCKS_SWITCH}=0?)", file=sys.stderr)
         return 2
-    print("| device | tokens x vocab | dtype | verl, row at a time: s | row blocks: s | speed-up | outputs equal | gradients equal |")
-    print("|---|---|---|---:|---:|---:|---|---|")
+    header = ["device", "tokens x vocab", "dtype", "verl, row at a time: s", "row blocks: s", "speed-up",
+              "outputs equal", "gradients equal"]
+    print("\n".join(table(header, [], align="lllrrr").splitlines()[:2]), flush=True)  # rows follow as measured
     torch.manual_seed(0)
     for vocab in args.vocab:
         for dtype in args.dtypes:
@@ -61,8 +64,9 @@ def main(argv: list[str] | None = None) -> int:
             labels = torch.randint(0, vocab, (args.tokens,), device=args.device)
             slow, out_a, grad_a = timed(verl_loop, logits, labels, args.device, args.repeats)
             fast, out_b, grad_b = timed(patches.logprobs_in_row_blocks, logits, labels, args.device, args.repeats)
-            print(f"| {args.device} | {args.tokens} x {vocab} | {dtype} | {slow:.3f} | {fast:.4f} | {slow / fast:.0f}x | "
-                  f"{torch.equal(out_a, out_b)} | {torch.equal(grad_a, grad_b)} |", flush=True)
+            row = [args.device, f"{args.tokens} x {vocab}", dtype, f"{slow:.3f}", f"{fast:.4f}", f"{slow / fast:.0f}x",
+                   torch.equal(out_a, out_b), torch.equal(grad_a, grad_b)]
+            print(table(header, [row]).splitlines()[-1], flush=True)
     return 0
 
 

@@ -344,22 +344,11 @@ def plot(tables: dict[str, dict], providers: list[str], stalenesses: list[int], 
 
 
 def markdown(tables: dict[str, dict], stalenesses: list[int], args: argparse.Namespace, seconds: float) -> str:
-    lines = [
-        HEADING,
-        "",
-        (
-            f"`python -m scripts.bench.old_logits_experiment --seeds {args.seeds} --steps {args.steps} --write` "
-            f"(CPU, one thread, {seconds / 60:.0f} min). Tiny MLP policy on a {CONTEXTS}-context, {LENGTH}-token "
-            f"task; staleness d versions, {int(args.partial * 100)}% partial rollouts (switch to version n-d+1 "
-            f"mid-sequence), inference logit noise σ, {args.minibatches} Adam steps (lr {args.lr}) per version, "
-            f"verl's rollout correction (token TIS {TIS} + token_k1 rejection band on ρ = π_old/μ), loss `ppo_ewma` "
-            "(ε = 0.2). EWMA com = d versions (the staleness bound: the earlier default). Medians over seeds of the "
-            "second-half means; `final reward` = mean over the last 20 steps of the current policy's reward "
-            "(noise-free samples; random policy: 0.125). `of which staleness` = masked with the provider's old "
-            "logits but not with the exact ones."
-        ),
-        "",
-    ]
+    # the task, the correction and the columns' meaning are the page's own prose, above report.GENERATED
+    lines = [HEADING, "",
+             f"`python -m scripts.bench.old_logits_experiment --seeds {args.seeds} --steps {args.steps} --write` "
+             f"(CPU, one thread, {seconds / 60:.0f} min): {int(args.partial * 100)}% partial rollouts, "
+             f"{args.minibatches} Adam steps (lr {args.lr}) per version.", ""]
     header = ["provider", "d", "masked", "of which staleness", "TIS-truncated", "clip frac", "abs err vs exact",
               "IS-weight err", "final reward (min–max over seeds)", "forward rows/step", "extra memory (× params)"]
     for regime, table in tables.items():
@@ -639,12 +628,9 @@ STUDY_PAIRS = [  # (a, b): paired differences reported in every cell
 
 
 def study_checks(results: dict, meta: dict) -> list[str]:
-    """The two sanity checks the section states: the baseline shows the failure, the knobs are
-    what they claim to be (measured, not assumed)."""
-    lines = ["**Checks** (computed from the runs below): does the baseline show the failure (the band on "
-             "ρ̂ = π_old/μ firing on staleness because `current` recomputes old logits with the current weights, "
-             "in every cell with mismatch), and are the knobs what they claim (measured token age; the "
-             "calibrated EWMA's age against it)?", ""]
+    """The two sanity checks the page asks: the baseline shows the failure, the knobs are what they
+    claim to be (measured, not assumed)."""
+    lines = []
     for key, runs in results.items():
         if "current" in runs and "snapshot" in runs and "sigma=0 " not in key:
             rows = study_rows(runs, meta["steps"])
@@ -670,31 +656,11 @@ def study_report(results: dict, meta: dict, doc: Path | None) -> None:
     steps = meta["steps"]
     command = (f"python -m scripts.bench.old_logits_experiment --study --seeds {meta['seeds']} --steps {steps} "
                f"--lr {meta['lr']:g} --contexts {meta['contexts']} --json runs/old_logits_study.json --write")
-    lines = [
-        STUDY_HEADING, "",
-        f"`{command}`: {meta['seconds'] / 60:.0f} min niced on the shared 2-core machine ({platform.machine()}, "
-        f"Python {platform.python_version()}, torch {torch.__version__}; one thread; all seeds of a cell batched). "
-        f"The tiny policy of \"Old-logit providers\" above on {meta['contexts']} contexts x {GROUP} samples, "
-        f"{meta['seeds']} paired seeds per arm (same initialisation, targets and random streams in every arm), "
-        f"{steps} steps. Each sequence's staleness d ~ Poisson(mean), at most the bound (2 x the mean, at least 1); "
-        "half of the sequences are partial rollouts that switch to the next version at a random token. The "
-        "inference engine holds the trainer's weights of each token's version plus a logit error of std σ with "
-        f"a heavy tail ({SPIKE_P:.0%} of the logits get {SPIKE_SCALE:g}x the error: low-precision kernel outliers). "
-        f"**Fair arms**: every arm uses the same decoupled PPO loss (`ppo_ewma`'s per-token losses, ε = 0.2, "
-        f"dual clip 3) and the same verl rollout correction (`compute_rollout_correction_and_rejection_mask`: "
-        f"token IS truncated at {TIS:g} + token_k1 band [{BAND[0]}, {BAND[1]}] on ρ̂ = π_old/μ); only "
-        f"`old_log_probs` differs: the providers of `verl_ext.old_logits` through the in-process host. "
-        f"{MINIBATCHES} Adam steps per epoch, base lr {meta['lr']:g}. `ewma calibrated` = the new default "
-        "(age aimed at the tokens' mean age) with `fresh_exact`; `ewma com = bound` = the old default (com = "
-        "staleness bound x optimizer steps per version). Final reward: noise-free samples of the current policy "
-        f"(every {EVAL_EVERY} steps; chance 0.125); AUC: mean over those evaluations; training diagnostics: "
-        "second-half means (max ρ, max r: second-half maxima); collapse: final < half the seed's peak (peak "
-        "≥ 0.3). Mean ± SE over seeds; differences are paired by seed (mean ± SE of per-seed differences, "
-        "**exceeds 2 SE** marked).", "",
-        "Knobs: calibrated com = mean lag, old default = Hilton's com rule on the "
-        "bound (Hilton et al., NeurIPS 2022), band and TIS as verl's rollout correction, `loglinear` α as "
-        "AReaL (`areal/utils/functional.py`), bypass = `rollout`.", "",
-    ]
+    # the design, the knobs and the checks' question are the page's own prose, above report.GENERATED
+    lines = [STUDY_HEADING, "",
+             f"`{command}`: {meta['seconds'] / 60:.0f} min niced on the shared 2-core machine ({platform.machine()}, "
+             f"Python {platform.python_version()}, torch {torch.__version__}; one thread); {meta['contexts']} contexts "
+             f"x {GROUP} samples, {meta['seeds']} paired seeds per arm, {steps} steps, base lr {meta['lr']:g}.", ""]
     lines += study_checks(results, meta)
     for key, runs in results.items():
         rows = study_rows(runs, steps)

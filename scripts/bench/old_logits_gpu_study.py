@@ -240,11 +240,8 @@ def report(args: argparse.Namespace) -> str:
              + ("" if args.setting == "base" else f" --setting {args.setting}")
              + f"`: {card.get('card', 'card not recorded')}; torch {card.get('torch')}, "
              f"vLLM {card.get('vllm')}, verl {card.get('verl')}, transformers {card.get('transformers')}. "
-             "`recipes/text_corridor/run_gpu.sh`, colocate_async, bf16 vLLM rollout vs the FSDP2 trainer, tiny "
-             f"random Qwen2 (hidden 256, 4 layers), lr {lr}{''.join(f', `{o}`' for o in setting_extra)}, "
-             f"{SHARED_ENV['ADV']}, loss `ppo_ewma` "
-             "and the same rollout correction in every arm (token IS truncated at 2, token_k1 band [0.5, 2]); "
-             "fp32 controls: vLLM and trainer in fp32. "
+             # the recipe, the arms' loss and correction are the page's own prose, above report.GENERATED
+             f"lr {lr}{''.join(f', `{o}`' for o in setting_extra)}. "
              + (f"Run context: {args.context} " if args.context else "")
              + (f"{len(walls)} runs, {np.mean(walls) / 60:.0f} min each on average (several share the card)."
                 if walls else "No run recorded yet."), ""]

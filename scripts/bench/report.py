@@ -8,20 +8,18 @@ from typing import Iterable, Sequence
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "docs" / "results.md"
-
-
-def add_write_flags(parser: argparse.ArgumentParser, doc: Path | None = RESULTS) -> argparse.ArgumentParser:
-    """The one convention of every script: the section is printed; ``--write`` also writes it into
-    ``--doc`` (the script's own page by default)."""
-    parser.add_argument("--write", action="store_true", help="write the section into --doc (default: print only)")
-    parser.add_argument("--doc", type=Path, default=doc, help="the page --write updates")
-    return parser
+# Between a section's heading and this line sits the page's own prose (what does not depend on the run's
+# numbers); ``write_section`` rewrites only what follows it.
+GENERATED = "<!-- generated: --write rewrites from here to the next section -->"
 
 
 def script_parser(module_doc: str, doc: Path | None = RESULTS, context: bool = False) -> argparse.ArgumentParser:
-    """A script's parser: its docstring's first line as the description, ``add_write_flags`` and, with
-    ``context``, ``--context`` (how the runs were made: machine, other load), printed with the section."""
-    parser = add_write_flags(argparse.ArgumentParser(description=module_doc.splitlines()[0]), doc)
+    """A script's parser: its docstring's first line as the description; the one convention of every script,
+    the section is printed and ``--write`` also writes it into ``--doc`` (the script's own page by default);
+    with ``context``, ``--context`` (how the runs were made: machine, other load), printed with the section."""
+    parser = argparse.ArgumentParser(description=module_doc.splitlines()[0])
+    parser.add_argument("--write", action="store_true", help="write the section into --doc (default: print only)")
+    parser.add_argument("--doc", type=Path, default=doc, help="the page --write updates")
     if context:
         parser.add_argument("--context", default="", help="how the runs were made (machine, other load), "
                             "printed with the section")
@@ -29,7 +27,7 @@ def script_parser(module_doc: str, doc: Path | None = RESULTS, context: bool = F
 
 
 def target(args: argparse.Namespace) -> Path | None:
-    """Where ``publish`` writes for parsed ``add_write_flags`` arguments: the doc with ``--write``, else nowhere."""
+    """Where ``publish`` writes for parsed ``script_parser`` arguments: the doc with ``--write``, else nowhere."""
     return args.doc if args.write else None
 
 
@@ -43,7 +41,8 @@ def publish(doc: Path | None, heading: str, section: str, until: str = "\n## ") 
 
 def write_section(doc: Path, heading: str, section: str, until: str = "\n## ") -> None:
     """Replace the section under ``heading`` in ``doc`` (up to the next ``until``: a ``## `` heading, or
-    ``"\n#"`` to keep the subsections other scripts write under it), or append it."""
+    ``"\n#"`` to keep the subsections other scripts write under it), or append it. Where the section
+    holds a ``GENERATED`` line, only what follows that line is replaced."""
     heading = heading.rstrip("\n")
     text = doc.read_text() if doc.exists() else "# Results\n"
     section = section.rstrip("\n") + "\n\n"  # one blank line before the next section
@@ -52,7 +51,12 @@ def write_section(doc: Path, heading: str, section: str, until: str = "\n## ") -
         text = text.rstrip("\n") + "\n\n" + section
     else:
         end = text.find(until, start + len(heading))
-        text = text[:start] + section + (text[end + 1:] if end >= 0 else "")
+        end = len(text) if end < 0 else end + 1
+        marker = text.find(GENERATED, start, end)
+        if marker >= 0:  # the heading and the page's prose stay; the section's own heading line is dropped
+            start = marker + len(GENERATED) + 1
+            section = "\n" + section.removeprefix(heading).lstrip("\n")
+        text = text[:start] + section + text[end:]
     doc.write_text(text)
 
 

@@ -24,7 +24,6 @@ from scripts.bench.learning_runs import (before_after, cell, logged_steps, machi
                                          wall_times)
 from scripts.bench.report import publish, script_parser, table, target
 
-NOTES = "recipes/text_corridor/learning_notes.md"
 HEADING = "## Stepwise advantages: text corridor learning"
 VAL_SUCCESS = "val-aux/verl_ext/text_corridor/success/mean@1"
 VAL_RIGHT = "val-aux/verl_ext/text_corridor/right_action_rate/mean@1"
@@ -41,14 +40,8 @@ def report(results: dict[str, Runs], steps: int, runs_info: dict[str, list[dict]
     lines = [
         HEADING, "",
         machine_line(runs_info),
-        f"`python -m scripts.bench.text_corridor_learning --steps {steps} --seeds {' '.join(map(str, seeds))}`: "
-        "`recipes/text_corridor/run_cpu.sh` (verl's `main_ppo`, v1 `verl_ext_sync` trainer, cpu backend) "
-        "with the 107k-parameter random tiny Qwen2, for each estimator with the same seeds (model init, data, "
-        f"dataloader) and the same budget: {steps} steps x 8 prompts x 4 rollouts, lr 3e-3, two optimizer steps "
-        "per training step. Env: `TextCorridor` (cells 0-4, exit 4, start 1-3 from the row's seed, 6 turns, "
-        "action = first L/R letter in up to 6 generated tokens, invalid text = no move). gigpo and hgpo use "
-        "gamma 0.95 and the reference defaults otherwise (gigpo `mean_norm`, hgpo `mean_std_norm`, "
-        "history 2); grpo is verl's own.",
+        # the recipe, the env and the budget are the page's own prose, above report.GENERATED
+        f"`python -m scripts.bench.text_corridor_learning --steps {steps} --seeds {' '.join(map(str, seeds))}`.",
         "",
         "**Validation success rate** (64 held-out seeds, one sampled episode each at temperature 1; "
         "mean over seeds, per seed in brackets):", "",
@@ -64,8 +57,6 @@ def report(results: dict[str, Runs], steps: int, runs_info: dict[str, list[dict]
             ["wall time per run (s)", *wall_times(runs_info, estimators)]]),
     ]
     lines += ["", f"![text corridor learning curves]({os.path.relpath(plot_path, REPO / 'docs')})", ""]
-    lines += [f"A reading of these tables, written by hand for the run they came from, is in `{NOTES}`; it is not "
-              "regenerated with them.", ""]
     return "\n".join(lines)
 
 

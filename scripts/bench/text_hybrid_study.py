@@ -226,12 +226,6 @@ def estimators_section(results: dict[str, Runs], steps: int, refs: dict[str, flo
                           episodes=VAL_EPISODES * len(vs)),
         "",
         "### (b) When to switch: tool use where tools are shorter vs where the GUI is", "",
-        f"Goal: tools on at least {GOAL_TOOL:.0%} where they help, at most {GOAL_GUI:.0%} where "
-        "they do not. Per task: episodes that called any tool, among tasks whose oracle calls one / calls "
-        "none. Per decision: T answers (done by tools) among the decisions where tools / the GUI are "
-        "strictly shorter to the end of the task from the state the policy reached (ties and decisions "
-        "without a tool left out). Validation episodes, so an episode cut short by an invalid answer "
-        "counts its decisions so far.", "",
         table(["arm", "step", "tool use, tools help (task)", "tool use, tools do not help (task)",
                "T where tools shorter (decision)", "T where GUI shorter (decision)", "goal met (decision)"],
               [[arm, vs[j], *(fmt_mean_se(d[k][:, j]) for k in ("tool_when_beneficial", "tool_when_not",
@@ -270,14 +264,7 @@ def old_logits_section(results: dict[str, Runs], steps: int, plot: str) -> list[
     arms = list(results)
     lines = [
         "### (c) Old logits under real staleness (verl's colocate_async, hgpo)", "",
-        f"Runs that reached step {steps}: {seeds_ran(results, steps)}. Three batches are queued ahead of "
-        "the trainer (recipe `async_agentic` with `num_warmup_batches=3`), so tokens are several weight "
-        "versions old (the staleness rows below are measured per token). Fair arms: every arm trains "
-        "with the `ppo_ewma` loss and the recipe's rollout correction (token IS truncated at 2, token_k1 "
-        "band 0.5-2.0 on pi_old/mu); only the old-logit provider differs (`ewma`: calibrated decay, "
-        "`ewma_bound`: com = staleness bound, the earlier fixed decay). On this backend rollout and "
-        "trainer are both fp32 unless `actor_rollout_ref.rollout.dtype=bfloat16`. Mean ± standard error "
-        "over seeds; training metrics averaged over the steps (staleness: maximum).", "",
+        f"Runs that reached step {steps}: {seeds_ran(results, steps)}.", "",
         table(["metric", *arms], [[f"held-out success, step {vs[-1] if vs else '-'}",
                                    *(fmt_mean_se(success[a]) for a in arms)]]
               + [[label, *(fmt_mean_se(reduce_steps(results[a], key, how), 3 if "fraction" in label or "KL" in label
@@ -336,13 +323,8 @@ def report(results: dict[str, dict[str, Runs]], steps: int, command: str, runs_i
     walls = [i["wall_s"] for i in runs_info]
     lines = [
         HEADING, "",
-        f"{machine_line({'all': runs_info})} `{command}`: `recipes/text_hybrid/run_cpu.sh` (verl's `main_ppo`, cpu backend, the text_hybrid "
-        "apps in process, no browser) with the 107k-parameter random tiny Qwen2 answering one T/G decision "
-        "per subgoal (T: the subgoal by tool calls where a tool exists, G: through the GUI; "
-        "`verl_ext.envs.menu.DecisionMenu`), for every arm the same seeds (model init, data) and budget: "
-        f"{steps} steps x 8 tasks x 4 rollouts, lr 3e-3, two optimizer steps per step, at most 7 turns "
-        "and 24 env steps. Reward: Tool-Efficient Path Reward (format + success + 0.4 tool-appropriate + "
-        "0.2 R_length vs the group mean, S_max 24). "
+        # the recipe, the goal of (b) and the design of (c) are the page's own prose, above report.GENERATED
+        f"{machine_line({'all': runs_info})} `{command}`. "
         + (f"Wall time per run {np.mean(walls):.0f} s (min {min(walls):.0f}, max {max(walls):.0f}, "
            f"{len(walls)} runs timed here)." if walls else "Wall times not recorded (runs reused)."),
         "",
@@ -357,7 +339,7 @@ def report(results: dict[str, dict[str, Runs]], steps: int, command: str, runs_i
 
 
 def main(argv: list[str]) -> int:
-    parser = study_parser(__doc__.split("\n\n")[0], REPO / "runs/text_hybrid_study", steps=25, seeds=[0, 1, 2])
+    parser = study_parser(__doc__, REPO / "runs/text_hybrid_study", steps=25, seeds=[0, 1, 2])
     parser.add_argument("--parts", nargs="+", default=list(PARTS), choices=list(PARTS))
     args = parser.parse_args(argv)
     # the command that makes these runs (``--report-only`` and output paths only re-report them)

@@ -21,6 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from scripts.bench.report import table
+
 
 def time_step(model, input_ids, attention_mask, device: str, repeats: int) -> list[float]:
     """Seconds of ``repeats`` forward + backward passes (after two warm-up passes), synchronised."""
@@ -88,11 +90,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[tiny_model_step] {row}", file=sys.stderr, flush=True)
             del model
     fastest = min(r["median_s"] for r in rows)
-    print("| attention | gradient checkpointing | rows x width (real tokens) | forward + backward s | x fastest |")
-    print("|---|---|---|---:|---:|")
-    for r in rows:
-        print(f"| {r['attention']} | {'on' if r['gradient_checkpointing'] else 'off'} | {r['rows']} x {r['width']} "
-              f"({r['tokens']}) | {r['median_s']:.4f} | {r['median_s'] / fastest:.1f} |")
+    print(table(["attention", "gradient checkpointing", "rows x width (real tokens)", "forward + backward s", "x fastest"],
+                [[r["attention"], "on" if r["gradient_checkpointing"] else "off", f"{r['rows']} x {r['width']} ({r['tokens']})",
+                  f"{r['median_s']:.4f}", f"{r['median_s'] / fastest:.1f}"] for r in rows], align="lllrr"))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({"device": args.device, "width": args.width, "layers": args.layers,

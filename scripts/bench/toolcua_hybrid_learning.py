@@ -25,7 +25,6 @@ from scripts.bench.learning_runs import (before_after, cell, logged_steps, machi
                                          wall_times)
 from scripts.bench.report import publish, script_parser, table, target
 
-NOTES = "recipes/toolcua_hybrid/learning_notes.md"
 HEADING = "## Hybrid GUI + tool agent: toolcua_hybrid learning"
 VAL = "val-aux/verl_ext/minidesk/{}/mean@1"
 VAL_SUCCESS, VAL_TIR, VAL_FORMAT = VAL.format("success"), VAL.format("tool_ok"), VAL.format("format_ok")
@@ -85,18 +84,8 @@ def report(results: dict[str, Runs], steps: int, runs_info: dict[str, list[dict]
     lines = [
         HEADING, "",
         machine_line(runs_info),
-        f"`python -m scripts.bench.toolcua_hybrid_learning --steps {steps} --seeds {' '.join(map(str, seeds))}`: "
-        "`recipes/toolcua_hybrid/run_cpu.sh` (verl's `main_ppo`, v1 `verl_ext_sync` trainer, cpu backend, "
-        "MiniDesk in headless Chromium) with the 107k-parameter random tiny Qwen2 answering the T/G action "
-        "menu, for each config with the same seeds (model init, data, dataloader) and the same budget: "
-        f"{steps} steps x 8 tasks x 4 rollouts, lr 3e-3, two optimizer steps per training step, at most 8 "
-        "turns. 8 templates: 4 where tools shorten the path (`mail_send`, `files_rename`, `calendar_add`, "
-        "`sheet_sort`) and 4 where the GUI path earns the tool-appropriateness bonus (`settings_theme`, "
-        "`settings_toggle`, `sheet_set_cell`, `calendar_delete_title`). Reward: Tool-Efficient Path Reward "
-        "(format + success + 0.4 tool-appropriate + 0.2 R_length vs the group mean, S_max 8). "
-        "Estimators: gigpo/hgpo gamma 0.95, reference defaults otherwise; grpo is verl's own. "
-        "Loss: `ppo_ewma` = PPO-EWMA with the `ewma` old-logit provider; `vanilla` = verl's PPO clip loss "
-        "with verl's recomputed old log-probs.",
+        # the recipe, the env and the budget are the page's own prose, above report.GENERATED
+        f"`python -m scripts.bench.toolcua_hybrid_learning --steps {steps} --seeds {' '.join(map(str, seeds))}`.",
         "",
         "**Validation success rate** (64 held-out task instances, one sampled episode each at temperature 1; "
         "mean over seeds, per seed in brackets):", "",
@@ -121,8 +110,6 @@ def report(results: dict[str, Runs], steps: int, runs_info: dict[str, list[dict]
     if evals:
         lines += ["", *_eval_table(evals, eval_seeds)]
     lines += ["", f"![toolcua_hybrid learning curves]({os.path.relpath(plot_path, REPO / 'docs')})", ""]
-    lines += [f"A reading of these tables, written by hand for the run they came from, is in `{NOTES}`; it is not "
-              "regenerated with them.", ""]
     return "\n".join(lines)
 
 

@@ -277,7 +277,7 @@ def run_all(args, selected: set[str], info: dict) -> None:
 
 
 def main(argv: list[str]) -> int:
-    parser = study_parser(__doc__.split("\n\n")[0], REPO / "runs/toolcua_pipeline_study", steps=20, seeds=[0, 1, 2])
+    parser = study_parser(__doc__, REPO / "runs/toolcua_pipeline_study", steps=20, seeds=[0, 1, 2])
     parser.add_argument("--sft-steps", type=int, default=150)
     parser.add_argument("--rft-steps", type=int, default=10)
     parser.add_argument("--val-size", type=int, default=32, help="held-out task instances of the online stage")
