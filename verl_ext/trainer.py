@@ -91,6 +91,7 @@ class VerlExtTrainerMixin:
         self._old_logit_host = None  # built on first use, once the worker groups exist
         self._worker_hook_reports: dict[str, float] = {}  # the workers' verl_ext/* of this step
         self._restored_rollout_side = None  # the rollout side's state from the checkpoint resumed from
+        self._step_has_signal = False  # whether a local update of this step had a non-zero advantage
         if self.old_logit_provider.bypass_loss:
             _switch_to_bypass_loss(config, self.old_logit_provider.name)
         _count_agent_loop_failures(config)
@@ -310,16 +311,22 @@ class VerlExtTrainerMixin:
             return super()._compute_advantage(batch, metrics)
 
     def _check_signal(self, data, invalid, metrics: dict) -> None:
-        """Log what carries signal in the step's advantages and stop a step where nothing does
-        (``verl_ext.advantages.signal``), for verl's estimators and verl-ext's alike."""
+        """Log what carries signal in the batch's advantages and stop a step where nothing does
+        (``verl_ext.advantages.signal``), for verl's estimators and verl-ext's alike. A step of
+        ``separate_async`` is ``parameter_sync_step`` local updates, each with its own advantages:
+        the step stops only if none of them carried signal."""
         from verl_ext.advantages import signal
 
         uids = [str(u) for u in data.non_tensor_batch["uid"]]
         report = signal.measure(data.batch["advantages"], data.batch["response_mask"], uids,
                                 signal.trainable_rows(uids, invalid))
         metrics.update(report.metrics())
-        if report.rows and not report.has_signal and self.verl_ext_config.get("stop_on_zero_signal", True):
-            raise signal.NoSignalError(report.cause(str(self.config.algorithm.adv_estimator)))
+        if self.local_trigger_step == 0:
+            self._step_has_signal = False
+        self._step_has_signal = self._step_has_signal or report.has_signal or not report.rows
+        last_update = self.local_trigger_step == self.parameter_sync_step - 1
+        if last_update and not self._step_has_signal and self.verl_ext_config.get("stop_on_zero_signal", True):
+            raise signal.NoSignalError(report.cause(str(self.config.algorithm.adv_estimator), self.parameter_sync_step))
 
     def _build_replay_buffer(self):
         buffer = super()._build_replay_buffer()

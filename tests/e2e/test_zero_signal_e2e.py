@@ -37,7 +37,7 @@ def test_a_step_without_signal_stops_the_run_with_the_cause(tmp_path, constant_r
     (tmp_path / "run.log").write_text(log)
     assert proc.returncode != 0
     assert "NoSignalError" in log, log[-6000:]
-    assert "algorithm.adv_estimator=grpo gave advantage 0 to every token of all 32 trainable rows" in log
+    assert "algorithm.adv_estimator=grpo gave advantage 0 to every token of all 32 trainable rows of this step" in log
     assert "trainer.v1.verl_ext.stop_on_zero_signal=false" in log  # the opt-out is named
 
 

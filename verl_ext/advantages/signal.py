@@ -56,16 +56,22 @@ class SignalReport:
             f"{PREFIX}single_member_group_share": self.single_member_groups / self.groups,
         }
 
-    def cause(self, estimator: str) -> str:
-        """The message of a step without signal: what was measured and what to change."""
+    def cause(self, estimator: str, local_updates: int = 1) -> str:
+        """The message of a step without signal: what was measured (on the step's last local update
+        of ``local_updates``) and what to change."""
         if self.single_member_groups == self.groups:
             why = ("every rollout group has a single trainable row, so a group-relative baseline equals the "
                    "row's own reward: set actor_rollout_ref.rollout.n to 2 or more")
         else:
             why = ("every group's rewards are equal (a task the policy always or never solves, or a reward that "
                    "does not vary): check the reward's spread (critic/score/*), or a harder/easier task mix")
-        return (f"verl-ext: algorithm.adv_estimator={estimator} gave advantage 0 to every token of all {self.rows} "
-                f"trainable rows of this step ({self.groups} groups, {self.single_member_groups} with one row); "
+        groups = f"{self.groups} groups, {self.single_member_groups} with one row"
+        if local_updates == 1:
+            where = f"all {self.rows} trainable rows of this step ({groups})"
+        else:
+            where = (f"each of this step's {local_updates} local updates (trainer.v1.separate_async.parameter_sync_step; "
+                     f"the last one: {self.rows} trainable rows, {groups})")
+        return (f"verl-ext: algorithm.adv_estimator={estimator} gave advantage 0 to every token of {where}; "
                 f"{why}. Stopping instead of training on nothing; {STOP_KEY}=false trains on (prefix the key with + "
                 f"if the config has no trainer.v1.verl_ext section)")
 
