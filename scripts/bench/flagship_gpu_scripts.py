@@ -282,10 +282,7 @@ def section(results: Path) -> str:
         HEADING, "",
         f"`python -m scripts.bench.flagship_gpu_scripts --steps {steps} --n-gpus {info['n_gpus']}` on "
         f"**{info['n_gpus']} x {info['card']}** (torch {info['torch']}, vLLM {info['vllm']}, verl {info['verl']}, "
-        f"transformers {info['transformers']}): each script run as written, one after another, with random weights "
-        "of its models' architectures (`verl_ext.tiny_model`, bf16, the local tokenizer's vocabulary) and the "
-        f"changes listed below. Seconds are verl's `timing_s/*`, medians over steps 2-{steps}; the wall time "
-        "includes start-up (Ray, FSDP and vLLM workers, CUDA graphs)."
+        f"transformers {info['transformers']}): medians over steps 2-{steps}."
         + (f" Run context: {info['context']}" if info.get("context") else ""), "",
     ]
     if ran:

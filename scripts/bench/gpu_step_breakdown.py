@@ -76,10 +76,8 @@ def table(results: Path) -> str:
         HEADING, "",
         f"`python -m scripts.bench.gpu_step_breakdown --steps {len(steps)}` on **{info['card']}** (torch "
         f"{info['torch']}, vLLM {info['vllm']}, verl {info['verl']}, transformers {info['transformers']}): "
-        f"`recipes/text_corridor/run_gpu.sh`, random weights of Qwen2.5-0.5B's shapes "
-        f"({info['parameters'] / 1e6:.0f} M parameters with the local tokenizer's vocabulary), bf16, FSDP2 + vLLM "
-        "on one GPU, 8 prompts x 4 rollouts per step, the arms one after another in one call. Seconds are "
-        f"medians over steps 2-{steps[-1]}." + (f" Run context: {info['context']}" if info.get("context") else ""), "",
+        f"{info['parameters'] / 1e6:.0f} M parameters; medians over steps 2-{steps[-1]}."
+        + (f" Run context: {info['context']}" if info.get("context") else ""), "",
         md_table(["phase (verl's `timing_s/*`)", *ARMS],
                  [[phase, *(f"{median_after_first(runs[n], 'timing_s/' + phase):.3f}" for n in ARMS)] for phase in phases]),
     ]
@@ -93,14 +91,7 @@ def table(results: Path) -> str:
         rows.append([name, f"{added:+.3f} s", f"{added / step_base:+.1%}",
                      *(_bytes(b, params) for b in state_bytes(name, params, runs[name]))])
     lines += ["", md_table(["verl-ext arm", "time added in the hooked phases", "share of the plain step",
-                            "GPU memory added", "host memory added"], rows)]
-    lines += ["", "Time added: the difference of the medians of the phases verl-ext hooks "
-              f"({', '.join(HOOKED_PHASES)}) against the plain arm; it includes run-to-run noise of those phases "
-              "and the estimator difference (grpo vs hgpo) in `adv`. Memory: verl 0.9.1 logs no memory metric on "
-              "this path, so it is computed from the parameter count and the state layout: FSDP2 keeps fp32 "
-              "parameter shards; the EWMA is one fp32 copy beside them on the GPU plus a host backup of the live "
-              "shards while it is swapped in; `snapshot` keeps one host copy per version held "
-              "(`old_logits/snapshot/versions`, the largest value seen). Multiples are of the fp32 parameter bytes.", ""]
+                            "GPU memory added", "host memory added"], rows), ""]
     return "\n".join(lines)
 
 

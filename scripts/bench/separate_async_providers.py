@@ -123,11 +123,6 @@ def main(argv: list[str] | None = None) -> None:
         HEADING.format(backend=args.backend), "",
         f"Command: `{command}`" + (f" ({machine})." if machine else " (the cpu backend, 2 cores)."), "",
         table(out, arms), "",
-        "Exact-token share: the share of response tokens whose old log-prob is the training engine's under "
-        "the weights of the token's own version. Masked / truncated: the share of fresh (staleness 0) and of "
-        "stale tokens the band / the IS truncation removes; the fresh rate is numerics, what the stale rate adds "
-        "is staleness left in ρ. Hooks' share: `verl_ext/time/share_of_step`, median over the steps after the "
-        "first; step time: median `timing_s/step` against verl's own `separate_async` arm, same settings.",
     ])
     publish(target(args), HEADING.format(backend=args.backend), section)
 
