@@ -14,8 +14,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import platform
-import re
 import statistics
 import sys
 import tempfile
@@ -23,7 +21,7 @@ import time
 
 import httpx
 
-from scripts.bench.report import publish, script_parser, table, target
+from scripts.bench.report import cpu_machine, publish, script_parser, table, target
 
 from verl_ext.rewards.dvreward.judge import Artifact, JudgeOptions, OpenAIJudge, parse_choice  # noqa: E402
 from verl_ext.rewards.dvreward.judge_server import spawn  # noqa: E402
@@ -37,16 +35,6 @@ ARTIFACT = "The agent opened the inbox, starred the email from Gerta and archive
 
 def questions(n: int, tag: str) -> list[str]:
     return [f"Is fact {i} of the request about {tag} met?" for i in range(n)]
-
-
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = re.search(r"model name\s*:\s*(.*)", f.read()).group(1)
-    except (OSError, AttributeError):
-        pass
-    return f"{os.cpu_count()}-core CPU ({cpu}), shared with other jobs; Python {platform.python_version()}"
 
 
 def client_overhead_us(repeats: int) -> dict[str, float]:
@@ -211,7 +199,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--model", help="a transformers causal LM for the model rows (default: a tiny random Qwen2)")
     args = parser.parse_args(argv)
 
-    results: dict = {"machine": machine(), "repeats": args.repeats, "throughput": {}, "samples": {}}
+    results: dict = {"machine": cpu_machine() + ", shared with other jobs", "repeats": args.repeats, "throughput": {}, "samples": {}}
     load_start = os.getloadavg()[0]
     results["overhead_us"] = client_overhead_us(args.repeats)
     with tempfile.TemporaryDirectory() as tmp:

@@ -14,13 +14,11 @@ from __future__ import annotations
 
 import os
 import platform
-import re
 import statistics
 import threading
 import time
-from pathlib import Path
 
-from scripts.bench.report import publish, script_parser, table, target
+from scripts.bench.report import cpu_machine, publish, script_parser, table, target
 
 from verl_ext.envs.core import GuiAction, ToolCall  # noqa: E402
 from verl_ext.envs.minidesk.env import list_templates  # noqa: E402
@@ -130,18 +128,8 @@ def memory(max_envs: int) -> list[tuple[int, float, float]]:
 
 
 def machine() -> str:
-    cpu = "unknown CPU"
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-        cpu = re.search(r"model name\s*:\s*(.+)", text).group(1).strip()
-    except (OSError, AttributeError):
-        pass
-    try:
-        chromium = os.popen("chromium --version 2>/dev/null").read().strip() or "chromium ?"
-    except OSError:
-        chromium = "chromium ?"
-    return (f"{cpu}, {os.cpu_count()} cores visible, Linux {platform.release()}, "
-            f"Python {platform.python_version()}, {chromium}")
+    chromium = os.popen("chromium --version 2>/dev/null").read().strip() or "chromium ?"
+    return f"{cpu_machine()}, Linux {platform.release()}, {chromium}"
 
 
 def report(n_latency: int, episodes: int, parallel: list[int], mem_envs: int) -> str:

@@ -34,7 +34,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from scripts.bench.gpu_step_breakdown import machine_info, median_after_first
+from scripts.bench.gpu_step_breakdown import machine_info
+from scripts.bench.learning_runs import median_after_first
 from scripts.bench.launch import REPO, RunFailed, RunSpec, load_steps, run
 from scripts.bench.report import script_parser, publish, table, target
 

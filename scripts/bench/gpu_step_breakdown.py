@@ -15,12 +15,12 @@ Docs section (``--write``; printed otherwise): docs/results.md, "## GPU: per-ste
 from __future__ import annotations
 
 import json
-import statistics
 import sys
 from pathlib import Path
 
 from scripts.bench.launch import RunFailed, RunSpec, load_steps, run
-from scripts.bench.report import publish, script_parser, target
+from scripts.bench.learning_runs import median_after_first, run_folder
+from scripts.bench.report import gib, publish, script_parser, target
 from scripts.bench.report import table as md_table  # table() below is the docs section
 
 HEADING = "## GPU: per-step breakdown"
@@ -48,27 +48,17 @@ def run_arms(out: Path, steps: int, context: str) -> None:
     out.mkdir(parents=True, exist_ok=True)
     for name, env in ARMS.items():
         try:  # one after another on the same GPU
-            run(RunSpec(name, "text_corridor/run_gpu.sh", out / _slug(name), steps, env), attempts=1)
+            run(RunSpec(name, "text_corridor/run_gpu.sh", out / run_folder(name), steps, env), attempts=1)
         except RunFailed as failed:
             raise SystemExit(f"{failed}:\n{failed.log.read_text(errors='replace')[-4000:]}") from None
-    model_info = out / _slug(next(iter(ARMS))) / "model" / "verl_ext_tiny_model.json"
+    model_info = out / run_folder(next(iter(ARMS))) / "model" / "verl_ext_tiny_model.json"
     info["parameters"] = json.loads(model_info.read_text())["parameters"]
     (out / "machine.json").write_text(json.dumps(info))
 
 
-def _slug(name: str) -> str:
-    return name.replace(" + ", "_").replace(" ", "_")
-
-
-def median_after_first(steps: dict[int, dict], key: str) -> float:
-    """Median of ``key`` over the steps after the first (warm-up: CUDA graphs, caches); NaN if never logged."""
-    values = [m[key] for s, m in steps.items() if s > 1 and key in m]
-    return statistics.median(values) if values else float("nan")
-
-
 def table(results: Path) -> str:
     info = json.loads((results / "machine.json").read_text())
-    runs = {name: load_steps(results / _slug(name) / "metrics.jsonl") for name in ARMS}
+    runs = {name: load_steps(results / run_folder(name) / "metrics.jsonl") for name in ARMS}
     phases = sorted({k.removeprefix("timing_s/") for m in runs.values() for s in m.values() for k in s
                      if k.startswith("timing_s/")})
     steps = sorted(next(iter(runs.values())))
@@ -89,7 +79,7 @@ def table(results: Path) -> str:
         added = sum(median_after_first(runs[name], f"timing_s/{p}") - median_after_first(base, f"timing_s/{p}")
                     for p in HOOKED_PHASES)
         rows.append([name, f"{added:+.3f} s", f"{added / step_base:+.1%}",
-                     *(_bytes(b, params) for b in state_bytes(name, params, runs[name]))])
+                     *(gib(b, 4 * params, 1) for b in state_bytes(name, params, runs[name]))])
     lines += ["", md_table(["verl-ext arm", "time added in the hooked phases", "share of the plain step",
                             "GPU memory added", "host memory added"], rows), ""]
     return "\n".join(lines)
@@ -104,10 +94,6 @@ def state_bytes(arm: str, params: int, steps: dict[int, dict]) -> tuple[int, int
         versions = max(m.get("old_logits/snapshot/versions", 0) for m in steps.values())
         return 0, int(versions) * fp32
     return 0, 0
-
-
-def _bytes(n: int, params: int) -> str:
-    return f"{n / 2**30:.2f} GiB ({n / (4 * params):.1f}x)" if n else "0"
 
 
 def main(argv: list[str]) -> int:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
+from typing import Callable, Iterable
 from pathlib import Path
 
 import numpy as np
@@ -48,6 +50,40 @@ def study_command(module: str, parser: argparse.ArgumentParser, args: argparse.N
         a for dest, a in actions.items()
         if dest not in always and dest not in RUN_PLACES and getattr(args, dest) != a.default]
     return " ".join([f"python -m scripts.bench.{module}", *(option(a) for a in shown)])
+
+
+def run_folder(label: str) -> str:
+    """An arm's label as its run folder's name (``a, b + c d`` -> ``a-b_c_d``)."""
+    return label.replace(", ", "-").replace(" + ", "_").replace(" ", "_")
+
+
+def after_warmup(runs: Iterable[dict[int, dict]], warmup: int = 1) -> list[dict]:
+    """Every logged step after the first ``warmup`` of each run (CUDA graphs, caches, the queue of
+    stale batches filling up), pooled over the runs (repeats)."""
+    return [m for steps in runs for s, m in sorted(steps.items()) if s > warmup]
+
+
+def _over_steps(reduce: Callable, steps: list[dict], value: Callable[[dict], float | None] | str) -> float:
+    get = (lambda m: m.get(value)) if isinstance(value, str) else value
+    values = [v for v in (get(m) for m in steps) if v is not None]
+    return reduce(values) if values else float("nan")
+
+
+def median_of(steps: list[dict], value: Callable[[dict], float | None] | str) -> float:
+    """Median of ``value`` (a metric key, or a function of a step's metrics) over the steps where it
+    is defined (NaN if none)."""
+    return _over_steps(statistics.median, steps, value)
+
+
+def mean_of(steps: list[dict], value: Callable[[dict], float | None] | str) -> float:
+    """Mean, as ``median_of``: a hook that runs on some steps only (extra forwards on the steps whose
+    batch spans several weight versions) has a median of 0 but a real cost, which the mean keeps."""
+    return _over_steps(statistics.fmean, steps, value)
+
+
+def median_after_first(steps: dict[int, dict], key: str) -> float:
+    """Median of ``key`` over one run's steps after the first (warm-up); NaN if never logged."""
+    return median_of(after_warmup([steps]), key)
 
 
 def series(runs: Runs, key: str, steps: list[int]) -> np.ndarray:
