@@ -175,6 +175,16 @@ def test_step_aggregates_cells_and_run_folders():
     assert "cores visible, Python " in report.cpu_machine()
 
 
+def test_sweep_reads_every_seed_and_arm_seed_major(tmp_path):
+    (tmp_path / "a-seed1").mkdir()
+    (tmp_path / "a-seed1" / "run.json").write_text(json.dumps({"wall_s": 3.0}))
+    (tmp_path / "a-seed1" / "metrics.jsonl").write_text(json.dumps({"step": 2, "data": {"x": 1.0}}) + "\n")
+    done = learning_runs.sweep("unused.sh", tmp_path, [("arm a", "a", {}), ("arm b", "b", {})], [0, 1], 2,
+                               attempts=1, report_only=True)
+    assert [(seed, label) for seed, label, *_ in done] == [(0, "arm a"), (0, "arm b"), (1, "arm a"), (1, "arm b")]
+    assert done[2][2:] == ({"wall_s": 3.0}, {2: {"x": 1.0}}) and done[0][2:] == (None, {})
+
+
 def test_every_script_docstring_opens_with_one_line_and_names_its_docs_section():
     import ast
 

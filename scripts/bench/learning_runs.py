@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 from typing import Callable, Iterable
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from scripts.bench.launch import REPO, Runs
+from scripts.bench.launch import REPO, RunSpec, Runs, launch, load_steps
 from scripts.bench.report import RESULTS, script_parser, table
 
 
@@ -50,6 +51,20 @@ def study_command(module: str, parser: argparse.ArgumentParser, args: argparse.N
         a for dest, a in actions.items()
         if dest not in always and dest not in RUN_PLACES and getattr(args, dest) != a.default]
     return " ".join([f"python -m scripts.bench.{module}", *(option(a) for a in shown)])
+
+
+def sweep(script: str, out: Path, arms: list[tuple[str, str, dict[str, str]]], seeds: list[int], steps: int,
+          attempts: int, report_only: bool) -> list[tuple[int, str, dict | None, dict[int, dict]]]:
+    """``recipes/<script>`` once per (seed, arm ``(label, folder, environment)``), seed-major so that a
+    sweep cut short still compares every arm, each in ``out/<folder>-seed<seed>`` with ``SEED`` set;
+    finished runs are reused, and with ``report_only`` nothing runs. Per run, in that order: (seed,
+    label, its ``run.json`` or None, its metrics ``{step: metrics}``)."""
+    places = [(seed, label, out / f"{folder}-seed{seed}", env) for seed in seeds for label, folder, env in arms]
+    if not report_only:
+        launch([RunSpec(f"{label} seed {seed}", script, place, steps, {**env, "SEED": str(seed)})
+                for seed, label, place, env in places], attempts=attempts)
+    return [(seed, label, json.loads((place / "run.json").read_text()) if (place / "run.json").exists() else None,
+             load_steps(place / "metrics.jsonl")) for seed, label, place, _ in places]
 
 
 def run_folder(label: str) -> str:

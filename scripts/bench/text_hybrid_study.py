@@ -21,7 +21,6 @@ Docs section (``--write``; printed otherwise): docs/results.md, "## text_hybrid 
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from dataclasses import dataclass
@@ -29,8 +28,8 @@ from itertools import combinations
 from pathlib import Path
 
 import numpy as np
-from scripts.bench.launch import REPO, RunSpec, Runs, launch, load_steps
-from scripts.bench.learning_runs import machine_line, series, study_command, study_parser
+from scripts.bench.launch import REPO, Runs
+from scripts.bench.learning_runs import machine_line, series, study_command, study_parser, sweep
 from scripts.bench.report import publish, table, target
 from scripts.bench.stats import fmt_mean_se, mean_and_se, two_se_verdict
 
@@ -346,15 +345,11 @@ def main(argv: list[str]) -> int:
     command = study_command("text_hybrid_study", parser, args, always=("steps", "seeds"))
     results: dict[str, dict[str, Runs]] = {p: {arm: {} for arm in PARTS[p]} for p in args.parts}
     runs_info: list[dict] = []
-    runs = [(seed, part, arm, env, args.out / f"{env['MODE']}-{env['ADV']}-{env['LOSS']}-{env['PROVIDER']}-seed{seed}")
-            for seed in args.seeds for part in args.parts for arm, env in PARTS[part].items()]
-    if not args.report_only:  # seed-major: a sweep cut short still compares every arm
-        launch([RunSpec(f"{arm} seed {seed}", SCRIPT, out, args.steps, {**env, "SEED": str(seed)})
-                for seed, _, arm, env, out in runs], attempts=args.attempts)
-    for seed, part, arm, _, out in runs:
-        if (out / "run.json").exists():
-            runs_info.append(json.loads((out / "run.json").read_text()))
-        steps = load_steps(out / "metrics.jsonl")
+    arms = [(part, arm, env) for part in args.parts for arm, env in PARTS[part].items()]
+    done = sweep(SCRIPT, args.out, [(arm, f"{env['MODE']}-{env['ADV']}-{env['LOSS']}-{env['PROVIDER']}", env)
+                                    for _, arm, env in arms], args.seeds, args.steps, args.attempts, args.report_only)
+    for (seed, arm, info, steps), (part, *_) in zip(done, arms * len(args.seeds)):
+        runs_info += [info] if info else []
         if steps:
             results[part][arm][seed] = steps
     refs = reference_lengths(args.out / f"sync-grpo-vanilla-current-seed{args.seeds[0]}" / "data")
