@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 from scripts.bench.launch import REPO, Runs
-from scripts.bench.learning_runs import machine_line, series, study_command, study_parser, sweep
+from scripts.bench.learning_runs import logged_steps, machine_line, series, study_command, study_parser, sweep
 from scripts.bench.report import publish, table, target
 from scripts.bench.stats import fmt_mean_se, mean_and_se, two_se_verdict
 
@@ -162,11 +162,6 @@ def reduce_steps(runs: Runs, key: str, how: str) -> np.ndarray:
 
 
 # --- report ----------------------------------------------------------------------------------------
-def val_steps(results: dict[str, Runs]) -> list[int]:
-    key = VAL.format("success")
-    return sorted({s for runs in results.values() for run in runs.values() for s, m in run.items() if key in m})
-
-
 def _step_table(results: dict[str, Runs], name: str, steps: list[int], digits: int = 2) -> list[str]:
     values = {arm: derived(results[arm], steps)[name] for arm in results}
     return table(["step", *results], [[s, *(fmt_mean_se(v[:, j], digits) for v in values.values())]
@@ -206,7 +201,7 @@ def reference_text(refs: dict[str, float]) -> str:
 
 
 def estimators_section(results: dict[str, Runs], steps: int, refs: dict[str, float], plot: str) -> list[str]:
-    vs = val_steps(results)
+    vs = logged_steps(results, VAL.format("success"))
     last = {arm: derived(runs, vs) for arm, runs in results.items()}
     lines = [
         "### (a) grpo vs gigpo vs hgpo (synchronous, verl's PPO loss)", "",
@@ -258,7 +253,7 @@ def goal_gap(tool_when_shorter: np.ndarray, tool_when_gui_shorter: np.ndarray) -
 
 
 def old_logits_section(results: dict[str, Runs], steps: int, plot: str) -> list[str]:
-    vs = val_steps(results)
+    vs = logged_steps(results, VAL.format("success"))
     success = {arm: final(derived(runs, vs)["success"]) for arm, runs in results.items()}
     arms = list(results)
     lines = [
@@ -291,7 +286,7 @@ def plot(results: dict[str, Runs], panels: list[tuple[str, str]], title: str, pa
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    vs = val_steps(results)
+    vs = logged_steps(results, VAL.format("success"))
     fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 3.8))
     for ax, (name, panel_title) in zip(np.atleast_1d(axes), panels):
         for i, (arm, runs) in enumerate(results.items()):

@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 from scripts.bench.launch import REPO, Runs
 from scripts.bench.learning_runs import (before_after, cell, logged_steps, machine_line, plot_curves, series, step_table,
-                                         sweep, wall_times)
-from scripts.bench.report import publish, script_parser, table, target
+                                         study_parser, sweep, wall_times)
+from scripts.bench.report import publish, table, target
 
 HEADING = "## Hybrid GUI + tool agent: toolcua_hybrid learning"
 VAL = "val-aux/verl_ext/minidesk/{}/mean@1"
@@ -114,16 +114,11 @@ def report(results: dict[str, Runs], steps: int, runs_info: dict[str, list[dict]
 
 
 def main(argv: list[str]) -> int:
-    parser = script_parser(__doc__)
-    parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    parser = study_parser(__doc__, REPO / "runs/toolcua_hybrid_bench", steps=30, seeds=[0, 1])
     parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
-    parser.add_argument("--out", type=Path, default=REPO / "runs/toolcua_hybrid_bench")
-    parser.add_argument("--plot", type=Path, default=REPO / "docs/img/toolcua_hybrid_learning.png")
-    parser.add_argument("--attempts", type=int, default=2, help="tries per run before giving up")
-    parser.add_argument("--report-only", action="store_true", help="run nothing; report the runs under --out")
     parser.add_argument("--eval-seeds", type=int, default=8, help="unseen instances per template in the final eval; 0: skip")
     args = parser.parse_args(argv)
+    plot = args.img / "toolcua_hybrid_learning.png"
     runs_info: dict[str, list[dict]] = {c: [] for c in args.configs}
     results: dict[str, Runs] = {c: {} for c in args.configs}
     evals: dict[str, list[dict[str, float]]] = {"initial model (step 0)": []} if args.eval_seeds else {}
@@ -145,8 +140,8 @@ def main(argv: list[str]) -> int:
                                       (VAL_TIR, "validation TIR (64 episodes)", False),
                                       (TRAIN_TIR, f"training TIR ({SMOOTH}-step moving average)", True)],
                 f"toolcua_hybrid: MiniDesk, tiny random Qwen2 on the cpu backend ({len(args.seeds)} seed(s))",
-                args.plot, SMOOTH)
-    publish(target(args), HEADING, report(results, args.steps, runs_info, args.plot, evals, args.eval_seeds))
+                plot, SMOOTH)
+    publish(target(args), HEADING, report(results, args.steps, runs_info, plot, evals, args.eval_seeds))
     return 0
 
 
