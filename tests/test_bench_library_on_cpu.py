@@ -160,6 +160,12 @@ def test_report_cells_and_two_se_verdicts():
     assert stats.two_se_verdict(0.1, float("nan")) == "+0.10 (2 SE = n/a): SE undefined (fewer than 2 seeds)"
 
 
+def test_last_finite_value_and_collapse_per_seed():
+    values = np.array([[0.1, 0.4, np.nan], [np.nan, np.nan, np.nan], [0.9, 0.2, 0.1]])
+    np.testing.assert_array_equal(stats.last_finite(values), [0.4, np.nan, 0.1])
+    np.testing.assert_array_equal(stats.collapsed([0.1, 0.1, 0.3], [0.9, 0.2, 0.5]), [1.0, 0.0, 0.0])
+
+
 def test_step_aggregates_cells_and_run_folders():
     runs = [{1: {"t": 9.0}, 2: {"t": 1.0, "x": 4.0}, 3: {"t": 3.0}}, {1: {"t": 9.0}, 2: {"t": 2.0}}]
     later = learning_runs.after_warmup(runs)  # step 1 of every repeat left out, the rest pooled

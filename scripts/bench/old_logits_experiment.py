@@ -54,7 +54,7 @@ from verl.utils.config import omega_conf_to_dataclass
 import verl_ext.losses.registration  # noqa: F401  (registers ppo_ewma)
 from scripts.bench.report import RESULTS, script_parser, publish
 from scripts.bench.report import table as md_table
-from scripts.bench.stats import fmt_mean_se, paired_verdict
+from scripts.bench.stats import collapsed, fmt_mean_se, last_finite, paired_verdict
 from verl_ext.old_logits import OldLogitsConfig, OldLogitWorkerState, build_provider
 from verl_ext.old_logits.local_host import LocalPolicyHost
 from verl_ext.old_logits.metrics import approximation_errors, discrepancy_mask_by_cause
@@ -523,13 +523,13 @@ def study_main(args: argparse.Namespace) -> None:
 
 def _per_seed(series: list, how: str, window: slice = slice(None)) -> np.ndarray:
     """Reduce a ``(steps, S)`` series to ``(S,)``: ``mean``/``max`` over ``window`` (NaN-aware),
-    ``final`` (last finite value), ``peak`` (largest value)."""
+    ``final`` (last finite value, ``stats.last_finite``), ``peak`` (largest value)."""
     import warnings
 
     x = np.asarray(series, float)[window]
     warnings.filterwarnings("ignore", "Mean of empty slice|All-NaN slice", RuntimeWarning)  # non-EWMA arms' age
     if how == "final":
-        return np.array([col[np.isfinite(col)][-1] if np.isfinite(col).any() else np.nan for col in x.T])
+        return last_finite(x.T)
     return {"mean": np.nanmean, "max": np.nanmax, "peak": np.nanmax}[how](x, axis=0)
 
 
@@ -542,7 +542,7 @@ def study_rows(runs: dict, steps: int) -> dict[str, dict[str, np.ndarray]]:
     for arm, h in runs.items():
         final, peak = _per_seed(h["reward"], "final"), _per_seed(h["reward"], "peak")
         row = {"final reward": final, "reward AUC": _per_seed(h["reward"], "mean"),
-               "collapsed": ((final < 0.5 * peak) & (peak >= 0.3)).astype(float)}
+               "collapsed": collapsed(final, peak)}
         for key in ("masked", "masked_staleness", "masked_numerics", "tis_truncated", "ess", "clipfrac",
                     "abs_error_stale", "token_age_steps", "ewma_age_steps"):
             row[key] = _per_seed(h[key], "mean", half)

@@ -38,7 +38,7 @@ import numpy as np
 from scripts.bench.launch import REPO, RunSpec, card_slots, finished_walls, gpu_environment, launch, load_steps, run
 from scripts.bench.learning_runs import run_folder, series
 from scripts.bench.report import script_parser, publish, table, target
-from scripts.bench.stats import fmt_mean_se, paired_verdict
+from scripts.bench.stats import collapsed, fmt_mean_se, paired_verdict
 
 HEADING = "## GPU: old-logit study"
 SCRIPT = "text_corridor/run_gpu.sh"  # under recipes/
@@ -195,7 +195,7 @@ def summary(runs: dict[int, dict], n_steps: int, phase_steps: int) -> dict[str, 
         "final success (last 5 steps)": final,
         "success AUC": np.nanmean(success, axis=1),
         f"steps to {TARGET}": steps_to(success, TARGET),
-        "collapses": ((final < 0.5 * peak) & (peak >= 0.3)).astype(float),
+        "collapses": collapsed(final, peak),
     }
     for label, key in (("masked, fresh tokens (numerics)", "old_logits/correction/masked_fresh"),
                        ("masked, stale tokens", "old_logits/correction/masked_stale"),

@@ -31,7 +31,7 @@ import numpy as np
 from scripts.bench.launch import REPO, Runs
 from scripts.bench.learning_runs import logged_steps, machine_line, series, study_command, study_parser, sweep
 from scripts.bench.report import publish, table, target
-from scripts.bench.stats import fmt_mean_se, mean_and_se, two_se_verdict
+from scripts.bench.stats import fmt_mean_se, last_finite, mean_and_se, two_se_verdict
 
 HEADING = "## text_hybrid study: which plugin earns its place"
 SCRIPT = "text_hybrid/run_cpu.sh"
@@ -143,16 +143,6 @@ def comparison_lines(metric: str, arms: dict[str, np.ndarray], digits: int = 2,
             for c in compare(arms, episodes) if np.isfinite(c.diff)]
 
 
-def final(values: np.ndarray) -> np.ndarray:
-    """Per seed: the last finite value of a (seeds, steps) array (NaN where a seed has none)."""
-    out = np.full(values.shape[0], np.nan)
-    for i, row in enumerate(values):
-        finite = np.flatnonzero(np.isfinite(row))
-        if len(finite):
-            out[i] = row[finite[-1]]
-    return out
-
-
 def reduce_steps(runs: Runs, key: str, how: str) -> np.ndarray:
     """Per seed: ``key`` over the training steps (>= 1), reduced by ``mean`` or ``max``."""
     steps = sorted({s for run in runs.values() for s in run if s >= 1})
@@ -213,8 +203,8 @@ def estimators_section(results: dict[str, Runs], steps: int, refs: dict[str, flo
         f"**Differences at the last validation (step {vs[-1] if vs else '-'})**, computed by the script "
         "(difference of means vs 2 standard errors of the difference; for success rates the SE of an arm "
         f"is at least the binomial SE of its {VAL_EPISODES} x seeds episodes):", "",
-        *comparison_lines("success", {a: final(d["success"]) for a, d in last.items()}, episodes=VAL_EPISODES),
-        *comparison_lines("steps per success", {a: final(d["steps_per_success"]) for a, d in last.items()}, 1),
+        *comparison_lines("success", {a: last_finite(d["success"]) for a, d in last.items()}, episodes=VAL_EPISODES),
+        *comparison_lines("steps per success", {a: last_finite(d["steps_per_success"]) for a, d in last.items()}, 1),
         *comparison_lines("learning speed (success averaged over all validations)",
                           {a: np.nanmean(d["success"], axis=1) for a, d in last.items()},
                           episodes=VAL_EPISODES * len(vs)),
@@ -229,7 +219,7 @@ def estimators_section(results: dict[str, Runs], steps: int, refs: dict[str, flo
                for arm, d in last.items() for j in (sorted({0, len(vs) - 1}) if vs else [])]),
     ]
     lines += ["", *comparison_lines("T where tools shorter minus T where GUI shorter (final, per seed)", {
-        a: final(d["decision_tool_when_shorter"]) - final(d["decision_tool_when_gui_shorter"]) for a, d in last.items()})]
+        a: last_finite(d["decision_tool_when_shorter"]) - last_finite(d["decision_tool_when_gui_shorter"]) for a, d in last.items()})]
     lines += ["", f"![text_hybrid estimators]({plot})", ""]
     return lines
 
@@ -254,7 +244,7 @@ def goal_gap(tool_when_shorter: np.ndarray, tool_when_gui_shorter: np.ndarray) -
 
 def old_logits_section(results: dict[str, Runs], steps: int, plot: str) -> list[str]:
     vs = logged_steps(results, VAL.format("success"))
-    success = {arm: final(derived(runs, vs)["success"]) for arm, runs in results.items()}
+    success = {arm: last_finite(derived(runs, vs)["success"]) for arm, runs in results.items()}
     arms = list(results)
     lines = [
         "### (c) Old logits under real staleness (verl's colocate_async, hgpo)", "",

@@ -38,8 +38,8 @@ import numpy as np
 from scripts.bench.launch import REPO, RunSpec, Runs, card_slots, gpu_environment, launch, load_steps, run
 from scripts.bench.learning_runs import machine_line, series, study_command, study_parser
 from scripts.bench.report import publish, table, target
-from scripts.bench.stats import fmt_mean_se, paired_mean_and_se, two_se_verdict
-from scripts.bench.text_hybrid_study import derived, final, goal_gap, ratio
+from scripts.bench.stats import fmt_mean_se, last_finite, paired_mean_and_se, two_se_verdict
+from scripts.bench.text_hybrid_study import derived, goal_gap, ratio
 
 HEADINGS = {"cpu": "## ToolCUA pipeline study: SFT -> RFT -> online RL",  # each backend's runs keep their own section
             "gpu": "## GPU: ToolCUA pipeline study: SFT -> RFT -> online RL"}
@@ -120,7 +120,7 @@ def arm_values(results: dict[str, Runs], seeds: list[int]) -> dict[str, dict[str
             continue
         logged = sorted({s for run in runs.values() for s, m in run.items() if VAL.format("success") in m})
         rates = derived(runs, logged, MAX_STEPS, VAL)
-        out[arm] = by_seed(runs, {name: final(rates[name]) for name in METRICS})
+        out[arm] = by_seed(runs, {name: last_finite(rates[name]) for name in METRICS})
         if arm == FULL:
             before = derived(runs, [0], MAX_STEPS, VAL)
             out[NO_RL] = by_seed(runs, {name: before[name][:, 0] for name in METRICS})
