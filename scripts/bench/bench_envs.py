@@ -70,6 +70,18 @@ def latency(backend: str, n: int) -> dict[str, list[float]]:
     return {k: v for k, v in out.items() if v}
 
 
+def play_gui_episode(env, template: str, seed: int) -> int:
+    """One episode of ``template`` by the scripted GUI plan; returns its number of steps."""
+    obs, info = env.reset(template, seed)
+    policy = ScriptedPolicy("gui")
+    policy.reset(obs, info, [])
+    steps, done = 0, False
+    while not done:
+        obs, _, terminated, truncated, _ = env.step(policy.act(obs))
+        steps, done = steps + 1, terminated or truncated
+    return steps
+
+
 def throughput(n_envs: int, episodes_per_env: int) -> tuple[float, float]:
     """(steps/s, mean s/step) of ``n_envs`` envs, each in its own thread replaying MiniDesk GUI plans."""
     envs = [make_env("minidesk") for _ in range(n_envs)]
@@ -79,14 +91,7 @@ def throughput(n_envs: int, episodes_per_env: int) -> tuple[float, float]:
     def work(i: int) -> None:
         env = envs[i]
         for k in range(episodes_per_env):
-            obs, info = env.reset(templates[(i * 7 + k) % len(templates)], k)
-            policy = ScriptedPolicy("gui")
-            policy.reset(obs, info, [])
-            done = False
-            while not done:
-                obs, _, terminated, truncated, _ = env.step(policy.act(obs))
-                steps[i] += 1
-                done = terminated or truncated
+            steps[i] += play_gui_episode(env, templates[(i * 7 + k) % len(templates)], k)
 
     try:
         for env in envs:  # browsers start outside the timed region
@@ -110,13 +115,7 @@ def memory(max_envs: int) -> list[tuple[int, float, float]]:
     try:
         for n in range(1, max_envs + 1):
             env = make_env("minidesk")
-            obs, info = env.reset("files_to_mail", n)
-            policy = ScriptedPolicy("gui")
-            policy.reset(obs, info, [])
-            done = False
-            while not done:
-                obs, _, terminated, truncated, _ = env.step(policy.act(obs))
-                done = terminated or truncated
+            play_gui_episode(env, "files_to_mail", n)
             envs.append(env)
             rss = sum(e.browser.memory_bytes("rss") for e in envs) / 1e6
             pss = sum(e.browser.memory_bytes("pss") for e in envs) / 1e6
