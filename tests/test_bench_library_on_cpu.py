@@ -174,6 +174,8 @@ def test_step_aggregates_cells_and_run_folders():
     assert learning_runs.mean_of(later, lambda m: m.get("t", 0) * 2) == 4.0
     assert np.isnan(learning_runs.median_of(later, "absent"))
     assert learning_runs.median_after_first(runs[0], "t") == 2.0
+    assert learning_runs.timing_phases([{1: {"timing_s/step": 1, "timing_s/gen": 1}}, {2: {"timing_s/adv": 1, "x": 0}}]) \
+        == ["adv", "gen", "step"]
     assert learning_runs.run_folder("snapshot, fp32 rollout") == "snapshot-fp32_rollout"
     assert learning_runs.run_folder("verl-ext hgpo + ppo_ewma + ewma") == "verl-ext_hgpo_ppo_ewma_ewma"
     assert report.pct(0.0123) == "1.23%" and report.pct(0.5, 1) == "50.0%" and report.pct(float("nan")) == "—"

@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from scripts.bench.gpu_step_breakdown import machine_info
-from scripts.bench.learning_runs import median_after_first
+from scripts.bench.learning_runs import median_after_first, timing_phases
 from scripts.bench.launch import REPO, RunFailed, RunSpec, load_steps, run
 from scripts.bench.report import script_parser, publish, table, target
 
@@ -287,8 +287,7 @@ def section(results: Path) -> str:
         + (f" Run context: {info['context']}" if info.get("context") else ""), "",
     ]
     if ran:
-        phases = sorted({k.removeprefix("timing_s/") for s in ran for m in metrics[s].values() for k in m
-                         if k.startswith("timing_s/")}, key=lambda phase: (phase == "step", phase))
+        phases = timing_phases(metrics[s] for s in ran)
         def cells(key: str, spec: str) -> list[str]:
             return ["-" if c != c else f"{c:{spec}}" for c in (median_after_first(metrics[s], key) for s in ran)]
 

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from scripts.bench.launch import RunFailed, RunSpec, load_steps, run
-from scripts.bench.learning_runs import median_after_first, run_folder
+from scripts.bench.learning_runs import median_after_first, run_folder, timing_phases
 from scripts.bench.report import gib, publish, script_parser, target
 from scripts.bench.report import table as md_table  # table() below is the docs section
 
@@ -59,8 +59,7 @@ def run_arms(out: Path, steps: int, context: str) -> None:
 def table(results: Path) -> str:
     info = json.loads((results / "machine.json").read_text())
     runs = {name: load_steps(results / run_folder(name) / "metrics.jsonl") for name in ARMS}
-    phases = sorted({k.removeprefix("timing_s/") for m in runs.values() for s in m.values() for k in s
-                     if k.startswith("timing_s/")})
+    phases = timing_phases(runs.values())
     steps = sorted(next(iter(runs.values())))
     lines = [
         HEADING, "",

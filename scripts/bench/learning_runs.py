@@ -96,6 +96,13 @@ def mean_of(steps: list[dict], value: Callable[[dict], float | None] | str) -> f
     return _over_steps(statistics.fmean, steps, value)
 
 
+def timing_phases(runs: Iterable[dict[int, dict]]) -> list[str]:
+    """The phases of verl's ``timing_s/*`` that any step of ``runs`` logged, sorted, the total (``step``) last."""
+    phases = {k.removeprefix("timing_s/") for steps in runs for m in steps.values() for k in m
+              if k.startswith("timing_s/")}
+    return sorted(phases, key=lambda phase: (phase == "step", phase))
+
+
 def median_after_first(steps: dict[int, dict], key: str) -> float:
     """Median of ``key`` over one run's steps after the first (warm-up); NaN if never logged."""
     return median_of(after_warmup([steps]), key)
