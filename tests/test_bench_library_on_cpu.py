@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from scripts.bench import launch, report, stats
+from scripts.bench import launch, learning_runs, report, stats
 
 
 @pytest.mark.parametrize("df, expected", [(1, 12.7062), (2, 4.3027), (4, 2.7764), (10, 2.2281), (30, 2.0423),
@@ -158,6 +158,39 @@ def test_report_cells_and_two_se_verdicts():
     assert stats.two_se_verdict(0.3, 0.07) == "+0.30 (2 SE = 0.14): **exceeds** 2 SE"
     assert stats.two_se_verdict(-0.1, 0.07, n=3) == "-0.10 (2 SE = 0.14, 3 seeds): within 2 SE"
     assert stats.two_se_verdict(0.1, float("nan")) == "+0.10 (2 SE = n/a): SE undefined (fewer than 2 seeds)"
+
+
+def test_last_finite_value_and_collapse_per_seed():
+    values = np.array([[0.1, 0.4, np.nan], [np.nan, np.nan, np.nan], [0.9, 0.2, 0.1]])
+    np.testing.assert_array_equal(stats.last_finite(values), [0.4, np.nan, 0.1])
+    np.testing.assert_array_equal(stats.collapsed([0.1, 0.1, 0.3], [0.9, 0.2, 0.5]), [1.0, 0.0, 0.0])
+
+
+def test_step_aggregates_cells_and_run_folders():
+    runs = [{1: {"t": 9.0}, 2: {"t": 1.0, "x": 4.0}, 3: {"t": 3.0}}, {1: {"t": 9.0}, 2: {"t": 2.0}}]
+    later = learning_runs.after_warmup(runs)  # step 1 of every repeat left out, the rest pooled
+    assert [m["t"] for m in later] == [1.0, 3.0, 2.0]
+    assert learning_runs.median_of(later, "t") == 2.0 and learning_runs.mean_of(later, "x") == 4.0
+    assert learning_runs.mean_of(later, lambda m: m.get("t", 0) * 2) == 4.0
+    assert np.isnan(learning_runs.median_of(later, "absent"))
+    assert learning_runs.median_after_first(runs[0], "t") == 2.0
+    assert learning_runs.timing_phases([{1: {"timing_s/step": 1, "timing_s/gen": 1}}, {2: {"timing_s/adv": 1, "x": 0}}]) \
+        == ["adv", "gen", "step"]
+    assert learning_runs.run_folder("snapshot, fp32 rollout") == "snapshot-fp32_rollout"
+    assert learning_runs.run_folder("verl-ext hgpo + ppo_ewma + ewma") == "verl-ext_hgpo_ppo_ewma_ewma"
+    assert report.pct(0.0123) == "1.23%" and report.pct(0.5, 1) == "50.0%" and report.pct(float("nan")) == "—"
+    assert report.gib(2**31, 2**30) == "2.00 GiB (2.00x)" and report.gib(0, 1) == "0"
+    assert "cores visible, Python " in report.cpu_machine()
+
+
+def test_sweep_reads_every_seed_and_arm_seed_major(tmp_path):
+    (tmp_path / "a-seed1").mkdir()
+    (tmp_path / "a-seed1" / "run.json").write_text(json.dumps({"wall_s": 3.0}))
+    (tmp_path / "a-seed1" / "metrics.jsonl").write_text(json.dumps({"step": 2, "data": {"x": 1.0}}) + "\n")
+    done = learning_runs.sweep("unused.sh", tmp_path, [("arm a", "a", {}), ("arm b", "b", {})], [0, 1], 2,
+                               attempts=1, report_only=True)
+    assert [(seed, label) for seed, label, *_ in done] == [(0, "arm a"), (0, "arm b"), (1, "arm a"), (1, "arm b")]
+    assert done[2][2:] == ({"wall_s": 3.0}, {2: {"x": 1.0}}) and done[0][2:] == (None, {})
 
 
 def test_every_script_docstring_opens_with_one_line_and_names_its_docs_section():

@@ -72,7 +72,6 @@ def test_text_hybrid_study_statistics_and_rates_are_computed_from_the_metrics():
     assert abs(rates["tool_when_beneficial"][0, 0] - 0.8) < 1e-12 and abs(rates["tool_when_not"][0, 0] - 0.4) < 1e-12
     assert rates["decision_tool_when_shorter"][0, 0] == 0.75
     assert np.isnan(rates["decision_tool_when_gui_shorter"][0, 0])  # no such decision: undefined, not 0
-    assert list(study.final(np.array([[0.1, 0.2, np.nan], [np.nan, np.nan, np.nan]]))[:1]) == [0.2]
     assert study.goal_met(np.array([0.9, 0.85]), np.array([0.1, 0.2])) == "yes"
     assert study.goal_met(np.array([0.9, 0.85]), np.array([0.3, 0.2])) == "no"
 

@@ -156,7 +156,7 @@ def test_keep_runs_copies_finished_runs_cut_to_what_the_report_reads(tmp_path):
     source, out = tmp_path / "machine", tmp_path / "results"
 
     def write_run(root: Path, arm: str, seed: int, steps: int) -> Path:
-        folder = root / "warmup3" / study.slug(arm) / f"seed{seed}"
+        folder = root / "warmup3" / study.run_folder(arm) / f"seed{seed}"
         folder.mkdir(parents=True)
         rows = [{"step": t, "data": {study.SUCCESS: 0.5, "old_logits/ewma/age_steps": 3.0, "perf/mfu": 0.1}}
                 for t in range(1, steps + 1)]

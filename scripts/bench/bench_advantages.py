@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 import os
-import platform
 import statistics
 import time
 from functools import partial
@@ -28,7 +27,7 @@ from omegaconf import OmegaConf
 
 ROOT = Path(__file__).resolve().parents[2]
 
-from scripts.bench.report import publish, script_parser, target
+from scripts.bench.report import cpu_machine, publish, script_parser, target
 from scripts.bench.report import table as md_table  # table() below is the docs section
 from tests.advantages.loop_reference import LOOPS
 from tests.advantages.step_data import BASE, random_steps
@@ -233,14 +232,13 @@ def table(rows: list[dict], glue_rows: list[dict], entry_rows: list[dict]) -> st
     sizes = sorted({r["n"] for r in rows})
     names = list(dict.fromkeys(r["name"] for r in rows))
     by = {(r["name"], r["keys"], r["n"]): r for r in rows}
-    cpu = platform.processor() or platform.machine()
     load = os.getloadavg()[0]
     lines = [
         HEADING,
         "",
         f"Measured {time.strftime('%Y-%m-%d', time.gmtime())} with `python -m scripts.bench.bench_advantages` "
-        f"on a {os.cpu_count()}-core CPU ({cpu}) shared with other engineers' jobs (load average "
-        f"{load:.1f} at the end of the run); Python {platform.python_version()}, numpy {np.__version__}.",
+        f"on {cpu_machine()}, shared with other engineers' jobs (load average {load:.1f} at the end of the run); "
+        f"numpy {np.__version__}.",
         "",
         "- Loop: the plain Python reference in `tests/advantages/loop_reference.py` (dicts of lists, "
         "numpy for each group's mean/std, as the reference implementations do with torch).",

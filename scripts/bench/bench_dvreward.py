@@ -14,8 +14,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import platform
-import re
 import statistics
 import sys
 import tempfile
@@ -23,7 +21,7 @@ import time
 
 import httpx
 
-from scripts.bench.report import publish, script_parser, table, target
+from scripts.bench.report import cpu_machine, publish, script_parser, table, target
 
 from verl_ext.rewards.dvreward.judge import Artifact, JudgeOptions, OpenAIJudge, parse_choice  # noqa: E402
 from verl_ext.rewards.dvreward.judge_server import spawn  # noqa: E402
@@ -37,16 +35,6 @@ ARTIFACT = "The agent opened the inbox, starred the email from Gerta and archive
 
 def questions(n: int, tag: str) -> list[str]:
     return [f"Is fact {i} of the request about {tag} met?" for i in range(n)]
-
-
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = re.search(r"model name\s*:\s*(.*)", f.read()).group(1)
-    except (OSError, AttributeError):
-        pass
-    return f"{os.cpu_count()}-core CPU ({cpu}), shared with other jobs; Python {platform.python_version()}"
 
 
 def client_overhead_us(repeats: int) -> dict[str, float]:
@@ -168,10 +156,8 @@ def render(results: dict) -> str:
         "## DVReward",
         "",
         f"Machine: {results['machine']}. `python -m scripts.bench.bench_dvreward --repeats {results['repeats']}`; "
-        f"medians of {results['repeats']} runs; {N_QUESTIONS} questions per sample, text artifacts. Client and "
-        "`verl-ext judge-server` run in separate processes on 127.0.0.1. Load average (1 min) "
-        f"{results['load'][0]:.1f} at the start and {results['load'][1]:.1f} at the end: figures are noisy; "
-        "read the ratios.",
+        f"medians of {results['repeats']} runs; {N_QUESTIONS} questions per sample. Load average (1 min) "
+        f"{results['load'][0]:.1f} at the start and {results['load'][1]:.1f} at the end.",
         "",
         "**Client overhead per question** (no network; process CPU time):",
         "",
@@ -194,7 +180,7 @@ def render(results: dict) -> str:
               [[c, f"{r['httpx']:.0f}", f"{r['aiohttp']:.0f}"] for c, r in sorted(results["transport"].items())]),
     ]
     shares = ", ".join(f"{r['httpx'] / r['aiohttp']:.0%} at concurrency {c}" for c, r in sorted(results["transport"].items()))
-    lines += ["", f"httpx reaches {shares} of aiohttp's rate against the same server (httpx's pool: encode/httpx#3215)."]
+    lines += ["", f"httpx reaches {shares} of aiohttp's rate against the same server."]
     cold, warm = results["cache"]
     lines += [
         "",
@@ -202,11 +188,7 @@ def render(results: dict) -> str:
         "",
         table(["pass", "ms / question"], [["cold (all requests)", f"{cold * 1e3:.3f}"],
                                           ["warm (all cache hits)", f"{warm * 1e3:.4f}"],
-                                          ["ratio cold / warm", f"{cold / warm:.0f}x"]]),
-        "",
-        "The tiny random Qwen2 (~0.1M parameters) measures the server's batching, not a real judge. "
-        "A real judge's throughput (vLLM/SGLang on a GPU) is not measured here.",
-        "",
+                                          ["ratio cold / warm", f"{cold / warm:.0f}x"]]), "",
     ]
     return "\n".join(lines)
 
@@ -217,7 +199,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--model", help="a transformers causal LM for the model rows (default: a tiny random Qwen2)")
     args = parser.parse_args(argv)
 
-    results: dict = {"machine": machine(), "repeats": args.repeats, "throughput": {}, "samples": {}}
+    results: dict = {"machine": cpu_machine() + ", shared with other jobs", "repeats": args.repeats, "throughput": {}, "samples": {}}
     load_start = os.getloadavg()[0]
     results["overhead_us"] = client_overhead_us(args.repeats)
     with tempfile.TemporaryDirectory() as tmp:

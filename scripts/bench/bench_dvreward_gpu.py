@@ -186,12 +186,8 @@ def render(results: dict) -> str:
         SECTION,
         "",
         f"Card: **{results['card']}** (torch {results['torch']}, transformers {results['transformers']}, bf16). "
-        "`python -m scripts.bench.bench_dvreward_gpu` on the GPU machine: `verl-ext judge-server --model DIR "
-        "--device cuda` (transformers `generate`, greedy) in a subprocess, the `OpenAIJudge` client in the "
-        f"benchmark process; random-weight Qwen2.5-architecture models; every prompt ~{results['prompt_tokens']} "
-        f"tokens, 4 answer tokens; medians of {results['repeats']} rounds (single batched rounds varied by up to "
-        "1.7x; read the ratios). \"unbatched\" = one request in the model at a time (client concurrency 1, or a "
-        "server with `--max-batch 1` and 32 queued requests).",
+        "`python -m scripts.bench.bench_dvreward_gpu`: every prompt "
+        f"~{results['prompt_tokens']} tokens, 4 answer tokens; medians of {results['repeats']} rounds.",
     ]
     for size, info in results["models"].items():
         rows = info["rows"]
@@ -211,14 +207,7 @@ def render(results: dict) -> str:
                       table(["batch", "questions / s", "vs batch 1"],
                             [[r["batch"], f"{r['questions_per_s']:.1f}",
                               f"{r['questions_per_s'] / alone[0]['questions_per_s']:.2f}x"] for r in alone])]
-    lines += [
-        "",
-        "`judge-server`'s transformers backend pads each batch statically (no continuous batching, no paged KV "
-        "cache); for training, point `judge_url` at a vLLM/SGLang server (`--max-logprobs 5`) or use verl's GenRM "
-        "path (`tests/gpu/test_hybrid_dvreward_gpu.py` runs DVReward against vLLM's OpenAI server).",
-        "",
-    ]
-    return "\n".join(lines)
+    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str]) -> int:

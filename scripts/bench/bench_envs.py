@@ -14,13 +14,11 @@ from __future__ import annotations
 
 import os
 import platform
-import re
 import statistics
 import threading
 import time
-from pathlib import Path
 
-from scripts.bench.report import publish, script_parser, table, target
+from scripts.bench.report import cpu_machine, publish, script_parser, table, target
 
 from verl_ext.envs.core import GuiAction, ToolCall  # noqa: E402
 from verl_ext.envs.minidesk.env import list_templates  # noqa: E402
@@ -72,6 +70,18 @@ def latency(backend: str, n: int) -> dict[str, list[float]]:
     return {k: v for k, v in out.items() if v}
 
 
+def play_gui_episode(env, template: str, seed: int) -> int:
+    """One episode of ``template`` by the scripted GUI plan; returns its number of steps."""
+    obs, info = env.reset(template, seed)
+    policy = ScriptedPolicy("gui")
+    policy.reset(obs, info, [])
+    steps, done = 0, False
+    while not done:
+        obs, _, terminated, truncated, _ = env.step(policy.act(obs))
+        steps, done = steps + 1, terminated or truncated
+    return steps
+
+
 def throughput(n_envs: int, episodes_per_env: int) -> tuple[float, float]:
     """(steps/s, mean s/step) of ``n_envs`` envs, each in its own thread replaying MiniDesk GUI plans."""
     envs = [make_env("minidesk") for _ in range(n_envs)]
@@ -81,14 +91,7 @@ def throughput(n_envs: int, episodes_per_env: int) -> tuple[float, float]:
     def work(i: int) -> None:
         env = envs[i]
         for k in range(episodes_per_env):
-            obs, info = env.reset(templates[(i * 7 + k) % len(templates)], k)
-            policy = ScriptedPolicy("gui")
-            policy.reset(obs, info, [])
-            done = False
-            while not done:
-                obs, _, terminated, truncated, _ = env.step(policy.act(obs))
-                steps[i] += 1
-                done = terminated or truncated
+            steps[i] += play_gui_episode(env, templates[(i * 7 + k) % len(templates)], k)
 
     try:
         for env in envs:  # browsers start outside the timed region
@@ -112,13 +115,7 @@ def memory(max_envs: int) -> list[tuple[int, float, float]]:
     try:
         for n in range(1, max_envs + 1):
             env = make_env("minidesk")
-            obs, info = env.reset("files_to_mail", n)
-            policy = ScriptedPolicy("gui")
-            policy.reset(obs, info, [])
-            done = False
-            while not done:
-                obs, _, terminated, truncated, _ = env.step(policy.act(obs))
-                done = terminated or truncated
+            play_gui_episode(env, "files_to_mail", n)
             envs.append(env)
             rss = sum(e.browser.memory_bytes("rss") for e in envs) / 1e6
             pss = sum(e.browser.memory_bytes("pss") for e in envs) / 1e6
@@ -130,34 +127,20 @@ def memory(max_envs: int) -> list[tuple[int, float, float]]:
 
 
 def machine() -> str:
-    cpu = "unknown CPU"
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-        cpu = re.search(r"model name\s*:\s*(.+)", text).group(1).strip()
-    except (OSError, AttributeError):
-        pass
-    try:
-        chromium = os.popen("chromium --version 2>/dev/null").read().strip() or "chromium ?"
-    except OSError:
-        chromium = "chromium ?"
-    return (f"{cpu}, {os.cpu_count()} cores visible, Linux {platform.release()}, "
-            f"Python {platform.python_version()}, {chromium}")
+    chromium = os.popen("chromium --version 2>/dev/null").read().strip() or "chromium ?"
+    return f"{cpu_machine()}, Linux {platform.release()}, {chromium}"
 
 
 def report(n_latency: int, episodes: int, parallel: list[int], mem_envs: int) -> str:
     load_before = os.getloadavg()[0]
     body = _tables(n_latency, episodes, parallel, mem_envs)
     return "\n".join([
-        SECTION, "", f"Machine: {machine()}; no GPU. The machine was shared with other jobs (2 cores, 4 other "
-        f"engineers; 1-minute load average {load_before:.1f} at the start of this run, {os.getloadavg()[0]:.1f} at "
-        "the end), so absolute times are noisy; ratios are the point.", "", *body]) + "\n"
+        SECTION, "", f"Machine: {machine()}; no GPU; 1-minute load average {load_before:.1f} at the start of this "
+        f"run, {os.getloadavg()[0]:.1f} at the end. `python -m scripts.bench.bench_envs`.", "", *body]) + "\n"
 
 
 def _tables(n_latency: int, episodes: int, parallel: list[int], mem_envs: int) -> list[str]:
-    lines = ["`python -m scripts.bench.bench_envs` (BrowserGym figures: browsergym-core 0.14.3, measured once on the "
-             "same kind of machine: reset 0.95-1.36 s, ≈1.7 s per `noop()` step of which "
-             f"{BROWSERGYM_PRE_OBSERVATION_DELAY_S} s is its `pre_observation_delay` sleep, left out below (its other "
-             "waits were not measured apart, so the step ratio is an upper bound), ≈1.5 GB RSS per env).", ""]
+    lines = []
     cells = []
     for backend in ("minidesk", "miniwob"):
         for op, values in latency(backend, n_latency).items():
@@ -178,9 +161,8 @@ def _tables(n_latency: int, episodes: int, parallel: list[int], mem_envs: int) -
         rss_per_env = statistics.median(rows[i][1] - rows[i - 1][1] for i in range(1, len(rows)))
         pss_per_env = statistics.median(rows[i][2] - rows[i - 1][2] for i in range(1, len(rows)))
         lines += ["", f"Median extra memory per env: {rss_per_env:.0f} MB RSS, "
-                  f"{BROWSERGYM_ENV_RSS_BYTES / 1e6 / rss_per_env:.1f}x less than BrowserGym's ≈1.5 GB RSS per env "
-                  f"(RSS against RSS; RSS counts Chromium's shared pages in every process). PSS, which splits shared "
-                  f"pages, was not measured for BrowserGym: {pss_per_env:.0f} MB here. First env: "
+                  f"{BROWSERGYM_ENV_RSS_BYTES / 1e6 / rss_per_env:.1f}x less than BrowserGym's; PSS "
+                  f"{pss_per_env:.0f} MB. First env: "
                   f"{rows[0][1]:.0f} MB RSS / {rows[0][2]:.0f} MB PSS."]
     return lines
 

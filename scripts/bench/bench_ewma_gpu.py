@@ -175,10 +175,8 @@ def render(results: dict) -> str:
     lines = [
         HEADING, "",
         f"`python -m scripts.bench.bench_ewma_gpu` on **{results['card']}** (torch {results['torch']}); "
-        "random bf16 weights with the shapes of " + " / ".join(f"Qwen2-{m}" for m in results["models"]) + ", fp32 "
-        f"shadow, medians of CUDA-event timings. Device copy in the same run: **{results['copy_TBps']:.2f} TB/s** "
-        "(bytes read + written). Floor = 10 bytes per parameter (read bf16 θ, read and write fp32 shadow) / copy "
-        "bandwidth.", "",
+        "shapes of " + " / ".join(f"Qwen2-{m}" for m in results["models"]) + ". Device copy in the same run: "
+        f"**{results['copy_TBps']:.2f} TB/s**.", "",
         table(["Qwen2", "params", "floor", "naive `mul_`/`add_`", "`_foreach_lerp_` (fp32 cast per layer)",
                "`EWMAShadow` torch path", "`EWMAShadow` fused (default on CUDA)", "fused / floor", "swap in + out",
                "snapshot save (D2H, pinned)", "snapshot load (H2D)"],

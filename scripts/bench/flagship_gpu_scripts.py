@@ -34,7 +34,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from scripts.bench.gpu_step_breakdown import machine_info, median_after_first
+from scripts.bench.gpu_step_breakdown import machine_info
+from scripts.bench.learning_runs import median_after_first, timing_phases
 from scripts.bench.launch import REPO, RunFailed, RunSpec, load_steps, run
 from scripts.bench.report import script_parser, publish, table, target
 
@@ -282,15 +283,11 @@ def section(results: Path) -> str:
         HEADING, "",
         f"`python -m scripts.bench.flagship_gpu_scripts --steps {steps} --n-gpus {info['n_gpus']}` on "
         f"**{info['n_gpus']} x {info['card']}** (torch {info['torch']}, vLLM {info['vllm']}, verl {info['verl']}, "
-        f"transformers {info['transformers']}): each script run as written, one after another, with random weights "
-        "of its models' architectures (`verl_ext.tiny_model`, bf16, the local tokenizer's vocabulary) and the "
-        f"changes listed below. Seconds are verl's `timing_s/*`, medians over steps 2-{steps}; the wall time "
-        "includes start-up (Ray, FSDP and vLLM workers, CUDA graphs)."
+        f"transformers {info['transformers']}): medians over steps 2-{steps}."
         + (f" Run context: {info['context']}" if info.get("context") else ""), "",
     ]
     if ran:
-        phases = sorted({k.removeprefix("timing_s/") for s in ran for m in metrics[s].values() for k in m
-                         if k.startswith("timing_s/")}, key=lambda phase: (phase == "step", phase))
+        phases = timing_phases(metrics[s] for s in ran)
         def cells(key: str, spec: str) -> list[str]:
             return ["-" if c != c else f"{c:{spec}}" for c in (median_after_first(metrics[s], key) for s in ran)]
 

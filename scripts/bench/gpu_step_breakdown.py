@@ -15,12 +15,12 @@ Docs section (``--write``; printed otherwise): docs/results.md, "## GPU: per-ste
 from __future__ import annotations
 
 import json
-import statistics
 import sys
 from pathlib import Path
 
 from scripts.bench.launch import RunFailed, RunSpec, load_steps, run
-from scripts.bench.report import publish, script_parser, target
+from scripts.bench.learning_runs import median_after_first, run_folder, timing_phases
+from scripts.bench.report import gib, publish, script_parser, target
 from scripts.bench.report import table as md_table  # table() below is the docs section
 
 HEADING = "## GPU: per-step breakdown"
@@ -48,38 +48,25 @@ def run_arms(out: Path, steps: int, context: str) -> None:
     out.mkdir(parents=True, exist_ok=True)
     for name, env in ARMS.items():
         try:  # one after another on the same GPU
-            run(RunSpec(name, "text_corridor/run_gpu.sh", out / _slug(name), steps, env), attempts=1)
+            run(RunSpec(name, "text_corridor/run_gpu.sh", out / run_folder(name), steps, env), attempts=1)
         except RunFailed as failed:
             raise SystemExit(f"{failed}:\n{failed.log.read_text(errors='replace')[-4000:]}") from None
-    model_info = out / _slug(next(iter(ARMS))) / "model" / "verl_ext_tiny_model.json"
+    model_info = out / run_folder(next(iter(ARMS))) / "model" / "verl_ext_tiny_model.json"
     info["parameters"] = json.loads(model_info.read_text())["parameters"]
     (out / "machine.json").write_text(json.dumps(info))
 
 
-def _slug(name: str) -> str:
-    return name.replace(" + ", "_").replace(" ", "_")
-
-
-def median_after_first(steps: dict[int, dict], key: str) -> float:
-    """Median of ``key`` over the steps after the first (warm-up: CUDA graphs, caches); NaN if never logged."""
-    values = [m[key] for s, m in steps.items() if s > 1 and key in m]
-    return statistics.median(values) if values else float("nan")
-
-
 def table(results: Path) -> str:
     info = json.loads((results / "machine.json").read_text())
-    runs = {name: load_steps(results / _slug(name) / "metrics.jsonl") for name in ARMS}
-    phases = sorted({k.removeprefix("timing_s/") for m in runs.values() for s in m.values() for k in s
-                     if k.startswith("timing_s/")})
+    runs = {name: load_steps(results / run_folder(name) / "metrics.jsonl") for name in ARMS}
+    phases = timing_phases(runs.values())
     steps = sorted(next(iter(runs.values())))
     lines = [
         HEADING, "",
         f"`python -m scripts.bench.gpu_step_breakdown --steps {len(steps)}` on **{info['card']}** (torch "
         f"{info['torch']}, vLLM {info['vllm']}, verl {info['verl']}, transformers {info['transformers']}): "
-        f"`recipes/text_corridor/run_gpu.sh`, random weights of Qwen2.5-0.5B's shapes "
-        f"({info['parameters'] / 1e6:.0f} M parameters with the local tokenizer's vocabulary), bf16, FSDP2 + vLLM "
-        "on one GPU, 8 prompts x 4 rollouts per step, the arms one after another in one call. Seconds are "
-        f"medians over steps 2-{steps[-1]}." + (f" Run context: {info['context']}" if info.get("context") else ""), "",
+        f"{info['parameters'] / 1e6:.0f} M parameters; medians over steps 2-{steps[-1]}."
+        + (f" Run context: {info['context']}" if info.get("context") else ""), "",
         md_table(["phase (verl's `timing_s/*`)", *ARMS],
                  [[phase, *(f"{median_after_first(runs[n], 'timing_s/' + phase):.3f}" for n in ARMS)] for phase in phases]),
     ]
@@ -91,16 +78,9 @@ def table(results: Path) -> str:
         added = sum(median_after_first(runs[name], f"timing_s/{p}") - median_after_first(base, f"timing_s/{p}")
                     for p in HOOKED_PHASES)
         rows.append([name, f"{added:+.3f} s", f"{added / step_base:+.1%}",
-                     *(_bytes(b, params) for b in state_bytes(name, params, runs[name]))])
+                     *(gib(b, 4 * params, 1) for b in state_bytes(name, params, runs[name]))])
     lines += ["", md_table(["verl-ext arm", "time added in the hooked phases", "share of the plain step",
-                            "GPU memory added", "host memory added"], rows)]
-    lines += ["", "Time added: the difference of the medians of the phases verl-ext hooks "
-              f"({', '.join(HOOKED_PHASES)}) against the plain arm; it includes run-to-run noise of those phases "
-              "and the estimator difference (grpo vs hgpo) in `adv`. Memory: verl 0.9.1 logs no memory metric on "
-              "this path, so it is computed from the parameter count and the state layout: FSDP2 keeps fp32 "
-              "parameter shards; the EWMA is one fp32 copy beside them on the GPU plus a host backup of the live "
-              "shards while it is swapped in; `snapshot` keeps one host copy per version held "
-              "(`old_logits/snapshot/versions`, the largest value seen). Multiples are of the fp32 parameter bytes.", ""]
+                            "GPU memory added", "host memory added"], rows), ""]
     return "\n".join(lines)
 
 
@@ -113,10 +93,6 @@ def state_bytes(arm: str, params: int, steps: dict[int, dict]) -> tuple[int, int
         versions = max(m.get("old_logits/snapshot/versions", 0) for m in steps.values())
         return 0, int(versions) * fp32
     return 0, 0
-
-
-def _bytes(n: int, params: int) -> str:
-    return f"{n / 2**30:.2f} GiB ({n / (4 * params):.1f}x)" if n else "0"
 
 
 def main(argv: list[str]) -> int:

@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import statistics
 import subprocess
 import sys
 from dataclasses import dataclass, replace
@@ -45,7 +44,8 @@ from pathlib import Path
 
 from scripts.bench.gpu_step_breakdown import HEADING
 from scripts.bench.launch import REPO, RunSpec, card_slots, finished_walls, launch, load_steps, run
-from scripts.bench.report import script_parser, publish, target
+from scripts.bench.learning_runs import after_warmup, mean_of, median_of
+from scripts.bench.report import gib, pct, publish, script_parser, target
 from scripts.bench.report import table as md_table  # table() below is the docs section
 
 TIME = "verl_ext/time/"
@@ -229,26 +229,6 @@ def _record_parameters(out: Path, point: str, models: Path) -> None:
 # ----------------------------------------------------------------------------- the table
 
 
-def after_warmup(runs: list[dict[int, dict]], warmup: int) -> list[dict]:
-    """Every logged step after the first ``warmup`` of each repeat (CUDA graphs, caches, the queue
-    of stale batches filling up), pooled over the repeats."""
-    return [m for steps in runs for s, m in sorted(steps.items()) if s > warmup]
-
-
-def median_of(steps: list[dict], value) -> float:
-    """Median of ``value(step_metrics)`` over the steps where it is defined (NaN if none)."""
-    values = [v for v in (value(m) for m in steps) if v is not None]
-    return statistics.median(values) if values else float("nan")
-
-
-def mean_of(steps: list[dict], value) -> float:
-    """Mean of ``value(step_metrics)`` over the steps where it is defined (NaN if none): a hook
-    that runs on some steps only (extra forwards on the steps whose batch spans several weight
-    versions) has a median of 0 but a real cost, which the mean keeps."""
-    values = [v for v in (value(m) for m in steps) if v is not None]
-    return statistics.fmean(values) if values else float("nan")
-
-
 def _ratio(x: float, base: float) -> str:
     return "—" if x != x or base != base or not base else f"{x / base:.2f}x"
 
@@ -262,14 +242,6 @@ def memory(steps: list[dict], where: str) -> float:
     """Largest bytes verl-ext's state held in ``where`` (gpu | host) on any step, all state summed."""
     return max((sum(v for k, v in m.items() if k.startswith(MEM) and k.endswith(f"/{where}_bytes"))
                 for m in steps), default=0.0)
-
-
-def _pct(x: float) -> str:
-    return "—" if x != x else f"{x:.2%}"
-
-
-def _bytes(n: float, fp32_bytes: float) -> str:
-    return f"{n / 2**30:.2f} GiB ({n / fp32_bytes:.2f}x)" if n else "0"
 
 
 def target_cell(arm: str, share: float, save_share: float, stale: float) -> tuple[str, str | None]:
@@ -348,12 +320,12 @@ def folder_lines(results: Path, warmup: int, missed: list[str]) -> list[str]:
             elif miss:
                 top = max(hooks, key=lambda h: mean_of(arm_steps, hook_share(h)))
                 missed.append(f"{results.name} {point} {arm}: {miss} (largest hook: {top}, "
-                              f"{_pct(mean_of(arm_steps, hook_share(top)))} of the step on average)")
+                              f"{pct(mean_of(arm_steps, hook_share(top)))} of the step on average)")
             old = median_of(arm_steps, lambda m: m.get("timing_s/old_log_prob"))
             rows.append([arm, f"{len(runs[arm])} x {len(arm_steps) // max(1, len(runs[arm]))}",
-                         f"{median_of(arm_steps, lambda m: m.get('timing_s/step')):.2f}", _pct(share), cell,
-                         f"{old:.3f}", _ratio(old, plain_old), _bytes(memory(arm_steps, "gpu"), fp32),
-                         _bytes(memory(arm_steps, "host"), fp32), _pct(stale) if stale == stale else "—"])
+                         f"{median_of(arm_steps, lambda m: m.get('timing_s/step')):.2f}", pct(share), cell,
+                         f"{old:.3f}", _ratio(old, plain_old), gib(memory(arm_steps, "gpu"), fp32),
+                         gib(memory(arm_steps, "host"), fp32), pct(stale) if stale == stale else "—"])
         failures = failed_arms(results / point, runs)
         for arm, reason in failures.items():
             rows.append([arm, "0 finished", "—", "—", "not measured: the run failed (below)", *["—"] * 5])
@@ -364,15 +336,15 @@ def folder_lines(results: Path, warmup: int, missed: list[str]) -> list[str]:
         for arm, reason in failures.items():
             lines += ["", f"`{arm}` failed: {reason} (its folder's `run_tail.log`)."]
         ext_arms = [a for a in steps if a != PLAIN]
-        share_rows = [[hook, *(_pct(mean_of(steps[a], hook_share(hook))) for a in ext_arms)] for hook in hooks]
-        share_rows.append(["**all hooks**", *(_pct(mean_of(steps[a], lambda m: m.get(SHARE))) for a in ext_arms)])
+        share_rows = [[hook, *(pct(mean_of(steps[a], hook_share(hook))) for a in ext_arms)] for hook in hooks]
+        share_rows.append(["**all hooks**", *(pct(mean_of(steps[a], lambda m: m.get(SHARE))) for a in ext_arms)])
         lines += ["", md_table(["hook: share of step (mean)", *ext_arms], share_rows)]
         for arm in (a for a in ext_arms if any(f"{TIME}{h}" in m for h in DEVICE_ONLY for m in steps[a])):
             without = median_of(steps[arm], lambda m: (m[SHARE] - sum(m.get(f"{TIME}{h}", 0.0) for h in DEVICE_ONLY)
                                                       / m["timing_s/step"]) if SHARE in m else None)
             lines += ["", f"`{arm}`: {', '.join(DEVICE_ONLY)} is GPU-stream time of the weight copies, which the "
                       "driver's next span may also wait for; without it the hooks' share is "
-                      f"{_pct(without)} (median), the lower bound of the total above."]
+                      f"{pct(without)} (median), the lower bound of the total above."]
         for arm in (a for a in ext_arms if ARMS[a] in ("snapshot", "ewma")):
             extra = mean_of(steps[arm], lambda m: m.get(f"{TIME}extra_forwards", 0.0) if TOTAL in m else None)
             if extra == extra and extra > 0:

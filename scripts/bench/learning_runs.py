@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import statistics
+from typing import Callable, Iterable
 from pathlib import Path
 
 import numpy as np
 
-from scripts.bench.launch import REPO, Runs
+from scripts.bench.launch import REPO, RunSpec, Runs, launch, load_steps
 from scripts.bench.report import RESULTS, script_parser, table
 
 
@@ -48,6 +51,61 @@ def study_command(module: str, parser: argparse.ArgumentParser, args: argparse.N
         a for dest, a in actions.items()
         if dest not in always and dest not in RUN_PLACES and getattr(args, dest) != a.default]
     return " ".join([f"python -m scripts.bench.{module}", *(option(a) for a in shown)])
+
+
+def sweep(script: str, out: Path, arms: list[tuple[str, str, dict[str, str]]], seeds: list[int], steps: int,
+          attempts: int, report_only: bool) -> list[tuple[int, str, dict | None, dict[int, dict]]]:
+    """``recipes/<script>`` once per (seed, arm ``(label, folder, environment)``), seed-major so that a
+    sweep cut short still compares every arm, each in ``out/<folder>-seed<seed>`` with ``SEED`` set;
+    finished runs are reused, and with ``report_only`` nothing runs. Per run, in that order: (seed,
+    label, its ``run.json`` or None, its metrics ``{step: metrics}``)."""
+    places = [(seed, label, out / f"{folder}-seed{seed}", env) for seed in seeds for label, folder, env in arms]
+    if not report_only:
+        launch([RunSpec(f"{label} seed {seed}", script, place, steps, {**env, "SEED": str(seed)})
+                for seed, label, place, env in places], attempts=attempts)
+    return [(seed, label, json.loads((place / "run.json").read_text()) if (place / "run.json").exists() else None,
+             load_steps(place / "metrics.jsonl")) for seed, label, place, _ in places]
+
+
+def run_folder(label: str) -> str:
+    """An arm's label as its run folder's name (``a, b + c d`` -> ``a-b_c_d``)."""
+    return label.replace(", ", "-").replace(" + ", "_").replace(" ", "_")
+
+
+def after_warmup(runs: Iterable[dict[int, dict]], warmup: int = 1) -> list[dict]:
+    """Every logged step after the first ``warmup`` of each run (CUDA graphs, caches, the queue of
+    stale batches filling up), pooled over the runs (repeats)."""
+    return [m for steps in runs for s, m in sorted(steps.items()) if s > warmup]
+
+
+def _over_steps(reduce: Callable, steps: list[dict], value: Callable[[dict], float | None] | str) -> float:
+    get = (lambda m: m.get(value)) if isinstance(value, str) else value
+    values = [v for v in (get(m) for m in steps) if v is not None]
+    return reduce(values) if values else float("nan")
+
+
+def median_of(steps: list[dict], value: Callable[[dict], float | None] | str) -> float:
+    """Median of ``value`` (a metric key, or a function of a step's metrics) over the steps where it
+    is defined (NaN if none)."""
+    return _over_steps(statistics.median, steps, value)
+
+
+def mean_of(steps: list[dict], value: Callable[[dict], float | None] | str) -> float:
+    """Mean, as ``median_of``: a hook that runs on some steps only (extra forwards on the steps whose
+    batch spans several weight versions) has a median of 0 but a real cost, which the mean keeps."""
+    return _over_steps(statistics.fmean, steps, value)
+
+
+def timing_phases(runs: Iterable[dict[int, dict]]) -> list[str]:
+    """The phases of verl's ``timing_s/*`` that any step of ``runs`` logged, sorted, the total (``step``) last."""
+    phases = {k.removeprefix("timing_s/") for steps in runs for m in steps.values() for k in m
+              if k.startswith("timing_s/")}
+    return sorted(phases, key=lambda phase: (phase == "step", phase))
+
+
+def median_after_first(steps: dict[int, dict], key: str) -> float:
+    """Median of ``key`` over one run's steps after the first (warm-up); NaN if never logged."""
+    return median_of(after_warmup([steps]), key)
 
 
 def series(runs: Runs, key: str, steps: list[int]) -> np.ndarray:

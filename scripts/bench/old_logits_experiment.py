@@ -54,7 +54,7 @@ from verl.utils.config import omega_conf_to_dataclass
 import verl_ext.losses.registration  # noqa: F401  (registers ppo_ewma)
 from scripts.bench.report import RESULTS, script_parser, publish
 from scripts.bench.report import table as md_table
-from scripts.bench.stats import fmt_mean_se, paired_verdict
+from scripts.bench.stats import collapsed, fmt_mean_se, last_finite, paired_verdict
 from verl_ext.old_logits import OldLogitsConfig, OldLogitWorkerState, build_provider
 from verl_ext.old_logits.local_host import LocalPolicyHost
 from verl_ext.old_logits.metrics import approximation_errors, discrepancy_mask_by_cause
@@ -158,17 +158,8 @@ def eval_reward(params: list[torch.Tensor], targets: torch.Tensor, g: torch.Gene
     return (tokens == targets[:, ctx]).float().mean(dim=(1, 2))
 
 
-def run(
-    provider: str,
-    d: int,
-    seed: int,
-    steps: int,
-    noise: float,
-    band: tuple[float, float],
-    lr: float,
-    minibatches: int,
-    partial: float,
-) -> dict:
+def run(provider: str, d: int, seed: int, steps: int, noise: float, band: tuple[float, float], lr: float,
+        minibatches: int, partial: float) -> dict:
     torch.manual_seed(seed)
     g = torch.Generator().manual_seed(seed)
     targets = torch.randint(0, VOCAB, (CONTEXTS, LENGTH), generator=g)
@@ -178,19 +169,10 @@ def run(
     fixed_ewma = {"ewma": {"com": d, "fresh_exact": False}} if provider == "ewma" else {}
     config = OldLogitsConfig.from_config({"provider": provider, **fixed_ewma}, max_off_policy_threshold=d)
     state = OldLogitWorkerState(config, params, updates_per_version=minibatches)
-    actor = omega_conf_to_dataclass(
-        OmegaConf.create(
-            {
-                "_target_": "verl.workers.config.ActorConfig",
-                "strategy": "fsdp",
-                "rollout_n": GROUP,
-                "ppo_micro_batch_size_per_gpu": 1,
-                "clip_ratio_low": 0.2,
-                "clip_ratio_high": 0.2,
-                "policy_loss": {"_target_": "verl_ext.losses.config.PPOEWMAPolicyLossConfig"},
-            }
-        )
-    )
+    actor = omega_conf_to_dataclass(OmegaConf.create({
+        "_target_": "verl.workers.config.ActorConfig", "strategy": "fsdp", "rollout_n": GROUP,
+        "ppo_micro_batch_size_per_gpu": 1, "clip_ratio_low": 0.2, "clip_ratio_high": 0.2,
+        "policy_loss": {"_target_": "verl_ext.losses.config.PPOEWMAPolicyLossConfig"}}))
     loss_fn = get_policy_loss_fn("ppo_ewma")
     engine = {0: [p.detach().clone() for p in params]}  # weights the inference engine received, per version
 
@@ -205,11 +187,8 @@ def run(
     for n in range(steps):
         # --- rollout: version n - d, partial rollouts move to the next version mid-sequence
         start = torch.full((bs,), max(0, n - d), dtype=torch.long)
-        switch = torch.where(
-            torch.rand(bs, generator=g) < partial,
-            torch.randint(1, LENGTH, (bs,), generator=g),
-            torch.full((bs,), LENGTH),
-        )
+        switch = torch.where(torch.rand(bs, generator=g) < partial, torch.randint(1, LENGTH, (bs,), generator=g),
+                             torch.full((bs,), LENGTH))
         versions = start[:, None] + (torch.arange(LENGTH)[None] >= switch[:, None]).long()
         versions = versions.clamp(max=n)
         tokens, mu, exact = (x[0] for x in generate(engine, ctx, versions[None], noise, g, spike_p=0))
@@ -221,13 +200,8 @@ def run(
 
         # --- old logits from the provider, and the exact ones for reference
         host.version, host.forward_rows = n, 0
-        batch = {
-            "ctx": ctx,
-            "tokens": tokens,
-            "response_mask": mask,
-            "token_versions": versions,
-            "rollout_log_probs": mu,
-        }
+        batch = {"ctx": ctx, "tokens": tokens, "response_mask": mask, "token_versions": versions,
+                 "rollout_log_probs": mu}
         metrics: dict[str, float] = {}
         provider_obj.compute(host, batch, metrics)
         old = batch["old_log_probs"]
@@ -236,29 +210,17 @@ def run(
 
         # --- verl's rollout correction on ρ = π_old/μ, then ppo_ewma updates
         is_proto, rs_mask, _ = compute_rollout_correction_and_rejection_mask(
-            old,
-            mu,
-            mask,
-            rollout_is="token",
-            rollout_is_threshold=TIS,
-            rollout_rs="token_k1",
-            rollout_rs_threshold=f"{band[0]}_{band[1]}",
-        )
+            old, mu, mask, rollout_is="token", rollout_is_threshold=TIS, rollout_rs="token_k1",
+            rollout_rs_threshold=f"{band[0]}_{band[1]}")
         is_w = is_proto.batch["rollout_is_weights"]
         rs_mask = rs_mask.bool()
         clipfracs = []
         for mb in torch.randperm(bs, generator=g).chunk(minibatches):
             state.before_optimizer_step(n)
             logp = log_probs(params, ctx[mb], tokens[None, mb])[0]
-            loss, loss_metrics = loss_fn(
-                old_log_prob=old[mb],
-                log_prob=logp,
-                advantages=adv[mb],
-                response_mask=rs_mask[mb],
-                loss_agg_mode="token-mean",
-                config=actor,
-                rollout_is_weights=is_w[mb],
-            )
+            loss, loss_metrics = loss_fn(old_log_prob=old[mb], log_prob=logp, advantages=adv[mb],
+                                         response_mask=rs_mask[mb], loss_agg_mode="token-mean", config=actor,
+                                         rollout_is_weights=is_w[mb])
             optim.zero_grad()
             loss.backward()
             optim.step()
@@ -290,24 +252,11 @@ def summarize(results: dict, steps: int) -> dict:
     table = {}
     for (provider, d), runs in results.items():
         row = {}
-        for key in [
-            "mask_frac",
-            "mask_staleness_frac",
-            "mask_numerics_frac",
-            "tis_frac",
-            "clipfrac",
-            "abs_error",
-            "imp_weight_error",
-            "forward_rows",
-            "old_logit_time_ms",
-        ]:
+        for key in ["mask_frac", "mask_staleness_frac", "mask_numerics_frac", "tis_frac", "clipfrac", "abs_error",
+                    "imp_weight_error", "forward_rows", "old_logit_time_ms"]:
             row[key] = statistics.median(statistics.fmean(r["hist"][key][half:]) for r in runs)
         finals = [statistics.fmean(r["hist"]["reward"][-tail:]) for r in runs]
-        row["final_reward"], row["final_reward_min"], row["final_reward_max"] = (
-            statistics.median(finals),
-            min(finals),
-            max(finals),
-        )
+        row.update(final_reward=statistics.median(finals), final_reward_min=min(finals), final_reward_max=max(finals))
         row["extra_mem"] = statistics.median(r["extra_bytes_per_param_byte"] for r in runs)
         row["reward_curve"] = [statistics.median(r["hist"]["reward"][i] for r in runs) for i in range(steps)]
         table[f"{provider}/{d}"] = row
@@ -320,12 +269,8 @@ def plot(tables: dict[str, dict], providers: list[str], stalenesses: list[int], 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = [
-        ("mask_frac", "masked by the ρ band"),
-        ("mask_staleness_frac", "masked because of staleness"),
-        ("clipfrac", "PPO clip fraction"),
-        ("final_reward", "final reward"),
-    ]
+    panels = [("mask_frac", "masked by the ρ band"), ("mask_staleness_frac", "masked because of staleness"),
+              ("clipfrac", "PPO clip fraction"), ("final_reward", "final reward")]
     fig, axes = plt.subplots(len(tables), len(panels) + 1, figsize=(22, 4 * len(tables)), squeeze=False)
     for row, (regime, table) in zip(axes, tables.items()):
         noise, lo, hi = regime.split(":")
@@ -392,8 +337,7 @@ def main() -> None:
             for d in args.staleness:
                 for seed in range(args.seeds):
                     results[(provider, d)].append(
-                        run(provider, d, seed, args.steps, noise, (lo, hi), args.lr, args.minibatches, args.partial)
-                    )
+                        run(provider, d, seed, args.steps, noise, (lo, hi), args.lr, args.minibatches, args.partial))
                 print(f"{regime} {provider} d={d} done ({time.time() - t0:.0f}s)", flush=True)
         tables[regime] = summarize(results, args.steps)
     section = markdown(tables, args.staleness, args, time.time() - t0)
@@ -401,13 +345,7 @@ def main() -> None:
         args.json.write_text(json.dumps(tables, indent=1))
     publish((args.doc or RESULTS) if args.write else None, HEADING, section, until="\n#")  # keeps its ### subsection
     if args.write:
-        plot(
-            tables,
-            args.providers,
-            args.staleness,
-            max(args.staleness),
-            ROOT / "docs" / "img" / "old_logits_providers.png",
-        )
+        plot(tables, args.providers, args.staleness, max(args.staleness), ROOT / "docs/img/old_logits_providers.png")
 
 
 
@@ -585,13 +523,13 @@ def study_main(args: argparse.Namespace) -> None:
 
 def _per_seed(series: list, how: str, window: slice = slice(None)) -> np.ndarray:
     """Reduce a ``(steps, S)`` series to ``(S,)``: ``mean``/``max`` over ``window`` (NaN-aware),
-    ``final`` (last finite value), ``peak`` (largest value)."""
+    ``final`` (last finite value, ``stats.last_finite``), ``peak`` (largest value)."""
     import warnings
 
     x = np.asarray(series, float)[window]
     warnings.filterwarnings("ignore", "Mean of empty slice|All-NaN slice", RuntimeWarning)  # non-EWMA arms' age
     if how == "final":
-        return np.array([col[np.isfinite(col)][-1] if np.isfinite(col).any() else np.nan for col in x.T])
+        return last_finite(x.T)
     return {"mean": np.nanmean, "max": np.nanmax, "peak": np.nanmax}[how](x, axis=0)
 
 
@@ -604,7 +542,7 @@ def study_rows(runs: dict, steps: int) -> dict[str, dict[str, np.ndarray]]:
     for arm, h in runs.items():
         final, peak = _per_seed(h["reward"], "final"), _per_seed(h["reward"], "peak")
         row = {"final reward": final, "reward AUC": _per_seed(h["reward"], "mean"),
-               "collapsed": ((final < 0.5 * peak) & (peak >= 0.3)).astype(float)}
+               "collapsed": collapsed(final, peak)}
         for key in ("masked", "masked_staleness", "masked_numerics", "tis_truncated", "ess", "clipfrac",
                     "abs_error_stale", "token_age_steps", "ewma_age_steps"):
             row[key] = _per_seed(h[key], "mean", half)

@@ -36,8 +36,9 @@ from pathlib import Path
 
 import numpy as np
 from scripts.bench.launch import REPO, RunSpec, card_slots, finished_walls, gpu_environment, launch, load_steps, run
+from scripts.bench.learning_runs import run_folder, series
 from scripts.bench.report import script_parser, publish, table, target
-from scripts.bench.stats import fmt_mean_se, paired_verdict
+from scripts.bench.stats import collapsed, fmt_mean_se, paired_verdict
 
 HEADING = "## GPU: old-logit study"
 SCRIPT = "text_corridor/run_gpu.sh"  # under recipes/
@@ -91,10 +92,6 @@ VAL_SUCCESS = "val-aux/verl_ext/text_corridor/success/mean@1"
 TARGET = 0.8
 
 
-def slug(label: str) -> str:
-    return label.replace(", ", "-").replace(" ", "_")
-
-
 # vLLM's sleep() compares the card's free memory before and after, which other runs on the card change
 # ("Memory usage increased after sleeping": 12 of 16 failures on 2026-11-28); an engine kept awake
 # never sleeps. Memory only: the weights still reach vLLM by the same update after every step.
@@ -108,7 +105,7 @@ def run_spec(arm: str, warmup: int, seed: int, steps: int, out: Path, kv_cache_b
     env, extra = ARMS[arm]
     setting_env, setting_extra = SETTINGS[setting]
     root = out if setting == "base" else out / setting
-    run_dir = root / f"warmup{warmup}" / slug(arm) / f"seed{seed}"
+    run_dir = root / f"warmup{warmup}" / run_folder(arm) / f"seed{seed}"
     kv_cache = {"KV_CACHE_BYTES": str(kv_cache_bytes)} if kv_cache_bytes else {}
     return {
         "arm": arm, "warmup": warmup, "seed": seed, "out": str(run_dir),
@@ -174,11 +171,6 @@ def keep_runs(source: Path, args: argparse.Namespace) -> list[str]:
 
 
 # --- report --------------------------------------------------------------------------------------
-def per_seed(runs: dict[int, dict], key: str, steps: list[int]) -> np.ndarray:
-    """(seeds, steps) of ``key``, NaN where absent."""
-    return np.array([[runs[s].get(t, {}).get(key, np.nan) for t in steps] for s in sorted(runs)], float)
-
-
 def steps_to(curve: np.ndarray, target: float, window: int = 5) -> np.ndarray:
     """Per seed: the first step whose ``window``-step moving average reaches ``target`` (NaN: never)."""
     out = np.full(curve.shape[0], np.nan)
@@ -194,8 +186,8 @@ def summary(runs: dict[int, dict], n_steps: int, phase_steps: int) -> dict[str, 
     """Per seed: the success curve's summaries over all ``n_steps``; the correction's and the clip's
     over the learning phase, the first ``phase_steps`` (the corridor saturates: once every episode
     succeeds the policy stops moving and stale tokens stop drifting, in every arm alike)."""
-    steps = list(range(1, n_steps + 1))
-    success = per_seed(runs, SUCCESS, steps)
+    steps, runs = list(range(1, n_steps + 1)), dict(sorted(runs.items()))
+    success = series(runs, SUCCESS, steps)
     phase = slice(0, phase_steps)
     final = np.nanmean(success[:, -5:], axis=1)
     peak = np.nanmax(np.array([np.convolve(np.nan_to_num(r), np.ones(5) / 5, mode="valid") for r in success]), axis=1)
@@ -203,14 +195,14 @@ def summary(runs: dict[int, dict], n_steps: int, phase_steps: int) -> dict[str, 
         "final success (last 5 steps)": final,
         "success AUC": np.nanmean(success, axis=1),
         f"steps to {TARGET}": steps_to(success, TARGET),
-        "collapses": ((final < 0.5 * peak) & (peak >= 0.3)).astype(float),
+        "collapses": collapsed(final, peak),
     }
     for label, key in (("masked, fresh tokens (numerics)", "old_logits/correction/masked_fresh"),
                        ("masked, stale tokens", "old_logits/correction/masked_stale"),
                        ("IS-truncated, stale tokens", "old_logits/correction/truncated_stale"),
                        ("clip fraction", "actor/pg_clipfrac"), ("time per step (s)", "timing_s/step")):
-        row[label] = np.nanmean(per_seed(runs, key, steps)[:, phase], axis=1)
-    row["max IS ratio"] = np.nanmax(per_seed(runs, "rollout_corr/rollout_is_max", steps)[:, phase], axis=1)
+        row[label] = np.nanmean(series(runs, key, steps)[:, phase], axis=1)
+    row["max IS ratio"] = np.nanmax(series(runs, "rollout_corr/rollout_is_max", steps)[:, phase], axis=1)
     return row
 
 
@@ -268,7 +260,7 @@ def report(args: argparse.Namespace) -> str:
                 for k in ("final success (last 5 steps)", "success AUC", "masked, stale tokens")))
         for arm in (a for a in arms if ARMS[a][0]["PROVIDER"].startswith("ewma")):
             late = list(range(11, args.steps + 1))  # after the queue of stale batches filled up
-            age = [np.nanmean(per_seed(arms[arm], key, late)) for key in
+            age = [np.nanmean(series(arms[arm], key, late)) for key in
                    ("old_logits/ewma/age_steps", "old_logits/token_age_steps/mean", "old_logits/ewma/beta")]
             if all(np.isfinite(age)):
                 lines.append(f"- {arm} calibration (steps 11-{args.steps}, all seeds): the EWMA's age "

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import os
+import platform
+import re
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -66,3 +69,23 @@ def table(header: Sequence[str], rows: Iterable[Sequence[object]], align: str = 
     rule = "|" + "|".join("---:" if a == "r" else "---" for a in align.ljust(len(header))) + "|"
     body = ["| " + " | ".join(str(c) for c in row) + " |" for row in [header, *rows]]
     return "\n".join([body[0], rule, *body[1:]])
+
+
+def cpu_machine() -> str:
+    """This machine's CPU for a report's header: ``<model name>, <n> cores visible, Python <version>``."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        cpu = re.search(r"model name\s*:\s*(.+)", Path("/proc/cpuinfo").read_text()).group(1).strip()
+    except (OSError, AttributeError):
+        pass
+    return f"{cpu}, {os.cpu_count()} cores visible, Python {platform.python_version()}"
+
+
+def pct(x: float, digits: int = 2) -> str:
+    """A share as a percentage cell; ``—`` for NaN."""
+    return "—" if x != x else f"{x:.{digits}%}"
+
+
+def gib(n: float, unit: float, digits: int = 2) -> str:
+    """A byte count as ``GiB (multiple of unit)``; ``0`` for none."""
+    return f"{n / 2**30:.2f} GiB ({n / unit:.{digits}f}x)" if n else "0"

@@ -25,11 +25,11 @@ Docs section (``--write``; printed otherwise): docs/results.md, "## separate_asy
 from __future__ import annotations
 
 import json
-import statistics
 from pathlib import Path
 
 from scripts.bench.launch import RunSpec, card_slots, gpu_environment, launch, load_steps
-from scripts.bench.report import publish, script_parser, target
+from scripts.bench.learning_runs import after_warmup, mean_of, median_of
+from scripts.bench.report import pct, publish, script_parser, target
 from scripts.bench.report import table as md_table  # table() below is the docs section
 
 PLAIN = "verl"
@@ -64,34 +64,21 @@ def arm_run(backend: str, arm: str) -> tuple[str, dict[str, str], list[str]]:
 
 def summarise(steps: dict[int, dict[str, float]]) -> dict[str, float]:
     """The table's numbers of one run (steps after the first)."""
-    later = [m for s, m in sorted(steps.items()) if s > 1]
-
-    def mean(key: str) -> float:
-        values = [m[key] for m in later if key in m]
-        return statistics.fmean(values) if values else float("nan")
-
-    def median(key: str) -> float:
-        values = [m[key] for m in later if key in m]
-        return statistics.median(values) if values else float("nan")
-
-    return {"exact": mean("old_logits/exact_token_share"), "stale": mean(f"{C}stale_token_frac"),
-            "masked_fresh": mean(f"{C}masked_fresh"), "masked_stale": mean(f"{C}masked_stale"),
-            "truncated_stale": mean(f"{C}truncated_stale"), "hooks": median("verl_ext/time/share_of_step"),
-            "step_s": median("timing_s/step")}
+    later = after_warmup([steps])
+    means = {"exact": "old_logits/exact_token_share", "stale": f"{C}stale_token_frac", "masked_fresh":
+             f"{C}masked_fresh", "masked_stale": f"{C}masked_stale", "truncated_stale": f"{C}truncated_stale"}
+    return {**{name: mean_of(later, key) for name, key in means.items()},
+            "hooks": median_of(later, "verl_ext/time/share_of_step"), "step_s": median_of(later, "timing_s/step")}
 
 
 def table(out: Path, arms: tuple[str, ...]) -> str:
     rows = {arm: summarise(load_steps(out / arm / "metrics.jsonl")) for arm in arms}
     plain = rows.get(PLAIN, {}).get("step_s", float("nan"))
-
-    def pct(x: float) -> str:
-        return "—" if x != x else f"{100 * x:.1f}%"
-
     return md_table(
         ["arm", "exact-token share", "stale tokens", "masked fresh", "masked stale", "truncated stale",
          "hooks' share of the step", "step time vs `verl`"],
         [[f"`{arm}`", "—" if arm == PLAIN or r["exact"] != r["exact"] else f"{r['exact']:.3f}",  # verl's own logs none
-          *(pct(r[k]) for k in ("stale", "masked_fresh", "masked_stale", "truncated_stale", "hooks")),
+          *(pct(r[k], 1) for k in ("stale", "masked_fresh", "masked_stale", "truncated_stale", "hooks")),
           "1.00" if arm == PLAIN else ("—" if r["step_s"] != r["step_s"] else f"{r['step_s'] / plain:.2f}")]
          for arm, r in rows.items()])
 
@@ -123,11 +110,6 @@ def main(argv: list[str] | None = None) -> None:
         HEADING.format(backend=args.backend), "",
         f"Command: `{command}`" + (f" ({machine})." if machine else " (the cpu backend, 2 cores)."), "",
         table(out, arms), "",
-        "Exact-token share: the share of response tokens whose old log-prob is the training engine's under "
-        "the weights of the token's own version. Masked / truncated: the share of fresh (staleness 0) and of "
-        "stale tokens the band / the IS truncation removes; the fresh rate is numerics, what the stale rate adds "
-        "is staleness left in ρ. Hooks' share: `verl_ext/time/share_of_step`, median over the steps after the "
-        "first; step time: median `timing_s/step` against verl's own `separate_async` arm, same settings.",
     ])
     publish(target(args), HEADING.format(backend=args.backend), section)
 

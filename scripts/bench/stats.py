@@ -129,3 +129,14 @@ def two_se_verdict(diff: float, se: float, digits: int = 2, n: int | None = None
         "SE undefined (fewer than 2 seeds)"
     two_se = f"{2 * se:.{digits}f}" if finite else "n/a"
     return f"{diff:+.{digits}f} (2 SE = {two_se}{'' if n is None else f', {n} seeds'}): {verdict}"
+
+
+def last_finite(values) -> np.ndarray:
+    """Per seed: the last finite value of a ``(seeds, steps)`` array (NaN where a seed has none)."""
+    return np.array([row[np.isfinite(row)][-1] if np.isfinite(row).any() else np.nan
+                     for row in np.asarray(values, float)])
+
+
+def collapsed(final, peak) -> np.ndarray:
+    """Per seed, 1.0 where the run collapsed: its final value below half its peak, a peak of at least 0.3."""
+    return ((np.asarray(final) < 0.5 * np.asarray(peak)) & (np.asarray(peak) >= 0.3)).astype(float)

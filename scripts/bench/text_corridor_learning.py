@@ -13,16 +13,15 @@ Docs section (``--write``; printed otherwise): docs/results.md, "## Stepwise adv
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
 
 import numpy as np
-from scripts.bench.launch import REPO, RunSpec, Runs, launch, load_steps
+from scripts.bench.launch import REPO, Runs
 from scripts.bench.learning_runs import (before_after, cell, logged_steps, machine_line, plot_curves, series, step_table,
-                                         wall_times)
-from scripts.bench.report import publish, script_parser, table, target
+                                         study_parser, sweep, wall_times)
+from scripts.bench.report import publish, table, target
 
 HEADING = "## Stepwise advantages: text corridor learning"
 VAL_SUCCESS = "val-aux/verl_ext/text_corridor/success/mean@1"
@@ -61,31 +60,22 @@ def report(results: dict[str, Runs], steps: int, runs_info: dict[str, list[dict]
 
 
 def main(argv: list[str]) -> int:
-    parser = script_parser(__doc__)
-    parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    parser = study_parser(__doc__, REPO / "runs/text_corridor_bench", steps=30, seeds=[0, 1])
     parser.add_argument("--estimators", nargs="+", default=["grpo", "gigpo", "hgpo"])
-    parser.add_argument("--out", type=Path, default=REPO / "runs/text_corridor_bench")
-    parser.add_argument("--plot", type=Path, default=REPO / "docs/img/text_corridor_learning.png")
-    parser.add_argument("--attempts", type=int, default=3, help="tries per run before giving up")
-    parser.add_argument("--report-only", action="store_true", help="run nothing; report the runs under --out")
+    parser.set_defaults(attempts=3)
     args = parser.parse_args(argv)
+    plot = args.img / "text_corridor_learning.png"
     runs_info: dict[str, list[dict]] = {e: [] for e in args.estimators}
     results: dict[str, Runs] = {e: {} for e in args.estimators}
-    if not args.report_only:  # seed-major: a partial sweep still compares every estimator
-        launch([RunSpec(f"{estimator} seed {seed}", "text_corridor/run_cpu.sh", args.out / f"{estimator}-seed{seed}",
-                        args.steps, {"ADV": estimator, "SEED": str(seed)})
-                for seed in args.seeds for estimator in args.estimators], attempts=args.attempts)
-    for seed in args.seeds:
-        for estimator in args.estimators:
-            out = args.out / f"{estimator}-seed{seed}"
-            if (out / "run.json").exists():
-                runs_info[estimator].append(json.loads((out / "run.json").read_text()))
-            results[estimator][seed] = load_steps(out / "metrics.jsonl")
+    for seed, estimator, info, steps in sweep("text_corridor/run_cpu.sh", args.out,
+                                              [(e, e, {"ADV": e}) for e in args.estimators], args.seeds,
+                                              args.steps, args.attempts, args.report_only):
+        runs_info[estimator] += [info] if info else []
+        results[estimator][seed] = steps
     plot_curves(results, args.steps, [(VAL_SUCCESS, "validation success (64 episodes)", False),
                                       (TRAIN_SUCCESS, f"training success ({SMOOTH}-step moving average)", True)],
-                f"TextCorridor, tiny random Qwen2 on the cpu backend ({len(args.seeds)} seed(s))", args.plot, SMOOTH)
-    publish(target(args), HEADING, report(results, args.steps, runs_info, args.plot))
+                f"TextCorridor, tiny random Qwen2 on the cpu backend ({len(args.seeds)} seed(s))", plot, SMOOTH)
+    publish(target(args), HEADING, report(results, args.steps, runs_info, plot))
     return 0
 
 

@@ -21,7 +21,6 @@ Docs section (``--write``; printed otherwise): docs/results.md, "## text_hybrid 
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from dataclasses import dataclass
@@ -29,10 +28,10 @@ from itertools import combinations
 from pathlib import Path
 
 import numpy as np
-from scripts.bench.launch import REPO, RunSpec, Runs, launch, load_steps
-from scripts.bench.learning_runs import machine_line, series, study_command, study_parser
+from scripts.bench.launch import REPO, Runs
+from scripts.bench.learning_runs import logged_steps, machine_line, series, study_command, study_parser, sweep
 from scripts.bench.report import publish, table, target
-from scripts.bench.stats import fmt_mean_se, mean_and_se, two_se_verdict
+from scripts.bench.stats import fmt_mean_se, last_finite, mean_and_se, two_se_verdict
 
 HEADING = "## text_hybrid study: which plugin earns its place"
 SCRIPT = "text_hybrid/run_cpu.sh"
@@ -144,16 +143,6 @@ def comparison_lines(metric: str, arms: dict[str, np.ndarray], digits: int = 2,
             for c in compare(arms, episodes) if np.isfinite(c.diff)]
 
 
-def final(values: np.ndarray) -> np.ndarray:
-    """Per seed: the last finite value of a (seeds, steps) array (NaN where a seed has none)."""
-    out = np.full(values.shape[0], np.nan)
-    for i, row in enumerate(values):
-        finite = np.flatnonzero(np.isfinite(row))
-        if len(finite):
-            out[i] = row[finite[-1]]
-    return out
-
-
 def reduce_steps(runs: Runs, key: str, how: str) -> np.ndarray:
     """Per seed: ``key`` over the training steps (>= 1), reduced by ``mean`` or ``max``."""
     steps = sorted({s for run in runs.values() for s in run if s >= 1})
@@ -163,11 +152,6 @@ def reduce_steps(runs: Runs, key: str, how: str) -> np.ndarray:
 
 
 # --- report ----------------------------------------------------------------------------------------
-def val_steps(results: dict[str, Runs]) -> list[int]:
-    key = VAL.format("success")
-    return sorted({s for runs in results.values() for run in runs.values() for s, m in run.items() if key in m})
-
-
 def _step_table(results: dict[str, Runs], name: str, steps: list[int], digits: int = 2) -> list[str]:
     values = {arm: derived(results[arm], steps)[name] for arm in results}
     return table(["step", *results], [[s, *(fmt_mean_se(v[:, j], digits) for v in values.values())]
@@ -207,7 +191,7 @@ def reference_text(refs: dict[str, float]) -> str:
 
 
 def estimators_section(results: dict[str, Runs], steps: int, refs: dict[str, float], plot: str) -> list[str]:
-    vs = val_steps(results)
+    vs = logged_steps(results, VAL.format("success"))
     last = {arm: derived(runs, vs) for arm, runs in results.items()}
     lines = [
         "### (a) grpo vs gigpo vs hgpo (synchronous, verl's PPO loss)", "",
@@ -219,8 +203,8 @@ def estimators_section(results: dict[str, Runs], steps: int, refs: dict[str, flo
         f"**Differences at the last validation (step {vs[-1] if vs else '-'})**, computed by the script "
         "(difference of means vs 2 standard errors of the difference; for success rates the SE of an arm "
         f"is at least the binomial SE of its {VAL_EPISODES} x seeds episodes):", "",
-        *comparison_lines("success", {a: final(d["success"]) for a, d in last.items()}, episodes=VAL_EPISODES),
-        *comparison_lines("steps per success", {a: final(d["steps_per_success"]) for a, d in last.items()}, 1),
+        *comparison_lines("success", {a: last_finite(d["success"]) for a, d in last.items()}, episodes=VAL_EPISODES),
+        *comparison_lines("steps per success", {a: last_finite(d["steps_per_success"]) for a, d in last.items()}, 1),
         *comparison_lines("learning speed (success averaged over all validations)",
                           {a: np.nanmean(d["success"], axis=1) for a, d in last.items()},
                           episodes=VAL_EPISODES * len(vs)),
@@ -235,7 +219,7 @@ def estimators_section(results: dict[str, Runs], steps: int, refs: dict[str, flo
                for arm, d in last.items() for j in (sorted({0, len(vs) - 1}) if vs else [])]),
     ]
     lines += ["", *comparison_lines("T where tools shorter minus T where GUI shorter (final, per seed)", {
-        a: final(d["decision_tool_when_shorter"]) - final(d["decision_tool_when_gui_shorter"]) for a, d in last.items()})]
+        a: last_finite(d["decision_tool_when_shorter"]) - last_finite(d["decision_tool_when_gui_shorter"]) for a, d in last.items()})]
     lines += ["", f"![text_hybrid estimators]({plot})", ""]
     return lines
 
@@ -259,8 +243,8 @@ def goal_gap(tool_when_shorter: np.ndarray, tool_when_gui_shorter: np.ndarray) -
 
 
 def old_logits_section(results: dict[str, Runs], steps: int, plot: str) -> list[str]:
-    vs = val_steps(results)
-    success = {arm: final(derived(runs, vs)["success"]) for arm, runs in results.items()}
+    vs = logged_steps(results, VAL.format("success"))
+    success = {arm: last_finite(derived(runs, vs)["success"]) for arm, runs in results.items()}
     arms = list(results)
     lines = [
         "### (c) Old logits under real staleness (verl's colocate_async, hgpo)", "",
@@ -292,7 +276,7 @@ def plot(results: dict[str, Runs], panels: list[tuple[str, str]], title: str, pa
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    vs = val_steps(results)
+    vs = logged_steps(results, VAL.format("success"))
     fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 3.8))
     for ax, (name, panel_title) in zip(np.atleast_1d(axes), panels):
         for i, (arm, runs) in enumerate(results.items()):
@@ -346,15 +330,11 @@ def main(argv: list[str]) -> int:
     command = study_command("text_hybrid_study", parser, args, always=("steps", "seeds"))
     results: dict[str, dict[str, Runs]] = {p: {arm: {} for arm in PARTS[p]} for p in args.parts}
     runs_info: list[dict] = []
-    runs = [(seed, part, arm, env, args.out / f"{env['MODE']}-{env['ADV']}-{env['LOSS']}-{env['PROVIDER']}-seed{seed}")
-            for seed in args.seeds for part in args.parts for arm, env in PARTS[part].items()]
-    if not args.report_only:  # seed-major: a sweep cut short still compares every arm
-        launch([RunSpec(f"{arm} seed {seed}", SCRIPT, out, args.steps, {**env, "SEED": str(seed)})
-                for seed, _, arm, env, out in runs], attempts=args.attempts)
-    for seed, part, arm, _, out in runs:
-        if (out / "run.json").exists():
-            runs_info.append(json.loads((out / "run.json").read_text()))
-        steps = load_steps(out / "metrics.jsonl")
+    arms = [(part, arm, env) for part in args.parts for arm, env in PARTS[part].items()]
+    done = sweep(SCRIPT, args.out, [(arm, f"{env['MODE']}-{env['ADV']}-{env['LOSS']}-{env['PROVIDER']}", env)
+                                    for _, arm, env in arms], args.seeds, args.steps, args.attempts, args.report_only)
+    for (seed, arm, info, steps), (part, *_) in zip(done, arms * len(args.seeds)):
+        runs_info += [info] if info else []
         if steps:
             results[part][arm][seed] = steps
     refs = reference_lengths(args.out / f"sync-grpo-vanilla-current-seed{args.seeds[0]}" / "data")

@@ -20,10 +20,10 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from scripts.bench.launch import REPO, RunSpec, Runs, launch, load_steps
+from scripts.bench.launch import REPO, Runs
 from scripts.bench.learning_runs import (before_after, cell, logged_steps, machine_line, plot_curves, series, step_table,
-                                         wall_times)
-from scripts.bench.report import publish, script_parser, table, target
+                                         study_parser, sweep, wall_times)
+from scripts.bench.report import publish, table, target
 
 HEADING = "## Hybrid GUI + tool agent: toolcua_hybrid learning"
 VAL = "val-aux/verl_ext/minidesk/{}/mean@1"
@@ -114,43 +114,34 @@ def report(results: dict[str, Runs], steps: int, runs_info: dict[str, list[dict]
 
 
 def main(argv: list[str]) -> int:
-    parser = script_parser(__doc__)
-    parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    parser = study_parser(__doc__, REPO / "runs/toolcua_hybrid_bench", steps=30, seeds=[0, 1])
     parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
-    parser.add_argument("--out", type=Path, default=REPO / "runs/toolcua_hybrid_bench")
-    parser.add_argument("--plot", type=Path, default=REPO / "docs/img/toolcua_hybrid_learning.png")
-    parser.add_argument("--attempts", type=int, default=2, help="tries per run before giving up")
-    parser.add_argument("--report-only", action="store_true", help="run nothing; report the runs under --out")
     parser.add_argument("--eval-seeds", type=int, default=8, help="unseen instances per template in the final eval; 0: skip")
     args = parser.parse_args(argv)
+    plot = args.img / "toolcua_hybrid_learning.png"
     runs_info: dict[str, list[dict]] = {c: [] for c in args.configs}
     results: dict[str, Runs] = {c: {} for c in args.configs}
     evals: dict[str, list[dict[str, float]]] = {"initial model (step 0)": []} if args.eval_seeds else {}
     folder = {c: f"{CONFIGS[c]['ADV']}-{CONFIGS[c]['LOSS']}" for c in args.configs}
-    if not args.report_only:  # seed-major: a partial sweep still compares every config
-        launch([RunSpec(f"{config} seed {seed}", "toolcua_hybrid/run_cpu.sh", args.out / f"{folder[config]}-seed{seed}",
-                        args.steps, {**CONFIGS[config], "SEED": str(seed)})
-                for seed in args.seeds for config in args.configs], attempts=args.attempts)
-    for seed in args.seeds:
-        for config in args.configs:
-            out = args.out / f"{folder[config]}-seed{seed}"
-            if (out / "run.json").exists():
-                runs_info[config].append(json.loads((out / "run.json").read_text()))
-            results[config][seed] = load_steps(out / "metrics.jsonl")
-            if args.eval_seeds:
-                if config == args.configs[0]:  # same seed, same initial model in every config
-                    evals["initial model (step 0)"].append(
-                        evaluate_policy(out / "model", out / "eval_initial.json", args.eval_seeds))
-                final = out / "checkpoints" / f"global_step_{args.steps}"
-                evals.setdefault(f"{config}, step {args.steps}", []).append(
-                    evaluate_policy(final, out / "eval_final.json", args.eval_seeds))
+    for seed, config, info, steps in sweep("toolcua_hybrid/run_cpu.sh", args.out,
+                                           [(c, folder[c], CONFIGS[c]) for c in args.configs], args.seeds,
+                                           args.steps, args.attempts, args.report_only):
+        runs_info[config] += [info] if info else []
+        results[config][seed] = steps
+        out = args.out / f"{folder[config]}-seed{seed}"
+        if args.eval_seeds:
+            if config == args.configs[0]:  # same seed, same initial model in every config
+                evals["initial model (step 0)"].append(
+                    evaluate_policy(out / "model", out / "eval_initial.json", args.eval_seeds))
+            final = out / "checkpoints" / f"global_step_{args.steps}"
+            evals.setdefault(f"{config}, step {args.steps}", []).append(
+                evaluate_policy(final, out / "eval_final.json", args.eval_seeds))
     plot_curves(results, args.steps, [(VAL_SUCCESS, "validation success (64 episodes)", False),
                                       (VAL_TIR, "validation TIR (64 episodes)", False),
                                       (TRAIN_TIR, f"training TIR ({SMOOTH}-step moving average)", True)],
                 f"toolcua_hybrid: MiniDesk, tiny random Qwen2 on the cpu backend ({len(args.seeds)} seed(s))",
-                args.plot, SMOOTH)
-    publish(target(args), HEADING, report(results, args.steps, runs_info, args.plot, evals, args.eval_seeds))
+                plot, SMOOTH)
+    publish(target(args), HEADING, report(results, args.steps, runs_info, plot, evals, args.eval_seeds))
     return 0
 
 

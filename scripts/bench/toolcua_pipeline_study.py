@@ -38,8 +38,8 @@ import numpy as np
 from scripts.bench.launch import REPO, RunSpec, Runs, card_slots, gpu_environment, launch, load_steps, run
 from scripts.bench.learning_runs import machine_line, series, study_command, study_parser
 from scripts.bench.report import publish, table, target
-from scripts.bench.stats import fmt_mean_se, paired_mean_and_se, two_se_verdict
-from scripts.bench.text_hybrid_study import derived, final, goal_gap, ratio
+from scripts.bench.stats import fmt_mean_se, last_finite, paired_mean_and_se, two_se_verdict
+from scripts.bench.text_hybrid_study import derived, goal_gap, ratio
 
 HEADINGS = {"cpu": "## ToolCUA pipeline study: SFT -> RFT -> online RL",  # each backend's runs keep their own section
             "gpu": "## GPU: ToolCUA pipeline study: SFT -> RFT -> online RL"}
@@ -120,7 +120,7 @@ def arm_values(results: dict[str, Runs], seeds: list[int]) -> dict[str, dict[str
             continue
         logged = sorted({s for run in runs.values() for s, m in run.items() if VAL.format("success") in m})
         rates = derived(runs, logged, MAX_STEPS, VAL)
-        out[arm] = by_seed(runs, {name: final(rates[name]) for name in METRICS})
+        out[arm] = by_seed(runs, {name: last_finite(rates[name]) for name in METRICS})
         if arm == FULL:
             before = derived(runs, [0], MAX_STEPS, VAL)
             out[NO_RL] = by_seed(runs, {name: before[name][:, 0] for name in METRICS})
@@ -170,8 +170,7 @@ def sft_lines(args) -> list[str]:
                          "n/a" if gui is None else f"{gui:.2f}"])
     if not rows:
         return []
-    return ["**SFT checkpoint, held-out transcripts** (`verl-ext eval-sft`, greedy; every arm of a seed starts "
-            "from it):", "", table(["seed", "turns", "one parseable call", "the oracle's call", "the oracle's call "
+    return ["**SFT checkpoint, held-out transcripts**:", "", table(["seed", "turns", "one parseable call", "the oracle's call", "the oracle's call "
                                     "where it is a tool", "`computer_use` where the oracle's call is"], rows), ""]
 
 
@@ -190,9 +189,9 @@ def report(results: dict[str, Runs], rft: Runs, args, command: str, runs_info: l
         args.section, "",
         f"{where} `{command}`: "
         f"`recipes/{SCRIPTS[args.backend]}` from a random {args.layers}-layer, {args.width}-wide tiny model, with SFT "
-        f"{args.sft_steps} steps, RFT {args.rft_steps} steps (critical switching steps, per-decision reward), online "
+        f"{args.sft_steps} steps, RFT {args.rft_steps} steps, online "
         f"RL {args.steps} steps, templates {args.templates}" + (f"; recipe knobs {knobs}" if knobs else "")
-        + f"; held-out: {args.val_size} task instances, greedy. Seeds: {seeds}. "
+        + f"; held-out: {args.val_size} task instances. Seeds: {seeds}. "
         + (f"Wall time per run {np.mean(walls):.0f} s ({len(walls)} runs timed here)." if walls else
            "Wall times not recorded (runs reused or none yet)."),
         "",
@@ -202,7 +201,7 @@ def report(results: dict[str, Runs], rft: Runs, args, command: str, runs_info: l
             [arm, *(fmt_mean_se(values[arm][n], 1 if n == "steps_per_success" else 2) for n in METRICS),
              goal_gap(values[arm]["decision_tool_when_shorter"], values[arm]["decision_tool_when_gui_shorter"])]
             for arm in arms]))
-        lines += ["", "Paired differences to the full pipeline (per seed, then mean and standard error over seeds):", "",
+        lines += ["", "Paired differences to the full pipeline:", "",
                   *verdict_lines(values), ""]
     else:  # e.g. runs cut during the RFT stage: its held-out decisions below are all there is
         lines += [f"Online stage: no run reached its validation at step {args.steps} (nothing to tabulate per arm).", ""]
@@ -226,7 +225,7 @@ def rft_lines(rft: Runs) -> list[str]:
                      *map(fmt_mean_se, rates.values()), goal_gap(tool, gui)])
         rows += [[step, seed, *(fmt_mean_se(v[i:i + 1]) for v in rates.values()), goal_gap(tool[i:i + 1], gui[i:i + 1])]
                  for i, seed in enumerate(rft)]
-    lines = ["**RFT stage, held-out decisions** (greedy, before and after single-turn RL; seeds "
+    lines = ["**RFT stage, held-out decisions** (before and after single-turn RL; seeds "
              f"{', '.join(map(str, rft))}):", "", table(["step", "seed", *first, "goal (decision)"], rows), "",
              f"Paired change over the RFT stage (step {logged[-1]} - step {logged[0]}, per seed):", ""]
     for name in first:

@@ -78,11 +78,8 @@ def main(argv: list[str]) -> int:
     base = medians["torch tensors"]
     lines = [HEADING, "",
              f"`python -m scripts.bench.weight_wire --arch {args.arch} --repeats {args.repeats}`: {len(state)} bf16 "
-             f"tensors of {args.arch}'s parameter shapes ({n_bytes / 1e9:.2f} GB) sent to one Ray actor, which "
-             f"rebuilds them; {platform.machine()}, {torch.get_num_threads()} torch threads, Python "
-             f"{platform.python_version()}, Ray {ray.__version__}, shared machine (medians of {args.repeats} "
-             "alternating repeats). The `hf` rollout server and the `dedicated` scorer receive weights as "
-             "numpy byte views (`verl_ext/backends/cpu/wire.py`).", "",
+             f"tensors of {args.arch}'s parameter shapes ({n_bytes / 1e9:.2f} GB); {platform.machine()}, {torch.get_num_threads()} torch threads, Python "
+             f"{platform.python_version()}, Ray {ray.__version__}, medians of {args.repeats} repeats.", "",
              table(["form", "median (s)", "GB/s", "vs torch tensors"],
                    [[form, f"{m:.2f}", f"{n_bytes / 1e9 / m:.2f}", f"{m / base:.3f}x"] for form, m in medians.items()])]
     publish(target(args), HEADING, "\n".join(lines) + "\n")
