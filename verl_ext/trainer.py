@@ -158,18 +158,18 @@ class VerlExtTrainerMixin:
 
     def _compute_old_log_prob(self, batch, metrics):
         host = self._host()
-        provider_metrics: dict[str, float] = {}
         with timed("old_logits"):
             host.start_step()
             host.expect_base_forward()
-            batch = self.old_logit_provider.compute(host, batch, provider_metrics)
+            batch = self.old_logit_provider.compute(host, batch, metrics)  # verl's own metrics too (actor/entropy)
             # rows through old-log-prob forwards over the batch's rows: 1.0 is verl's one pass
-            provider_metrics["old_logits/forward_passes"] = host.forwarded_rows / max(1, len(batch))
-            metrics.update(host.rollout_vs_old_metrics(batch))  # verl's training/rollout_probs_diff_*
+            metrics["old_logits/forward_passes"] = host.forwarded_rows / max(1, len(batch))
+            metrics.update(host.rollout_vs_old_metrics(batch))
         if not self.old_logits_config.stale_tokens:
             # verl's sync trainer: every token is fresh and its old logits exact; no old_logits/* to report
+            for key in [k for k in metrics if k.startswith("old_logits/")]:
+                del metrics[key]
             return batch
-        metrics.update(provider_metrics)
         # per-token staleness and what the rollout correction removes from fresh vs stale tokens
         with timed("version_bookkeeping"):
             metrics.update(host.correction_metrics(batch))
