@@ -2,6 +2,8 @@
 # Quickstart: GRPO on "What is a plus b?" with a tiny random Qwen2 model, trained by verl's own
 # `python -m verl.trainer.main_ppo` on the verl-ext cpu backend. About 3 minutes on 2 cores.
 # Extra Hydra overrides are passed through: bash recipes/quickstart/run_cpu.sh trainer.total_training_steps=4
+# A random model's answers often all score the same within a step (no learning signal); the recipe
+# trains on through such steps (stop_on_zero_signal=false; verl-ext stops a run there by default).
 set -euo pipefail
 
 OUT=${OUT:-$PWD/runs/quickstart}
@@ -39,6 +41,7 @@ python -m verl.trainer.main_ppo +plugins/backend=cpu trainer.v1.trainer_mode=ver
     trainer.test_freq=6 \
     trainer.val_before_train=true \
     trainer.resume_mode=disable \
+    +trainer.v1.verl_ext.stop_on_zero_signal=false \
     "$@"
 
 echo

@@ -34,12 +34,10 @@ SEPARATE_ASYNC = (
     "actor_rollout_ref.rollout.checkpoint_engine.backend=host_memory",
     "actor_rollout_ref.rollout.max_num_seqs=8", "data.max_response_length=256",
     "trainer.v1.sampler.max_off_policy_strategy=wait", "trainer.v1.sampler.max_off_policy_threshold=2",
-    # every update moves the weights, also when a batch's rewards are all equal (no policy gradient), so that a
-    # version's tokens always differ from a later version's log-probs
+    # every update moves the weights, also when a batch's rewards are all equal (no policy gradient; the
+    # quickstart trains on through such steps), so that a version's tokens always differ from a later version's
+    # log-probs
     "actor_rollout_ref.actor.entropy_coeff=0.01",
-    # ... and such steps train on (verl_ext.advantages.signal would stop them): these runs check old logits,
-    # not learning, with a random model whose local batches of 4 prompts often all score the same
-    "+trainer.v1.verl_ext.stop_on_zero_signal=false",
 )
 STEPS = (1, 2, 3)
 EXACT = 1e-6  # |π_old − μ| (probabilities) of an exact old log-prob here: float rounding

@@ -29,9 +29,13 @@ def constant_reward(tmp_path) -> list[str]:
             "trainer.val_before_train=false", "trainer.test_freq=-1"]
 
 
+# the quickstart trains on through steps without signal (a random model); the stop is verl-ext's default
+STOP = "trainer.v1.verl_ext.stop_on_zero_signal=true"
+
+
 def test_a_step_without_signal_stops_the_run_with_the_cause(tmp_path, constant_reward):
     env = {**os.environ, "OUT": str(tmp_path), "STEPS": "2", "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}"}
-    proc = subprocess.run(["bash", str(REPO / "recipes/quickstart/run_cpu.sh"), *constant_reward],
+    proc = subprocess.run(["bash", str(REPO / "recipes/quickstart/run_cpu.sh"), *constant_reward, STOP],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     log = proc.stdout + proc.stderr
     (tmp_path / "run.log").write_text(log)
@@ -42,7 +46,7 @@ def test_a_step_without_signal_stops_the_run_with_the_cause(tmp_path, constant_r
 
 
 def test_the_opt_out_trains_on_and_logs_the_zero_share(tmp_path, constant_reward):
-    run_recipe("quickstart/run_cpu.sh", tmp_path, *constant_reward, "+trainer.v1.verl_ext.stop_on_zero_signal=false",
+    run_recipe("quickstart/run_cpu.sh", tmp_path, *constant_reward, "trainer.v1.verl_ext.stop_on_zero_signal=false",
                steps=1)
     m = read_metrics(tmp_path / "metrics.jsonl")[1]
     assert m["verl_ext/signal/zero_advantage_row_share"] == 1.0
