@@ -1,5 +1,5 @@
-"""A step whose advantages are 0 on every token stops the run with the cause
-(``verl_ext.advantages.signal``), and ``trainer.v1.verl_ext.stop_on_zero_signal=false`` trains on.
+"""With ``trainer.v1.verl_ext.stop_on_zero_signal=true`` a step whose advantages are 0 on every
+token stops the run with the cause (``verl_ext.advantages.signal``); with ``false`` it trains on.
 The quickstart (verl's GRPO, groups of 4) with a reward that gives every response the same score:
 every group's rewards are equal, so GRPO's advantages are all 0."""
 
@@ -29,7 +29,7 @@ def constant_reward(tmp_path) -> list[str]:
             "trainer.val_before_train=false", "trainer.test_freq=-1"]
 
 
-# the quickstart trains on through steps without signal (a random model); the stop is verl-ext's default
+# the quickstart trains on through steps without signal (a random model); the stop is switched on here
 STOP = "trainer.v1.verl_ext.stop_on_zero_signal=true"
 
 
