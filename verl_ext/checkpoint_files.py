@@ -13,11 +13,12 @@ or a file whose bytes differ is refused with ``TornStateError``, never loaded ha
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
-from collections.abc import Sequence
-from typing import Any, BinaryIO
+from collections.abc import Iterator, Sequence
+from typing import IO, Any, BinaryIO
 
 import torch
 
@@ -45,38 +46,38 @@ class _HashingWriter:
         self.file.flush()
 
 
-def _replace_durably(tmp: str, path: str) -> None:
+@contextlib.contextmanager
+def _atomic(path: str, mode: str) -> Iterator[IO]:
+    """A file opened under a temporary name next to ``path``; on a clean exit flushed to disk and
+    renamed into place (the rename itself made durable), so ``path`` holds either the old or the new
+    bytes, never part of them."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, mode) as file:
+        yield file
+        file.flush()
+        os.fsync(file.fileno())
     os.replace(tmp, path)
     directory = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
     try:
-        os.fsync(directory)  # the rename itself survives a crash
+        os.fsync(directory)
     finally:
         os.close(directory)
 
 
 def save_file(obj: Any, path: str) -> dict[str, Any]:
     """``torch.save(obj)`` to ``path`` atomically; returns its manifest record (name, sha256, bytes)."""
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "wb") as file:
+    with _atomic(path, "wb") as file:
         writer = _HashingWriter(file)
         torch.save(obj, writer)
-        file.flush()
-        os.fsync(file.fileno())
-    _replace_durably(tmp, path)
     return {"file": os.path.basename(path), "sha256": writer.sha256.hexdigest(), "bytes": writer.size}
 
 
 def write_manifest(folder: str, step: int, records: Sequence[dict[str, Any]]) -> None:
     """Write ``manifest.json`` (atomically) once every file of ``records`` is in place."""
     manifest = {"step": int(step), "files": {r["file"]: {"sha256": r["sha256"], "bytes": r["bytes"]} for r in records}}
-    path = os.path.join(folder, MANIFEST)
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w") as file:
+    with _atomic(os.path.join(folder, MANIFEST), "w") as file:
         json.dump(manifest, file, indent=1, sort_keys=True)
-        file.flush()
-        os.fsync(file.fileno())
-    _replace_durably(tmp, path)
 
 
 def read_manifest(folder: str, step: int) -> dict[str, Any] | None:

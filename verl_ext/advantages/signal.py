@@ -24,6 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from verl_ext.advantages.validity import real_rows
+
 PREFIX = "verl_ext/signal/"
 STOP_KEY = "trainer.v1.verl_ext.stop_on_zero_signal"
 
@@ -105,5 +107,4 @@ def measure(advantages: torch.Tensor, response_mask: torch.Tensor, uids: Sequenc
 
 def trainable_rows(uids: Sequence[str], invalid: np.ndarray) -> np.ndarray:
     """(bs,) bool: rows that are neither verl's padding (uid ``"pad..."``) nor excluded as faults."""
-    padding = np.array([str(u).startswith("pad") for u in uids], dtype=bool)
-    return ~padding & ~np.asarray(invalid, dtype=bool)
+    return real_rows(uids) & ~np.asarray(invalid, dtype=bool)

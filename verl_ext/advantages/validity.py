@@ -81,13 +81,18 @@ def fault_reason(fields: Mapping, key: str | None) -> str:
     return str(info.get(REASON_KEYS.get(key, ""), "") or f"{key}=0")
 
 
+def real_rows(uids: Sequence[str]) -> np.ndarray:
+    """Shape (bs,) bool: rows that are not verl's padding (uid ``"pad..."``)."""
+    return np.array([not str(u).startswith("pad") for u in uids], dtype=bool)
+
+
 def check_trainable(uids: Sequence[str], extra_fields: Sequence[Mapping | None], invalid: np.ndarray, key: str | None,
                     hint: str = "") -> None:
     """Raise ``NothingToLearnError`` when every non-padding row of the batch is invalid, with the
     reasons and their counts (and ``hint``, e.g. where the judge is): training on such a step
     changes nothing but the step count (grad norm 0), so a judge outage or a broken env would
     otherwise run to the end and exit 0."""
-    real = np.array([not str(u).startswith("pad") for u in uids], dtype=bool)
+    real = real_rows(uids)
     if not real.any() or not invalid[real].all():
         return
     reasons = Counter(fault_reason(fields, key) for fields, bad in zip(extra_fields, invalid) if bad)
@@ -132,7 +137,7 @@ def zero_out(data: Any, invalid: np.ndarray) -> Any:
 
 def metrics(uids: Sequence[str], invalid: np.ndarray) -> dict[str, float]:
     """How many rows were kept out of training, for verl's tracker."""
-    real = np.array([not str(u).startswith("pad") for u in uids], dtype=bool)
+    real = real_rows(uids)
     return {
         f"{METRIC_PREFIX}/excluded_rows": float(invalid.sum()),
         f"{METRIC_PREFIX}/excluded_fraction": float(invalid.sum() / max(1, real.sum())),
