@@ -37,8 +37,8 @@ Hooks added on top of verl:
   rollout groups whose rows all got the same reward, so that a group-relative estimator gives them
   advantage 0 (a run that is not learning shows whether GRPO had anything to compare);
 - learning signal (every estimator): ``verl_ext/signal/*``, the shares of rows and tokens whose
-  advantage is 0 and of single-row groups; with ``trainer.v1.verl_ext.stop_on_zero_signal=true`` a
-  step where no row carries signal stops the run with the cause (``verl_ext.advantages.signal``);
+  advantage is 0 and of single-row groups; a step where no row carries signal stops the run with
+  the cause (``verl_ext.advantages.signal``) unless ``trainer.v1.verl_ext.stop_on_zero_signal=false``;
 - verl-ext's own cost: every hook above times itself (``verl_ext.timing``); each step logs
   ``verl_ext/time/<hook>``, ``verl_ext/mem/<what>/*_bytes`` (the workers' reports come back with
   the version-publishing call), ``verl_ext/time/total`` and its ``share_of_step`` of verl's
@@ -325,7 +325,7 @@ class VerlExtTrainerMixin:
             self._step_has_signal = False
         self._step_has_signal = self._step_has_signal or report.has_signal or not report.rows
         last_update = self.local_trigger_step == self.parameter_sync_step - 1
-        if last_update and not self._step_has_signal and self.verl_ext_config.get("stop_on_zero_signal", False):
+        if last_update and not self._step_has_signal and self.verl_ext_config.get("stop_on_zero_signal", True):
             raise signal.NoSignalError(report.cause(str(self.config.algorithm.adv_estimator), self.parameter_sync_step))
 
     def _build_replay_buffer(self):

@@ -44,6 +44,8 @@ echo "judge: $JUDGE_URL (log: $OUT/judge.log)"
 
 # 8 prompts x 4 rollouts per step, 4 questions each: 128 judge calls a step. One retry, quickly:
 # the injected 503s are permanent, and a real outage should be flagged rather than waited out.
+# A random model often scores the same on every rollout of a step: train on through such steps
+# (verl-ext stops a run at a step without learning signal by default).
 python -m verl.trainer.main_ppo --config-dir "$HERE" +recipe=dvreward_judge +plugins/backend=cpu \
     data.train_files="$OUT/data/train.parquet" \
     data.val_files="$OUT/data/val.parquet" \
@@ -67,6 +69,7 @@ python -m verl.trainer.main_ppo --config-dir "$HERE" +recipe=dvreward_judge +plu
     trainer.test_freq="$STEPS" \
     trainer.val_before_train=false \
     trainer.resume_mode=disable \
+    +trainer.v1.verl_ext.stop_on_zero_signal=false \
     "$@"
 
 echo

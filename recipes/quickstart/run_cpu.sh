@@ -3,7 +3,7 @@
 # `python -m verl.trainer.main_ppo` on the verl-ext cpu backend. About 3 minutes on 2 cores.
 # Extra Hydra overrides are passed through: bash recipes/quickstart/run_cpu.sh trainer.total_training_steps=4
 # A random model's answers often all score the same within a step (no learning signal); the recipe
-# trains on through such steps (stop_on_zero_signal=false, also the default; said here so a test can flip it).
+# trains on through such steps (stop_on_zero_signal=false; by default verl-ext stops the run there).
 set -euo pipefail
 
 OUT=${OUT:-$PWD/runs/quickstart}

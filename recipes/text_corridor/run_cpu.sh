@@ -28,6 +28,8 @@ verl-ext prepare-data text_corridor "$OUT/data" --train-size 512 --val-size 64 -
 # (about 17 tokens each) fit in 144 response tokens.
 # Validation samples at temperature 1, like training: a greedy random model says the same thing in
 # every state, which measures nothing.
+# A random model often scores the same on every rollout of a step: train on through such steps
+# (verl-ext stops a run at a step without learning signal by default).
 python -m verl.trainer.main_ppo +plugins/backend=cpu trainer.v1.trainer_mode=verl_ext_sync \
     algorithm.adv_estimator="$ADV" \
     +algorithm.gigpo.gamma=0.95 \
@@ -59,6 +61,7 @@ python -m verl.trainer.main_ppo +plugins/backend=cpu trainer.v1.trainer_mode=ver
     trainer.test_freq=5 \
     trainer.val_before_train=true \
     trainer.resume_mode=disable \
+    +trainer.v1.verl_ext.stop_on_zero_signal=false \
     "$@"
 
 echo

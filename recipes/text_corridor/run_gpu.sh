@@ -29,6 +29,8 @@
 #   TP, PP    Megatron tensor / pipeline parallel sizes [1, 1]; N_GPUS must be a multiple of TP*PP
 #   OUT [runs/text_corridor_gpu/<STRATEGY>[-tp<TP>-pp<PP>]-<MODE>-<ADV>-<LOSS>-<PROVIDER>-<ROLLOUT>-<N_GPUS>gpu-seed<SEED>],
 #   STEPS [4], SEED [0], BATCH_PER_GPU [8]
+#   STOP_ON_ZERO_SIGNAL  stop at a step where no rollout carries learning signal [false with the
+#             random weights (their rollouts often all score the same), true with a MODEL]
 set -euo pipefail
 
 N_GPUS=${N_GPUS:-1}
@@ -56,6 +58,7 @@ OUT=${OUT:-$PWD/runs/text_corridor_gpu/$ENGINE_TAG-$MODE-$ADV-$LOSS-$PROVIDER-$R
 export RAY_DEDUP_LOGS=0
 export VERL_FILE_LOGGER_PATH="$OUT/metrics.jsonl"
 
+STOP_ON_ZERO_SIGNAL=${STOP_ON_ZERO_SIGNAL:-$([ -z "${MODEL:-}" ] && echo false || echo true)}
 if [ -z "${MODEL:-}" ]; then
     MODEL="$OUT/model"
     [ -f "$MODEL/config.json" ] || verl-ext make-tiny-model "$MODEL" --arch qwen2.5-0.5b --dtype bfloat16 --seed "$SEED"
@@ -164,6 +167,7 @@ python -m verl.trainer.main_ppo "${config[@]}" "${plugins[@]}" "${engine[@]}" \
     trainer.test_freq=-1 \
     trainer.val_before_train=false \
     trainer.resume_mode=disable \
+    +trainer.v1.verl_ext.stop_on_zero_signal="$STOP_ON_ZERO_SIGNAL" \
     "$@"
 
 echo

@@ -49,6 +49,8 @@ verl-ext prepare-data text_hybrid "$OUT/data" --train-size 512 --val-size 64 --s
 
 # lr 3e-3 and two optimizer steps per training step: a random model, a few dozen steps on 2 cores.
 # Validation samples at temperature 1 like training (a greedy random model repeats one answer).
+# A random model often scores the same on every rollout of a step: train on through such steps
+# (verl-ext stops a run at a step without learning signal by default).
 python -m verl.trainer.main_ppo --config-dir "$RECIPES/toolcua_hybrid" +plugins/backend=cpu \
     "${MODE_ARGS[@]}" "${LOSS_ARGS[@]}" "${PROVIDER_ARGS[@]}" \
     algorithm.adv_estimator="$ADV" \
@@ -81,6 +83,7 @@ python -m verl.trainer.main_ppo --config-dir "$RECIPES/toolcua_hybrid" +plugins/
     trainer.test_freq=5 \
     trainer.val_before_train=true \
     trainer.resume_mode=disable \
+    +trainer.v1.verl_ext.stop_on_zero_signal=false \
     "$@"
 
 echo

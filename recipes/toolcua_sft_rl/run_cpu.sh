@@ -77,4 +77,6 @@ PPO_BACKEND=(
 )
 # shellcheck source=recipes/toolcua_sft_rl/stages.sh
 source "$HERE/stages.sh"
-run_stages "$@"
+# stages 2 and 3 start from a tiny model: train on through steps where every rollout scores the same
+# (verl-ext stops a run at a step without learning signal by default)
+run_stages +trainer.v1.verl_ext.stop_on_zero_signal=false "$@"

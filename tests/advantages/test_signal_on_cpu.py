@@ -4,6 +4,7 @@ trainable rows only, and the cause a step without signal names."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from verl_ext.advantages import signal
@@ -40,3 +41,40 @@ def test_the_cause_names_the_estimator_the_fix_and_the_opt_out():
                  signal.STOP_KEY + "=false")
     equal = signal.measure(torch.zeros(2, 2), torch.ones(2, 2), ["a", "a"], np.ones(2, dtype=bool))
     assert_names(equal.cause("grpo"), "algorithm.adv_estimator=grpo", "rewards are equal", signal.STOP_KEY + "=false")
+
+
+def _trainer(parameter_sync_step: int, verl_ext_config: dict):
+    from verl_ext.doctor import compose
+    from verl_ext.trainer import VerlExtTrainerSync
+
+    trainer = object.__new__(VerlExtTrainerSync)  # only _check_signal runs: no workers needed
+    trainer.config = compose(["algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=2"])
+    trainer.local_trigger_step, trainer.parameter_sync_step, trainer.verl_ext_config = 0, parameter_sync_step, verl_ext_config
+    return trainer
+
+
+def _batch(advantage: float):
+    from verl import DataProto
+
+    return DataProto.from_dict(tensors={"advantages": torch.full((4, 3), advantage), "response_mask": torch.ones(4, 3)},
+                               non_tensors={"uid": np.array(["a", "a", "b", "b"], dtype=object)})
+
+
+def test_a_step_without_signal_stops_by_default_and_the_opt_out_trains_on():
+    with pytest.raises(signal.NoSignalError, match="algorithm.adv_estimator=grpo gave advantage 0 to every token"):
+        _trainer(1, {})._check_signal(_batch(0.0), np.zeros(4, dtype=bool), {})
+    metrics = {}
+    _trainer(1, {"stop_on_zero_signal": False})._check_signal(_batch(0.0), np.zeros(4, dtype=bool), metrics)
+    assert metrics["verl_ext/signal/zero_advantage_row_share"] == 1.0
+
+
+def test_a_separate_async_step_stops_only_if_none_of_its_local_updates_had_signal():
+    for first, second, stops in [(0.0, 0.0, True), (1.0, 0.0, False), (0.0, 1.0, False)]:
+        trainer = _trainer(2, {})
+        trainer._check_signal(_batch(first), np.zeros(4, dtype=bool), {})  # never stops before the last update
+        trainer.local_trigger_step = 1
+        if stops:
+            with pytest.raises(signal.NoSignalError, match="each of this step's 2 local updates"):
+                trainer._check_signal(_batch(second), np.zeros(4, dtype=bool), {})
+        else:
+            trainer._check_signal(_batch(second), np.zeros(4, dtype=bool), {})

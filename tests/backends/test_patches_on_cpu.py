@@ -249,6 +249,8 @@ def test_advantage_hook_runs_the_step_aware_estimator_inside_verls_compute_advan
 
     trainer = object.__new__(VerlExtTrainerSync)  # only _compute_advantage runs: no workers needed
     trainer.config = compose(["+plugins/advantage=gigpo", "actor_rollout_ref.rollout.n=2"])
+    # what verl's and verl-ext's __init__ set that _compute_advantage reads: one local update per step
+    trainer.local_trigger_step, trainer.parameter_sync_step, trainer.verl_ext_config = 0, 1, {}
     verls = trainer_base.compute_advantage_for_multi_trajectories
     trainer._compute_advantage(KVBatchMeta(keys=keys, tags=[{} for _ in keys], partition_id="train"), {})
 

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import atexit
+import functools
 import json
 import math
 import os
+import re
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -14,13 +19,35 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 
+# a recipe's "make the model unless OUT has one" line, with the default seed
+_MAKES_TINY_MODEL = re.compile(r'^\[ -f "\$OUT/model/config\.json" \] \|\| verl-ext make-tiny-model "\$OUT/model" --seed (0|"\$SEED")$',
+                               re.MULTILINE)
+
+
+def _makes_the_seed0_tiny_model(script: str, env: dict) -> bool:
+    return env.get("SEED", "0") == "0" and bool(_MAKES_TINY_MODEL.search((REPO / "recipes" / script).read_text()))
+
+
+@functools.cache
+def _seed0_tiny_model() -> Path:
+    """``verl-ext make-tiny-model --seed 0``, once per test session (a process start and ~5 s a run)."""
+    folder = Path(tempfile.mkdtemp(prefix="verl_ext_tiny_model_"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    subprocess.run([str(Path(sys.executable).parent / "verl-ext"), "make-tiny-model", str(folder / "model"), "--seed", "0"],
+                   check=True, capture_output=True)
+    return folder / "model"
+
+
 def run_recipe(script: str, out: Path, *overrides: str, steps: int, timeout: int = 900,
-               crash_at: str | None = None) -> subprocess.CompletedProcess:
+               crash_at: str | None = None, must_fail: bool = False) -> subprocess.CompletedProcess:
     """Run ``recipes/<script>`` with OUT/STEPS set; returns the finished process (output captured).
-    With ``crash_at`` (``<point>@<step>``, ``verl_ext.faults``) the trainer must kill itself there."""
+    With ``crash_at`` (``<point>@<step>``, ``verl_ext.faults``) the trainer must kill itself there;
+    with ``must_fail`` the run must exit non-zero (the caller checks why)."""
     from verl_ext.faults import CRASH_ENV
 
     env = {**os.environ, "OUT": str(out), "STEPS": str(steps), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    if _makes_the_seed0_tiny_model(script, env) and not (out / "model").exists():
+        shutil.copytree(_seed0_tiny_model(), out / "model")  # the model the recipe would make, made once
     if crash_at is not None:
         env[CRASH_ENV] = crash_at
     proc = subprocess.run(
@@ -32,6 +59,9 @@ def run_recipe(script: str, out: Path, *overrides: str, steps: int, timeout: int
     if crash_at is not None:
         if proc.returncode == 0 or f"{CRASH_ENV}={crash_at}: killing the trainer process" not in log:
             pytest.fail(f"{script} did not crash at {crash_at} (exit {proc.returncode}); log in {out}\n{log[-6000:]}")
+    elif must_fail:
+        if proc.returncode == 0:
+            pytest.fail(f"{script} should have failed but exited with 0; log in {out / 'run.log'}\n{log[-6000:]}")
     elif proc.returncode != 0:
         pytest.fail(f"{script} exited with {proc.returncode}; log in {out / 'run.log'}\n{log[-6000:]}")
     return proc
@@ -74,6 +104,7 @@ def run_hybrid_env_job(kind: str, out: Path, model: Path, train_size: int, batch
         "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=4",
         "trainer.logger=[console,file]", "trainer.total_training_steps=2", "trainer.save_freq=-1",
         "trainer.test_freq=-1", "trainer.val_before_train=false", f"trainer.default_local_dir={out}/ckpt",
+        "+trainer.v1.verl_ext.stop_on_zero_signal=false",  # a random model: steps where every rollout scores the same
     ]
     proc = subprocess.run([sys.executable, "-m", "verl.trainer.main_ppo", *overrides], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=900)

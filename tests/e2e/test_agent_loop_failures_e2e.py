@@ -6,29 +6,19 @@ raises on each."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 
-from .conftest import REPO
+from .conftest import run_recipe
 
 pytestmark = pytest.mark.e2e
 
 
-@pytest.mark.parametrize("partition, overrides", [("val", []), ("train", ["trainer.val_before_train=False"])])
-def test_a_run_whose_agent_loops_all_fail_stops_with_the_first_error(tmp_path, partition, overrides):
-    env = {**os.environ, "OUT": str(tmp_path), "STEPS": "2", "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}"}
-    proc = subprocess.run(
-        ["bash", str(REPO / "recipes/quickstart/run_cpu.sh"), "actor_rollout_ref.rollout.agent.default_agent_loop=text_env",
-         *overrides],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=900,
-    )
+def test_a_run_whose_agent_loops_all_fail_stops_with_the_first_error(tmp_path):
+    """On a train batch (the validation batch goes through the same check, ``partition="val"``)."""
+    proc = run_recipe("quickstart/run_cpu.sh", tmp_path, "actor_rollout_ref.rollout.agent.default_agent_loop=text_env",
+                      "trainer.val_before_train=false", steps=2, must_fail=True)
     log = proc.stdout + proc.stderr
-    (tmp_path / "run.log").write_text(log)
-    assert proc.returncode != 0
-    stop = log.rfind(f"agent-loop runs failed ({partition} batch)")
+    stop = log.rfind("agent-loop runs failed (train batch)")
     assert "AgentLoopFailuresError" in log and stop >= 0, log[-6000:]
     first_error = log.find("text_env needs the env seed in the dataset row", stop)
     assert first_error > stop, log[-6000:]  # the first error closes the stop message

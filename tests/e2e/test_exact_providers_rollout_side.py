@@ -5,7 +5,7 @@ weight sync, samples trained one version late).
 On this backend trainer, rollout and the ``dedicated`` scorer share numerics (fp32, same model
 code), so an exact provider must give rho == 1: verl's rollout-vs-old diagnostics, recomputed
 against the provider's old log-probs, stay at float rounding on every step, stale steps
-included; verl's default (``current``) shows ~1e-3 there (test_cpu_backend_modes.py)."""
+included; verl's default (``current``) does not there (test_separate_async_e2e.py)."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ import json
 
 import pytest
 
-from .conftest import read_metrics, run_recipe
+from .conftest import assert_finite, assert_hook_metrics, read_metrics, run_recipe
 
 pytestmark = pytest.mark.e2e
 
@@ -30,14 +30,22 @@ KEYS = ("masked_fresh", "masked_stale", "truncated_fresh", "truncated_stale")
 
 
 @pytest.fixture(scope="module")
-def by_provider(tmp_path_factory) -> dict[str, dict[str, float]]:
-    """Per provider: the rollout correction's fractions, averaged over the steps that have such
-    tokens (``old_logits/correction/*``), plus the numerics gap on fresh steps."""
+def runs(tmp_path_factory) -> dict[str, dict[int, dict]]:
+    """Per provider: the metrics of each step of a 4-step run."""
     out = {}
     for provider in PROVIDERS:
         path = tmp_path_factory.mktemp(provider)
         run_recipe("quickstart/run_cpu.sh", path, *MISMATCH, f"+algorithm.old_logits.provider={provider}", steps=4)
-        steps = read_metrics(path / "metrics.jsonl")
+        out[provider] = read_metrics(path / "metrics.jsonl")
+    return out
+
+
+@pytest.fixture(scope="module")
+def by_provider(runs) -> dict[str, dict[str, float]]:
+    """Per provider: the rollout correction's fractions, averaged over the steps that have such
+    tokens (``old_logits/correction/*``), plus the numerics gap on fresh steps."""
+    out = {}
+    for provider, steps in runs.items():
         row = {}
         for key in KEYS:
             values = [m[f"old_logits/correction/{key}"] for m in steps.values() if f"old_logits/correction/{key}" in m]
@@ -48,6 +56,18 @@ def by_provider(tmp_path_factory) -> dict[str, dict[str, float]]:
         out[provider] = row
     print("mismatch on the cpu backend (bf16 hf rollout vs fp32 trainer), per provider:", json.dumps(out, indent=1))
     return out
+
+
+def test_colocate_async_trains_every_step_on_stale_samples_with_the_hooks_on(runs):
+    """verl's colocated async trainer (abort/resume of partial rollouts): every step trains, stale
+    samples included, and the verl-ext hooks time themselves."""
+    for provider, steps in runs.items():
+        assert set(steps) >= {1, 2, 3, 4}, provider
+        staleness = [steps[s]["training/off_policy/trajectory_staleness/max"] for s in (1, 2, 3, 4)]
+        assert max(staleness) >= 1, f"{provider}: async mode produced no stale samples: {staleness}"
+        for m in steps.values():
+            assert_finite(m, ["actor/pg_loss", "actor/grad_norm", "critic/score/mean"])
+            assert_hook_metrics(m, ("step_metadata", "reward_postprocess", "failure_check"))
 
 
 def test_bf16_rollout_makes_a_real_mismatch(by_provider):

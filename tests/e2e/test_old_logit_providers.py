@@ -2,7 +2,7 @@
 
 On this backend trainer and rollout share numerics (fp32, same model code), so the only source
 of a rollout-vs-old log-prob gap is staleness. verl's default recomputes "old" with the current
-weights, so stale steps show a gap (tests/e2e/test_cpu_backend_modes.py); an exact provider
+weights, so stale tokens show a gap (test_separate_async_e2e.py, ``current``); an exact provider
 must close it (rho == 1 up to float rounding) on every step."""
 
 from __future__ import annotations

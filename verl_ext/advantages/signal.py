@@ -10,9 +10,9 @@ verl-ext trainers log, for the step's trainable rows (not verl's padding, not fa
 - ``verl_ext/signal/zero_advantage_token_share``: response tokens whose advantage is 0;
 - ``verl_ext/signal/single_member_group_share``: rollout groups (``uid``) with one trainable row.
 
-With ``+trainer.v1.verl_ext.stop_on_zero_signal=true`` a step where no trainable row carries
-signal stops the run with the cause (``NoSignalError``); by default the shares are only logged
-(small random-model runs often have such steps). The functions here are pure.
+A step where no trainable row carries signal stops the run with the cause (``NoSignalError``);
+``+trainer.v1.verl_ext.stop_on_zero_signal=false`` trains on and only logs the shares (the cpu
+recipes' random models have such steps). The functions here are pure.
 """
 
 from __future__ import annotations
