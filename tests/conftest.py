@@ -64,7 +64,7 @@ def browser_requirement(item: pytest.Item, ci: bool) -> str | None:
 def missing_extra(item: pytest.Item) -> str | None:
     """Why ``item``'s ``needs_extra`` marker cannot be met here (naming the modules and the pip
     command), or None."""
-    from verl_ext.doctor import importable
+    from verl_ext.registry import importable
 
     marker = item.get_closest_marker("needs_extra")
     if marker is None:

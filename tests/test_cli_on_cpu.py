@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import verl_ext
-from verl_ext import cli, recipe_files
+from verl_ext import cli, cli_args, recipe_files
 from verl_ext.errors import UserError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -60,6 +60,6 @@ def test_help_is_plain_text_with_defaults(command: str, capsys):
 
 
 def test_plain_text_removes_restructuredtext_markup():
-    assert cli.plain_text("Runs ``main_ppo`` through :func:`verl_ext.doctor.compose`.") == \
-        "Runs main_ppo through verl_ext.doctor.compose."
+    assert cli_args.plain_text("Runs ``main_ppo`` through :func:`verl_ext.compose.compose`.") == \
+        "Runs main_ppo through verl_ext.compose.compose."
 

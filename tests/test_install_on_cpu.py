@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 DOCTOR_AND_COMPOSE = """
 import sys, verl_ext
 from verl_ext.cli import main
-from verl_ext.doctor import compose
+from verl_ext.compose import compose
 assert main(["doctor"]) == 0
 config = compose(["+recipe=toolcua_hybrid", "+plugins/backend=cpu"], sys.argv[1], "ppo_trainer")
 print(verl_ext.__file__)

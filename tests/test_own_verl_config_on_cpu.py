@@ -13,7 +13,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from verl_ext import doctor, validation
+from verl_ext import validation
+from verl_ext.compose import compose
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "howto" / "own_verl_config.md"
 
@@ -76,7 +77,7 @@ def your_run(tiny_model_dir, tmp_path_factory) -> list[str]:
 def _refusals(overrides: list[str]) -> str:
     """Everything that stops this config before a worker starts, as one text ('' when nothing does)."""
     try:
-        config = doctor.compose(overrides, None, "ppo_trainer")
+        config = compose(overrides, None, "ppo_trainer")
     except Exception as exc:  # noqa: BLE001 - Hydra's composition errors are refusals too
         return f"{type(exc).__name__}: {exc}"
     return "\n".join(validation.problems(config, list(config.hydra.overrides.task)))

@@ -80,26 +80,26 @@ def test_post_import_hook_fires_once_after_the_module_is_complete():
 
 
 def test_plugin_import_failure_is_recorded_and_explained(monkeypatch):
-    from verl_ext import doctor, plugin, validation
+    from verl_ext import registry, validation
 
-    spec = plugin.PluginSpec("broken_est", "adv_estimator", "verl_ext._no_such_module_for_test", extra="judge")
-    monkeypatch.setattr(plugin, "PLUGINS", (*plugin.PLUGINS, spec))
-    plugin._load(spec.module)
-    assert isinstance(plugin.LOAD_ERRORS[spec.module], ModuleNotFoundError)
-    problems = doctor.check_requirements({"algorithm": {"adv_estimator": "broken_est"}})
+    spec = registry.PluginSpec("broken_est", "adv_estimator", "verl_ext._no_such_module_for_test", extra="judge")
+    monkeypatch.setattr(registry, "PLUGINS", (*registry.PLUGINS, spec))
+    registry.load_module(spec.module)
+    assert isinstance(registry.LOAD_ERRORS[spec.module], ModuleNotFoundError)
+    problems = validation.check_requirements({"algorithm": {"adv_estimator": "broken_est"}})
     assert len(problems) == 1
     message = problems[0]
     assert "algorithm.adv_estimator=broken_est" in message
     assert "verl_ext._no_such_module_for_test" in message and "pip install 'verl-ext[judge]'" in message
     with pytest.raises(validation.ConfigError, match="broken_est"):
         validation.assert_valid({"algorithm": {"adv_estimator": "broken_est"}})
-    plugin.LOAD_ERRORS.pop(spec.module)
+    registry.LOAD_ERRORS.pop(spec.module)
 
 
 def test_unknown_name_that_is_not_ours_is_reported_as_a_typo():
-    from verl_ext import doctor
+    from verl_ext import validation
 
-    problems = doctor.check_requirements({"actor_rollout_ref": {"rollout": {"name": "hff"}}})
+    problems = validation.check_requirements({"actor_rollout_ref": {"rollout": {"name": "hff"}}})
     assert problems == ["actor_rollout_ref.rollout.name=hff: no rollout named 'hff' is registered "
                         "(not a verl-ext plugin either; check the spelling)"]
 

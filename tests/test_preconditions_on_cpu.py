@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from verl_ext import doctor, plugin, validation
+from verl_ext import registry, validation
+from verl_ext.compose import compose
 from verl_ext.advantages import ESTIMATORS
 from verl_ext.old_logits.providers import PROVIDER_REGISTRY
 from verl_ext.preconditions import (
@@ -95,7 +96,7 @@ def _target(case: tuple[str, str, str]) -> Precondition:
 def test_a_config_that_violates_a_precondition_is_refused_naming_key_value_and_fix(case, base, single_turn_data):
     overrides, parts = CASES[case]
     args = [*base, *(a for o in overrides for a in (single_turn_data if o == "single_turn" else [o]))]
-    config = doctor.compose(args, None, "ppo_trainer")
+    config = compose(args, None, "ppo_trainer")
     own = _target(case).check(config)
     assert own, f"{case}: the precondition finds nothing wrong with {overrides}"
     assert_names(own[0], *parts)
@@ -114,7 +115,7 @@ def test_the_base_config_with_a_group_estimator_passes(base):
 
 def test_only_the_selected_plugins_preconditions_run(base):
     """rollout.n=1 breaks the group estimators, not verl's default gae."""
-    config = doctor.compose([*base, SYNC, N1], None, "ppo_trainer")
+    config = compose([*base, SYNC, N1], None, "ppo_trainer")
     assert config.algorithm.adv_estimator == "gae"
     assert precondition_problems(config) == []
 
@@ -122,7 +123,7 @@ def test_only_the_selected_plugins_preconditions_run(base):
 def test_every_registered_estimator_loss_and_provider_declares_a_precondition():
     registered = {("estimator", name) for name in ESTIMATORS} | {
         ("old_logit_provider", name) for name in PROVIDER_REGISTRY} | {
-        ("loss", spec.name) for spec in plugin.PLUGINS if spec.kind == "policy_loss"}
+        ("loss", spec.name) for spec in registry.PLUGINS if spec.kind == "policy_loss"}
     declaring = {(p.kind, p.plugin) for p in declared()}
     assert registered <= declaring, sorted(registered - declaring)
 

@@ -132,7 +132,7 @@ def check_config(config: DictConfig) -> None:
     from verl.utils.device import auto_set_device
 
     from verl_ext.advantages import ESTIMATORS
-    from verl_ext.doctor import dependency_problems, plugin_problems
+    from verl_ext.validation import dependency_problems, plugin_problems
     from verl_ext.rewards import postprocess
 
     problems = plugin_problems(config)

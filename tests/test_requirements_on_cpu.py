@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-from verl_ext import doctor, plugin
+from verl_ext import doctor, registry, validation
+from verl_ext.compose import compose
 from .messages import assert_names
 
 BLOCK = "import sys\nfor name in {blocked!r}: sys.modules[name] = None\n"
@@ -32,7 +33,7 @@ def test_doctor_refuses_the_gui_env_without_selenium_naming_the_extra():
 
 def test_the_trainer_refuses_to_start_naming_the_missing_module():
     code = (
-        "from verl_ext.doctor import compose\n"
+        "from verl_ext.compose import compose\n"
         "from verl_ext.trainer import VerlExtTrainerSync\n"
         "from verl_ext.validation import ConfigError\n"
         f"config = compose({GUI!r})\n"
@@ -50,7 +51,8 @@ def test_text_only_agent_loops_need_no_browser_modules(tmp_path):
 
     assert main(["prepare-data", "text_hybrid", str(tmp_path), "--train-size", "2", "--val-size", "1"]) == 0
     code = (
-        "from verl_ext.doctor import compose, dependency_problems\n"
+        "from verl_ext.compose import compose\n"
+        "from verl_ext.validation import dependency_problems\n"
         f"for loop in ('hybrid_gui_tool', 'decision_turn'):\n"
         f"    print(loop, dependency_problems(compose([*{GUI!r}, 'data.train_files={tmp_path}/train.parquet',\n"
         "        f'actor_rollout_ref.rollout.agent.default_agent_loop={loop}'])))\n"
@@ -62,7 +64,7 @@ def test_text_only_agent_loops_need_no_browser_modules(tmp_path):
 
 @pytest.mark.needs_extra("gui")  # the rest of the extra, installed
 def test_with_everything_installed_the_gui_config_passes():
-    assert doctor.dependency_problems(doctor.compose(GUI)) == []
+    assert validation.dependency_problems(compose(GUI)) == []
 
 
 @pytest.mark.needs_extra("gui")  # the rest of the extra, installed
@@ -72,7 +74,7 @@ def test_every_required_module_belongs_to_the_named_extra():
 
     providers = importlib.metadata.packages_distributions()
     extras = {extra: {r.name.lower() for r in reqs} for extra, reqs in doctor.extras().items()}
-    for spec in plugin.PLUGINS:
+    for spec in registry.PLUGINS:
         for module in {m for modules in spec.backend_requires.values() for m in modules}:
             dists = {d.lower() for d in providers.get(module, [])}
             assert dists & extras[spec.extra], f"{spec.name} requires {module} ({dists}), not in [{spec.extra}]"

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from verl_ext import doctor, validation
+from verl_ext.compose import compose
+from verl_ext.trainer_modes import TRAINER_MODE_KEY
 
 from .main_ppo_job import main_ppo_job
 from .messages import assert_names
@@ -49,7 +51,7 @@ def single_turn_data(tmp_path_factory) -> list[str]:
 
 def problems(*overrides: str, config_dir: str | None = None, config_name: str = "ppo_trainer") -> list[str]:
     """``verl_ext.validation.problems`` of the config main_ppo composes from these arguments."""
-    config = doctor.compose(list(overrides), config_dir, config_name)
+    config = compose(list(overrides), config_dir, config_name)
     return validation.problems(config, list(config.hydra.overrides.task))
 
 
@@ -116,14 +118,16 @@ def test_case3_no_fragment_picks_the_trainer_mode():
     fragments = sorted((REPO / "verl_ext" / "plugins").glob("*/*.yaml"))
     assert fragments
     for fragment in fragments:
-        assert validation.TRAINER_MODE_KEY not in validation.fragment_leaves(fragment.parent.name, fragment.stem), fragment
+        leaves = validation.fragment_leaves(f"plugins/{fragment.parent.name}", fragment.stem)
+        assert leaves, fragment  # read as the command line names it
+        assert TRAINER_MODE_KEY not in leaves, fragment
 
 
 def test_case3_a_user_recipes_trainer_mode_survives_the_fragments(base, tmp_path):
     (tmp_path / "my_recipe.yaml").write_text(
         "defaults:\n  - ppo_trainer\n  - _self_\ntrainer:\n  v1:\n    trainer_mode: verl_ext_colocate_async\n")
     overrides = [*base, "+plugins/advantage=hgpo", "+plugins/old_logits=snapshot"]
-    config = doctor.compose(overrides, str(tmp_path), "my_recipe")
+    config = compose(overrides, str(tmp_path), "my_recipe")
     assert config.trainer.v1.trainer_mode == "verl_ext_colocate_async"
     code, out, err = main_ppo_job(["--config-dir", str(tmp_path), "--config-name", "my_recipe", *overrides, "--cfg", "job"])
     assert code == 0, err

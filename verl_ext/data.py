@@ -11,7 +11,7 @@ import os
 import random
 from collections.abc import Callable
 
-from verl_ext.cli import command_parser, positive_int
+from verl_ext.cli_args import command_parser, positive_int
 
 ARITHMETIC_SOURCE = "verl_ext/arithmetic"
 TEXT_CORRIDOR_SOURCE = "verl_ext/text_corridor"

@@ -35,9 +35,9 @@ def trainer_modes() -> list[str]:
     """Values ``trainer.v1.trainer_mode`` accepts here: verl's own and verl-ext's."""
     from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
 
-    from verl_ext import plugin
+    from verl_ext import registry
 
-    plugin.load_all()
+    registry.load_all()
     return sorted(TRAINER_REGISTRY)
 
 
@@ -51,7 +51,7 @@ SECTIONS = {
 
 
 def main(argv: list[str]) -> int:
-    from verl_ext.cli import command_parser
+    from verl_ext.cli_args import command_parser
 
     parser = command_parser("verl-ext list", __doc__)
     parser.add_argument("what", nargs="?", choices=[name.replace(" ", "-") for name in SECTIONS],

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from verl_ext.gpu_checks import select
+from verl_ext.trainer_modes import TRAINER_MODE_KEY, needs_verl_ext_trainer
 
 # plugin kind -> the key whose value selects the plugin
 SELECTORS: dict[str, str] = {
@@ -31,7 +32,6 @@ SELECTORS: dict[str, str] = {
     "loss": "actor_rollout_ref.actor.policy_loss.loss_mode",
     "old_logit_provider": "algorithm.old_logits.provider",
 }
-TRAINER_MODE_KEY = "trainer.v1.trainer_mode"
 DECLARING_MODULES = ("verl_ext.advantages.preconditions", "verl_ext.losses.preconditions",
                      "verl_ext.old_logits.providers")
 DOCS_PAGE = Path(__file__).resolve().parents[1] / "docs" / "reference" / "validation.md"
@@ -92,8 +92,6 @@ def verl_ext_trainer(kind: str, name: str, effect: str) -> Precondition:
     key = SELECTORS[kind]
 
     def check(config: Any) -> list[str]:
-        from verl_ext.validation import needs_verl_ext_trainer  # validation imports this module
-
         return needs_verl_ext_trainer(config, key, name, effect)
 
     return Precondition(kind, name, f"a verl-ext trainer mode (`{TRAINER_MODE_KEY}=verl_ext_*`): verl's own trainer "

@@ -53,7 +53,7 @@ def copy_recipes(out: Path, names: list[str]) -> list[Path]:
 
 
 def main(argv: list[str]) -> int:
-    from verl_ext.cli import command_parser
+    from verl_ext.cli_args import command_parser
 
     parser = command_parser("verl-ext recipes", __doc__)
     parser.add_argument("names", nargs="*", metavar="NAME", help="recipes to copy (all when none is named)")

@@ -17,7 +17,7 @@ import json
 import os
 import re
 
-from verl_ext.cli import command_parser
+from verl_ext.cli_args import command_parser
 
 # ChatML with Qwen2.5-style tool calling: tools are listed in the system turn, assistant tool
 # calls are `<tool_call>{json}</tool_call>`, tool results come back as `<tool_response>` in a

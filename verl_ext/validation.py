@@ -20,25 +20,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from verl_ext import VERL_VERSION, doctor, gpu_checks, plugin
+from verl_ext import VERL_VERSION, gpu_checks, registry
+from verl_ext.config_data import AGENT_LOOP_FILE_KEY, agent_loop_file, agent_loops, data_files, env_backends
 from verl_ext.gpu_checks import select
 from verl_ext.preconditions import precondition_problems
+from verl_ext.registry import CONFIG_KEYS, PLUGINS, importable, load_all, named_plugins, registered_names
+from verl_ext.trainer_modes import base_trainer_mode, needs_verl_ext_trainer
 
 logger = logging.getLogger("verl_ext")
 
-TRAINER_MODE_KEY = "trainer.v1.trainer_mode"
-VERL_EXT_TRAINERS = tuple(spec.name for spec in plugin.PLUGINS if spec.kind == "trainer")
-# verl's trainer mode -> the verl-ext trainer that extends it
-VERL_EXT_TWIN = {"sync": "verl_ext_sync", "colocate_async": "verl_ext_colocate_async",
-                 "separate_async": "verl_ext_separate_async"}
-VERL_EXT_TWIN_BASE = {twin: base for base, twin in VERL_EXT_TWIN.items()}
 # env backends that drive Chromium (verl_ext.envs.pool): hybrid_gui_tool's backends that need selenium (the
 # plugin table is where they are listed)
-BROWSER_BACKENDS = frozenset(backend for spec in plugin.PLUGINS for backend, modules in spec.backend_requires.items()
+BROWSER_BACKENDS = frozenset(backend for spec in PLUGINS for backend, modules in spec.backend_requires.items()
                              if "selenium" in modules)
 # Keys whose value *is* a plugin fragment's choice: a command-line value for one of them next to
 # the fragment on the same command line drops the fragment's choice but keeps its settings.
-SELECTOR_KEYS = tuple(key for _, key in doctor.CONFIG_KEYS) + ("reward.reward_manager.name",)
+SELECTOR_KEYS = tuple(key for _, key in CONFIG_KEYS) + ("reward.reward_manager.name",)
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
 
 Check = Callable[[Any], list[str]]
@@ -85,7 +82,63 @@ def assert_valid(config: Any, command_line: list[str] | None = None, machine: bo
 @check
 def plugins_registered(config: Any) -> list[str]:
     """Every plugin the config names is registered and its run-time imports are installed."""
-    return doctor.check_requirements(config)
+    return check_requirements(config)
+
+
+def _explain_missing(kind: str, name: str, key: str) -> str:
+    spec = next((s for s in registry.PLUGINS if s.name == name and s.kind == kind), None)
+    if spec is None:
+        return f"{key}={name}: no {kind} named {name!r} is registered (not a verl-ext plugin either; check the spelling)"
+    error = registry.LOAD_ERRORS.get(spec.module)
+    message = f"{key}={name}: the verl-ext {kind} plugin did not register"
+    if error is not None:
+        missing = getattr(error, "name", None) if isinstance(error, ModuleNotFoundError) else None
+        message += f" because importing {spec.module} failed: {error!r}"
+        if missing:
+            message += f". The missing module is {missing!r}"
+    if spec.extra:
+        message += f". Install it with: pip install 'verl-ext[{spec.extra}]'"
+    return message
+
+
+def plugin_problems(config: Any) -> list[str]:
+    """Every plugin named in ``config`` that is not registered, explained."""
+    load_all()
+    problems = []
+    for kind, name, key in named_plugins(config):
+        try:
+            names = registered_names(kind)
+        except Exception as exc:  # noqa: BLE001 - a registry that cannot even be imported is a problem too
+            problems.append(f"{key}={name}: cannot read verl's {kind} registry: {exc!r}")
+            continue
+        if name not in names:
+            problems.append(_explain_missing(kind, name, key))
+    return problems
+
+
+def dependency_problems(config: Any) -> list[str]:
+    """Every module a selected agent loop imports only once it runs rows of the env backends the
+    training rows name (``PluginSpec.backend_requires``) that is not installed, naming the pip
+    extra: without this check such a run starts and every agent loop fails deep inside it."""
+    problems = []
+    for kind, name, key in named_plugins(config):
+        spec = next((s for s in registry.PLUGINS if s.name == name and s.kind == kind), None)
+        if spec is None or not spec.backend_requires:
+            continue
+        backends = sorted(env_backends(config) & spec.backend_requires.keys())
+        required = dict.fromkeys(m for b in backends for m in spec.backend_requires[b])
+        missing = [m for m in required if not importable(m)]
+        if missing:
+            fix = f"pip install 'verl-ext[{spec.extra}]'" if spec.extra else "install them"
+            problems.append(f"{key}={name} on env backend {', '.join(backends)} needs "
+                            f"{', '.join(repr(m) for m in missing)}, not installed here: {fix}")
+    return problems
+
+
+def check_requirements(config: Any) -> list[str]:
+    """Every plugin ``config`` names that is not registered or not installed here, each naming the
+    config key and the fix; the ``plugins_registered`` check."""
+    return plugin_problems(config) + dependency_problems(config)
 
 
 @check
@@ -107,20 +160,6 @@ def _hook_features(config: Any) -> Iterator[tuple[str, Any, str]]:
                "ignores the group term R_length")
 
 
-def needs_verl_ext_trainer(config: Any, key: str, value: Any, effect: str) -> list[str]:
-    """The problem of ``key=value``, which only a verl-ext trainer honours, under the configured
-    trainer (none under a verl-ext one); ``effect``: what verl's own trainer does with it instead."""
-    mode = str(select(config, TRAINER_MODE_KEY, "sync"))
-    if not select(config, "trainer.use_v1", True):
-        where, fix = "trainer.use_v1=false (verl's legacy trainer)", f"trainer.use_v1=true {TRAINER_MODE_KEY}=verl_ext_sync"
-    elif mode in VERL_EXT_TRAINERS:
-        return []
-    else:
-        where = f"{TRAINER_MODE_KEY}={mode} is verl's own trainer"
-        fix = f"{TRAINER_MODE_KEY}={VERL_EXT_TWIN.get(mode, ' or '.join(VERL_EXT_TRAINERS))}"
-    return [f"{key}={value} needs a verl-ext trainer, but {where}, which {effect}: set {fix}"]
-
-
 @check
 def verl_ext_trainer_selected(config: Any) -> list[str]:
     """Settings only the verl-ext trainers read are refused under verl's own trainer, which would
@@ -133,13 +172,6 @@ def preconditions(config: Any) -> list[str]:
     """The preconditions of the selected estimator, loss and old-logit provider
     (``verl_ext.preconditions``; the section "Preconditions" of docs/reference/validation.md)."""
     return precondition_problems(config)
-
-
-def base_trainer_mode(config: Any) -> str:
-    """verl's trainer mode the configured one is or extends (``verl_ext_separate_async`` ->
-    ``separate_async``)."""
-    mode = str(select(config, TRAINER_MODE_KEY, "sync"))
-    return VERL_EXT_TWIN_BASE.get(mode, mode)
 
 
 @check
@@ -244,39 +276,6 @@ def _probe_estimator(name: str, params: dict[str, Any]) -> list[str]:
     return []
 
 
-def agent_loops(config: Any) -> dict[str, tuple[str | None, str]]:
-    """The agent loops a run will use: ``name -> (class path or None where unknown, where it is set)``;
-    the rows' ``agent_name`` column of ``data.train_files`` where present, else ``default_agent_loop``."""
-    agent = select(config, "actor_rollout_ref.rollout.agent")
-    names: dict[str, str] = {}
-    for path in _data_files(config, "train_files"):
-        for name in _agent_names(path):
-            names.setdefault(name, f"agent_name in {path}")
-    if not names:
-        default = select(agent, "default_agent_loop", "single_turn_agent")
-        names[str(default)] = "actor_rollout_ref.rollout.agent.default_agent_loop"
-    targets = {name: entry.get("_target_") for name, entry in _registered_agent_loops().items()}
-    try:
-        targets.update({entry.name: entry.get("_target_") for entry in _agent_loop_file(config)})
-    except Exception:  # noqa: BLE001 - agent_loop_settings reports an unreadable file; this check then knows less
-        pass
-    return {name: (targets.get(name), source) for name, source in names.items()}
-
-
-AGENT_LOOP_FILE_KEY = "actor_rollout_ref.rollout.agent.agent_loop_config_path"
-
-
-def _agent_loop_file(config: Any) -> list[Any]:
-    """The entries of ``agent_loop_config_path``, loaded as verl loads them (none when unset)."""
-    path = select(config, AGENT_LOOP_FILE_KEY)
-    if not path:
-        return []
-    from omegaconf import OmegaConf
-    from verl.utils.import_utils import resolve_config_path
-
-    return list(OmegaConf.load(resolve_config_path(path)))
-
-
 @check
 def agent_loop_settings(config: Any) -> list[str]:
     """``agent_loop_config_path`` loads, each ``_target_`` imports, and every kwarg is a parameter of
@@ -287,7 +286,7 @@ def agent_loop_settings(config: Any) -> list[str]:
 
     path = select(config, AGENT_LOOP_FILE_KEY)
     try:
-        entries = _agent_loop_file(config)
+        entries = agent_loop_file(config)
     except Exception as exc:  # noqa: BLE001 - missing file, bad YAML: verl would fail in the agent-loop workers
         return [f"{AGENT_LOOP_FILE_KEY}={path}: cannot be loaded ({exc}); fix the path or the YAML"]
     found = []
@@ -311,60 +310,10 @@ def agent_loop_settings(config: Any) -> list[str]:
     return found
 
 
-def _registered_agent_loops() -> dict[str, dict]:
-    plugin.load_all()
-    from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
-
-    return dict(_agent_loop_registry)
-
-
-def _data_files(config: Any, key: str) -> list[str]:
-    value = select(config, f"data.{key}")
-    if value is None:
-        return []
-    return [str(value)] if isinstance(value, str) else [str(v) for v in value]
-
-
-def _column(path: str, name: str) -> list[Any]:
-    """Column ``name`` of a parquet data file; empty when the file or the column is absent."""
-    if not os.path.exists(path) or not path.endswith(".parquet"):
-        return []
-    import pyarrow.parquet as pq
-
-    if name not in pq.read_schema(path).names:
-        return []
-    return pq.read_table(path, columns=[name]).column(0).to_pylist()
-
-
-def _agent_names(path: str) -> list[str]:
-    return sorted({str(v) for v in _column(path, "agent_name") if v})
-
-
-def env_backends(config: Any) -> set[str]:
-    """The ``hybrid_gui_tool`` env backends the training rows name (``extra_info.env.backend``; the
-    loop's default ``minidesk`` where a row names none or no data file is readable)."""
-    backends = set()
-    for path in _data_files(config, "train_files"):
-        stat = os.stat(path) if os.path.exists(path) else None
-        backends |= _file_env_backends(path, stat and (stat.st_mtime_ns, stat.st_size))
-    return backends or {"minidesk"}
-
-
-@functools.lru_cache(maxsize=64)
-def _file_env_backends(path: str, version: tuple[int, int] | None) -> frozenset[str]:
-    # several start-up checks ask (doctor's dependencies, the browser checks): one read of the
-    # extra_info column per file version (mtime, size), not one per check
-    backends = set()
-    for extra_info in _column(path, "extra_info"):
-        env = (extra_info or {}).get("env") or {}
-        backends.add(env.get("backend") or (extra_info or {}).get("env_backend") or "minidesk")
-    return frozenset(backends)
-
-
 @check
 def data_files_exist(config: Any) -> list[str]:
     return [f"data.{key}={path}: no such file; write it with `verl-ext prepare-data` or fix the path"
-            for key in ("train_files", "val_files") for path in _data_files(config, key)
+            for key in ("train_files", "val_files") for path in data_files(config, key)
             if "://" not in path and not os.path.exists(os.path.expanduser(path))]
 
 
@@ -503,7 +452,7 @@ def fragment_leaves(group: str, option: str) -> dict[str, Any]:
     """``{dotted key: value}`` a shipped fragment (``plugins/<kind>/<option>.yaml``) sets."""
     import yaml
 
-    path = Path(plugin.__file__).parent / group / f"{option}.yaml"
+    path = Path(__file__).parent / group / f"{option}.yaml"  # group: plugins/<kind>, as the command line says
     if not path.exists():
         return {}
 

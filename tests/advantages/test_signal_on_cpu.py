@@ -44,7 +44,7 @@ def test_the_cause_names_the_estimator_the_fix_and_the_opt_out():
 
 
 def _trainer(parameter_sync_step: int, verl_ext_config: dict):
-    from verl_ext.doctor import compose
+    from verl_ext.compose import compose
     from verl_ext.trainer import VerlExtTrainerSync
 
     trainer = object.__new__(VerlExtTrainerSync)  # only _check_signal runs: no workers needed

@@ -230,7 +230,7 @@ def test_advantage_hook_runs_the_step_aware_estimator_inside_verls_compute_advan
     from verl.trainer.ppo.v1 import trainer_base
 
     from verl_ext.advantages.verl_glue import compute_token_advantages
-    from verl_ext.doctor import compose
+    from verl_ext.compose import compose
     from verl_ext.steps import StepMetadata
     from verl_ext.trainer import VerlExtTrainerSync
 

@@ -7,7 +7,7 @@ import argparse
 
 import pytest
 
-from verl_ext.cli import unit_rate
+from verl_ext.cli_args import unit_rate
 from verl_ext.envs.demos import check_tool_turn_rate
 from verl_ext.errors import UserError
 

@@ -1,7 +1,7 @@
 """The preconditions of the advantage estimators (``verl_ext.preconditions``): verl-ext's step-aware
 ones and the verl group estimators whose group size verl-ext checks.
 
-The agent-loop conditions read which loops a run uses (``verl_ext.validation.agent_loops``: the rows'
+The agent-loop conditions read which loops a run uses (``verl_ext.config_data.agent_loops``: the rows'
 ``agent_name``, else ``default_agent_loop``); a loop of your own is assumed to write what it must.
 """
 
@@ -55,7 +55,7 @@ def _group_size(name: str, effect: str) -> Precondition:
 
 def _loops(config: Any) -> Iterator[tuple[str, str, str]]:
     """``(name, class path, where it is set)`` of each agent loop the run uses whose class is known."""
-    from verl_ext.validation import agent_loops  # validation imports this module through the driver
+    from verl_ext.config_data import agent_loops
 
     for name, (target, source) in agent_loops(config).items():
         if target is not None:  # unregistered: plugins_registered names it

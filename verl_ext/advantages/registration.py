@@ -13,7 +13,7 @@ from typing import Any
 from verl.trainer.ppo.core_algos import register_adv_est
 
 from verl_ext.advantages import ESTIMATORS
-from verl_ext.plugin import PLUGINS
+from verl_ext.registry import PLUGINS
 
 # The verl-ext trainer modes, whichever names the trainer plugin registers.
 TRAINER_MODES = [spec.name for spec in PLUGINS if spec.kind == "trainer"]

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from verl.utils.dataset.multiturn_sft_dataset import MultiTurnSFTDataset
 
-from verl_ext.cli import positive_int, unit_rate
+from verl_ext.cli_args import positive_int, unit_rate
 from verl_ext.envs.core import GUI_TOOL_NAME, Action, ToolCall
 from verl_ext.errors import UserError
 

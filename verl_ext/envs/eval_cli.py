@@ -19,7 +19,7 @@ from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from verl_ext.cli import positive_int
+from verl_ext.cli_args import positive_int
 from verl_ext.envs.base import BrowserEnv
 from verl_ext.envs.core import EnvFault
 from verl_ext.envs.policies import Policy, check_policy_spec, make_policy

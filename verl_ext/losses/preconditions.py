@@ -14,7 +14,7 @@ ROLLOUT_IS_KEY = "algorithm.rollout_correction.rollout_is"
 
 def _importance_weights(config: Any) -> list[str]:
     """Stale tokens without verl's rollout correction: the loss would never see μ."""
-    from verl_ext.validation import base_trainer_mode  # validation imports this module through the driver
+    from verl_ext.trainer_modes import base_trainer_mode
 
     mode = base_trainer_mode(config)
     if mode == "sync" or select(config, ROLLOUT_IS_KEY) is not None:

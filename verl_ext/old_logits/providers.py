@@ -49,6 +49,7 @@ from verl_ext.old_logits.metrics import (
 from verl_ext.old_logits.snapshot import SnapshotMissingError, scatter_by_version
 from verl_ext.old_logits.weight_specs import CURRENT, EWMA, SNAPSHOT, snapshot_spec
 from verl_ext.preconditions import Precondition, verl_ext_trainer
+from verl_ext.trainer_modes import TRAINER_MODE_KEY, base_trainer_mode
 
 # Fields a provider may fetch through ``OldLogitHost.old_logits_fetch`` (all padded (bs, L)).
 RESPONSE_MASK = "response_mask"
@@ -59,7 +60,6 @@ RECORDED_TOKEN_VERSIONS = "recorded_token_versions"
 PRECOMPUTED_LOG_PROBS = "precomputed_old_log_probs"  # float, NaN = not scored (dedicated / interrupt)
 
 EXACT_TOKEN_SHARE = f"{PREFIX}exact_token_share"
-TRAINER_MODE_KEY = "trainer.v1.trainer_mode"
 # rollout engines whose servers count the segments they serve (verl_ext.old_logits.segment_log)
 SEGMENT_COUNTING_ROLLOUTS = ("hf", "vllm")
 _RECORD_VERSIONS = "record per-token versions (verl_ext.old_logits.rollout_client, extra_fields['token_global_steps'])"
@@ -472,8 +472,6 @@ def configured_provider(config: Any) -> OldLogitProvider | None:
     Raises:
         ValueError, TypeError: the section does not parse or names no registered provider.
     """
-    from verl_ext.validation import base_trainer_mode  # validation imports this module
-
     section = select(config, "algorithm.old_logits")
     mode = base_trainer_mode(config)
     if section is None or mode not in TRAINER_MODES:

@@ -47,7 +47,7 @@ from typing import Any, Protocol
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from verl_ext.cli import command_parser, positive_int
+from verl_ext.cli_args import command_parser, positive_int
 from verl_ext.errors import UserError
 
 HOST = "127.0.0.1"

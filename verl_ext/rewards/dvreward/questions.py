@@ -31,7 +31,7 @@ from typing import Any
 
 import httpx
 
-from verl_ext.cli import command_parser
+from verl_ext.cli_args import command_parser
 from verl_ext.errors import UserError
 from verl_ext.rewards.dvreward.question_set import clean_questions
 from verl_ext.rewards.dvreward.scoring import QUALITY, SEMANTIC
