@@ -9,14 +9,15 @@ import pytest
 from verl_ext import registry, validation
 from verl_ext.compose import compose
 from verl_ext.advantages import ESTIMATORS
+from verl_ext.doc_sections import section_of
 from verl_ext.old_logits.providers import PROVIDER_REGISTRY
 from verl_ext.preconditions import (
     DOCS_PAGE,
+    SECTION_HEADING,
     Precondition,
     declared,
     precondition_problems,
     render_section,
-    section_of,
 )
 
 from .messages import assert_names
@@ -134,4 +135,4 @@ def test_a_precondition_is_checked_or_says_where_instead():
 
 
 def test_the_docs_section_is_the_rendered_declarations():
-    assert section_of(DOCS_PAGE.read_text()) == render_section(), "run: python -m verl_ext.preconditions --write"
+    assert section_of(DOCS_PAGE.read_text(), SECTION_HEADING) == render_section(), "run: python -m verl_ext.preconditions --write"

@@ -109,6 +109,13 @@ def main(argv: list[str]) -> int:
         except Exception as exc:  # noqa: BLE001
             needed = f"target missing: {exc!r}"
         print(f"  {patch.name:<34} {state:<12} {needed}")
+    from verl_ext import replacements
+
+    print("\nreplacements of verl names (verl_ext/replacements.py; guard: the target's parameters or patched line):")
+    for replacement in replacements.inventory():
+        changed = replacements.problem(replacement)
+        ok = ok and changed is None
+        print(f"  {replacement.target:<86} {'guard holds' if changed is None else 'CHANGED: ' + changed}")
     print("\nGPU readiness (vLLM + FSDP):")
     lines, gpu_ready = gpu_checks.readiness_report()
     for line in lines:

@@ -20,9 +20,9 @@ import importlib
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
+from verl_ext.doc_sections import DOCS, write_section
 from verl_ext.gpu_checks import select
 from verl_ext.trainer_modes import TRAINER_MODE_KEY, needs_verl_ext_trainer
 
@@ -34,7 +34,7 @@ SELECTORS: dict[str, str] = {
 }
 DECLARING_MODULES = ("verl_ext.advantages.preconditions", "verl_ext.losses.preconditions",
                      "verl_ext.old_logits.providers")
-DOCS_PAGE = Path(__file__).resolve().parents[1] / "docs" / "reference" / "validation.md"
+DOCS_PAGE = DOCS / "reference" / "validation.md"
 SECTION_HEADING = "## Preconditions"
 
 Check = Callable[[Any], list[str]]
@@ -129,27 +129,11 @@ def render_section() -> str:
     )
 
 
-def section_of(page: str) -> str:
-    """The "Preconditions" section of ``page`` (up to the next ``## `` heading), '' where absent."""
-    start = page.find(f"{SECTION_HEADING}\n")
-    if start < 0:
-        return ""
-    end = page.find("\n## ", start + 1)
-    return page[start:] if end < 0 else page[start:end + 1]
-
-
-def write_section(path: Path = DOCS_PAGE) -> None:
-    """Replace (or append) the "Preconditions" section of ``path`` with :func:`render_section`."""
-    page = path.read_text()
-    old = section_of(page)
-    path.write_text(page.replace(old, render_section()) if old else page.rstrip("\n") + "\n\n" + render_section())
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m verl_ext.preconditions", description=__doc__.split("\n\n")[0])
     parser.add_argument("--write", action="store_true", help=f"rewrite the section in {DOCS_PAGE.name}")
     if parser.parse_args(argv).write:
-        write_section()
+        write_section(DOCS_PAGE, SECTION_HEADING, render_section())
     else:
         sys.stdout.write(render_section())
     return 0

@@ -60,7 +60,7 @@ from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
 from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
-from verl_ext import faults, validation
+from verl_ext import faults, replacements, validation
 from verl_ext.rewards.env_rewards import training_batch_metrics
 from verl_ext.old_logits.rollout_client import VersionedFullyAsyncLLMServerClient, VersionedLLMServerClient
 from verl_ext.timing import accumulate, hook_timer, step_metrics, timed
@@ -77,6 +77,7 @@ class VerlExtTrainerMixin:
         from verl_ext.old_logits import OldLogitsConfig, build_provider
         from verl_ext.rewards.dvreward.startup import probe_configured_judge as probe_dvreward_judge
 
+        replacements.assert_targets_unchanged()
         validation.assert_valid(config, machine=True)
         probe_dvreward_judge(config)  # the judge answers (the keys and question sets were checked above)
         with open_dict(config):

@@ -372,7 +372,7 @@ def test_version_guard_reads_the_distribution_and_skips_when_verl_has_no_version
     assert patches._verl_version() == patches.VERL_VERSION
     monkeypatch.setitem(sys.modules, "verl", types.SimpleNamespace())  # partly initialised: no version yet
     applied = []
-    patch = patches.Patch(name="probe", module="json", target="dumps", snippet="", apply=applied.append)
+    patch = patches.Patch(name="probe", module="json", target="dumps", snippet="", apply=applied.append, replaces="json:dumps")
     patches._apply(patch)
     assert applied == [] and patches.SKIPPED.pop("probe") == f"verl None != {patches.VERL_VERSION}"
 

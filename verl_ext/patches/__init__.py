@@ -46,6 +46,7 @@ class Patch:
     target: str  # qualified name inside ``module`` whose source holds ``snippet``
     snippet: str  # the verl source text the patch exists because of
     apply: Callable[[object], None]  # receives the imported module
+    replaces: str  # ``module:name`` the patch rebinds (verl_ext.replacements lists it)
 
     def target_source(self) -> str:
         obj = importlib.import_module(self.module)
@@ -174,6 +175,7 @@ PATCHES: tuple[Patch, ...] = (
         target="initialize_global_process_group_ray",
         snippet='f"cpu:gloo,{get_device_name()}:{get_nccl_backend()}"',
         apply=_patch_init_process_group,
+        replaces="torch.distributed:init_process_group",
     ),
     Patch(
         name="valuehead_sdpa",
@@ -181,6 +183,7 @@ PATCHES: tuple[Patch, ...] = (
         target="load_valuehead_model",
         snippet='attn_implementation="flash_attention_2"',
         apply=_patch_valuehead_attention,
+        replaces="verl.utils.model:load_valuehead_model",
     ),
     Patch(
         name="offload_no_pin_memory",
@@ -188,6 +191,7 @@ PATCHES: tuple[Patch, ...] = (
         target="FSDPEngine._build_fsdp_module",
         snippet="CPUOffloadPolicy(pin_memory=True)",
         apply=_patch_offload_pin_memory,
+        replaces="verl.workers.engine.fsdp.transformer_impl:CPUOffloadPolicy",
     ),
     Patch(
         name="model_copy_to_host",
@@ -195,6 +199,7 @@ PATCHES: tuple[Patch, ...] = (
         target="fsdp2_sharded_save_to_cpu",
         snippet="local_cpu_tensor = local_gpu_tensor.detach().cpu()",
         apply=_patch_model_copy_to_host,
+        replaces="verl.utils.fsdp_utils:fsdp2_sharded_save_to_cpu",
     ),
 )
 
@@ -250,6 +255,7 @@ ENGINE_PATCHES: tuple[Patch, ...] = (
         target="logprobs_from_logits_v2",
         snippet="for row_logits, row_labels in zip(logits, labels, strict=True):",
         apply=_patch_logprob_row_blocks,
+        replaces="verl.utils.torch_functional:logprobs_from_logits_v2",
     ),
 )
 
@@ -322,6 +328,7 @@ VLLM_PATCHES: tuple[Patch, ...] = (  # both or neither: the two ends must name t
         target="vLLMHttpServer.__init__",
         snippet='os.environ["VERL_RAY_JOB_ID"] = ray.get_runtime_context().get_job_id()',
         apply=_patch_server_job_id,
+        replaces="verl.workers.rollout.vllm_rollout.vllm_async_server:vLLMHttpServer.__init__",
     ),
     Patch(
         name="weight_socket_per_cluster_adapter",
@@ -329,6 +336,7 @@ VLLM_PATCHES: tuple[Patch, ...] = (  # both or neither: the two ends must name t
         target="ServerAdapter.__init__",
         snippet='self.zmq_handle = f"ipc:///tmp/rl-colocate-zmq-{job_id}-replica-{self.replica_rank}-rank-{local_rank}.sock"',
         apply=_patch_adapter_socket,
+        replaces="verl.workers.rollout.vllm_rollout.vllm_rollout:ServerAdapter.__init__",
     ),
 )
 
@@ -361,6 +369,7 @@ TRAINER_PATCHES: tuple[Patch, ...] = (
         target="PPOTrainerSeparateAsync._setup",
         snippet="flush=True,",
         apply=_patch_separate_async_log,
+        replaces="verl.trainer.ppo.v1.trainer_separate_async:logger",
     ),
 )
 
