@@ -106,3 +106,10 @@ def test_the_registry_imports_nothing_heavy():
             "print(sorted(m for m in ('torch', 'verl', 'ray', 'transformers', 'verl_ext.plugin') if m in sys.modules))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert proc.stdout.strip() == "[]"
+
+
+def test_the_pure_math_imports_without_verl():
+    code = ("import sys; import verl_ext.losses.decoupled_ppo, verl_ext.rewards.tool_path, verl_ext.advantages.gigpo; "
+            "print(sorted(m for m in ('verl', 'ray') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert proc.stdout.strip() == "[]"

@@ -12,7 +12,7 @@ import pytest
 
 from verl_ext.advantages import StepBatch, compute
 from verl_ext.advantages.median import median_advantage
-from verl_ext.advantages.toolcua import path_length_reward, tool_efficient_reward
+from verl_ext.rewards.tool_path import path_length_reward, tool_efficient_reward
 
 TOL = 1e-4
 

@@ -11,7 +11,7 @@ from verl.workers.config import ActorConfig
 
 import verl_ext.losses.registration  # noqa: F401  (registers ppo_ewma)
 from verl_ext.losses.config import PPOEWMAPolicyLossConfig
-from verl_ext.losses.ppo_ewma import decoupled_ppo_token_losses
+from verl_ext.losses.decoupled_ppo import decoupled_ppo_token_losses
 
 AGG_MODES = ["token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 

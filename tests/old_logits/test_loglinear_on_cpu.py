@@ -4,7 +4,7 @@ verl_ext/old_logits/loglinear.py), checked through the ppo_ewma loss."""
 import pytest
 import torch
 
-from verl_ext.losses.ppo_ewma import decoupled_ppo_token_losses
+from verl_ext.losses.decoupled_ppo import decoupled_ppo_token_losses
 from verl_ext.old_logits.loglinear import (
     loglinear_alpha,
     loglinear_proxy,

@@ -13,8 +13,8 @@ from functools import cached_property
 import numpy as np
 
 from verl_ext.advantages import grouping
+from verl_ext.steps import ROLES
 
-ROLES = ("", "planner", "executor")
 _ROLE_CODES = {role: code for code, role in enumerate(ROLES)}
 _MAX_LISTED = 10  # offending ids quoted in one error message
 

@@ -16,7 +16,7 @@ import numpy as np
 from verl_ext.advantages import grouping
 from verl_ext.advantages.batch import StepBatch
 
-PLANNER = 1  # role code, see batch.ROLES
+PLANNER = 1  # role code, see verl_ext.steps.ROLES
 TRAIN_ROLES = ("both", "planner", "executor")
 _ROLE_SETTING = "record role='planner'/'executor' for every step in the agent loop's StepMetadata"
 

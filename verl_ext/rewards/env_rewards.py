@@ -11,7 +11,7 @@ ToolCUA (arXiv 2605.12481, Tool-Efficient Path Reward):
 ``R = R_fmt + R_acc + 0.4 * R_tool + 0.2 * R_length``, with ``R_tool = I_succ * [(t_b > 0 and c > 0)
 or (t_b < 0 and c = 0)]`` and ``R_length`` comparing the step count with the rollout-group mean.
 The group term cannot be computed per sample; ``group_path_reward`` applies it over a group
-through ``verl_ext.advantages.toolcua`` (the advantages plugin's post-processor). ``len_gain`` =
+through ``verl_ext.rewards.tool_path`` (a group reward post-processor). ``len_gain`` =
 ``I_succ * (1 - s / S_max)`` is the zero-patch GDPO approximation of the group term.
 
 Faulted episodes (``valid == 0``) score 0 only as a placeholder: the agent loop has zeroed their
@@ -140,7 +140,7 @@ def group_path_reward(
     """The full ToolCUA reward over rollout groups (``uid``), with ``R_length`` from each group's
     mean step count. Invalid (faulted) rows are left out of the group mean and get NaN, so a caller
     cannot mistake them for failures. Shape (m,)."""
-    from verl_ext.advantages.toolcua import tool_efficient_reward
+    from verl_ext.rewards.tool_path import tool_efficient_reward
 
     uid = np.asarray(uid)
     column = {key: np.array([c[key] for c in components]) for key in components[0]} if components else {}

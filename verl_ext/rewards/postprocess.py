@@ -13,7 +13,7 @@ metadata agent loops write (``verl_ext.steps``):
   judge could not score it) are left out of the group mean and gain nothing, as every other group
   statistic leaves them out (``verl_ext.advantages.validity``).
 
-The math lives in pure functions (``verl_ext.advantages.toolcua``); this module only maps verl's
+The math lives in pure functions (``verl_ext.rewards.tool_path``); this module only maps verl's
 batch rows to trajectories and writes the bonus onto each trajectory's last response token.
 """
 
@@ -64,7 +64,7 @@ def path_length_bonus(
         trajectory's last step (every row in the one-row-per-trajectory layout). A trajectory
         with any faulted row (env fault or flagged reward) gets 0 and is not in its group's mean.
     """
-    from verl_ext.advantages.toolcua import path_length_reward
+    from verl_ext.rewards.tool_path import path_length_reward
     from verl_ext.advantages.validity import invalid_rows
 
     bonus = np.zeros(len(uids))
