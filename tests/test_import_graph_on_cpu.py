@@ -113,3 +113,10 @@ def test_the_pure_math_imports_without_verl():
             "print(sorted(m for m in ('verl', 'ray') if m in sys.modules))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert proc.stdout.strip() == "[]"
+
+
+def test_the_envs_do_not_import_the_agent_loops_or_the_datasets_built_on_them():
+    """The env contract sits below the agent loops and the verl datasets, which import it."""
+    found = {name: sorted(t for t in targets if t.startswith(("verl_ext.agent_loops", "verl_ext.datasets")))
+             for name, targets in import_graph().items() if name.startswith("verl_ext.envs")}
+    assert {name: targets for name, targets in found.items() if targets} == {}

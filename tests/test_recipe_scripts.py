@@ -493,7 +493,7 @@ def test_staged_pipeline_sft_decision_weight_selects_the_weighted_dataset(weight
     printed = proc.stdout[:proc.stdout.index("verl-ext toolcua_sft_rl: sft took")]
     after_data = printed.index("\n", printed.index("text_hybrid_sft val:")) + 1
     data = OmegaConf.create(printed[after_data:]).data
-    assert data.custom_cls.path == "pkg://verl_ext.envs.demos" and data.pad_mode == "no_padding"
+    assert data.custom_cls.path == "pkg://verl_ext.datasets.demos" and data.pad_mode == "no_padding"
     if weight == "1":
         assert data.custom_cls.name == "JsonMultiTurnSFTDataset" and "decision_weight" not in data
     else:

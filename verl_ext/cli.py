@@ -23,7 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "make-tiny-model": ("verl_ext.tiny_model:main", "build a tiny random Qwen2 model + local tokenizer"),
     "prepare-data": ("verl_ext.data:main", "write the parquet files a recipe trains on"),
     "eval": ("verl_ext.envs.eval_cli:main", "evaluate a policy on minidesk / miniwob"),
-    "eval-sft": ("verl_ext.envs.demos:main", "greedy function-call rate of an SFT model on held-out transcripts"),
+    "eval-sft": ("verl_ext.datasets.demos:main", "greedy function-call rate of an SFT model on held-out transcripts"),
     "dv-questions": ("verl_ext.rewards.dvreward.questions:main", "decompose prompts into yes/no questions"),
     "judge-server": ("verl_ext.rewards.dvreward.judge_server:main", "serve a local OpenAI-compatible judge"),
     "bundle": ("verl_ext.bundle:main", "build (or install) an offline install bundle for another machine"),

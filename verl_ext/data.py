@@ -79,10 +79,10 @@ def _text_hybrid_rows(n: int, seed: int, split: str, templates: list[str] | None
 def _text_hybrid_sft_rows(n: int, seed: int, split: str, templates: list[str] | None = None,
                           show_todo: bool = False, tool_oversample: int = 1) -> list[dict]:
     """SFT demonstrations for ``verl.trainer.sft_trainer``: the ``text_hybrid`` tasks of the same seed played
-    by the scripted oracle, as ``hybrid_gui_tool`` function-call transcripts (``verl_ext.envs.demos``). In the
+    by the scripted oracle, as ``hybrid_gui_tool`` function-call transcripts (``verl_ext.datasets.demos``). In the
     train split each transcript with an app-tool call is written ``tool_oversample`` times (val: once each,
     so held-out rates stay those of the task distribution)."""
-    from verl_ext.envs.demos import oversample_tool_transcripts, text_hybrid_sft_rows
+    from verl_ext.datasets.demos import oversample_tool_transcripts, text_hybrid_sft_rows
 
     rows = text_hybrid_sft_rows(n, seed, split, templates, show_todo=show_todo)
     return oversample_tool_transcripts(rows, tool_oversample) if split == "train" else rows
@@ -91,10 +91,10 @@ def _text_hybrid_sft_rows(n: int, seed: int, split: str, templates: list[str] | 
 def _text_hybrid_decision_rows(n: int, seed: int, split: str, templates: list[str] | None = None,
                                show_todo: bool = False, balance_labels: bool = False) -> list[dict]:
     """Critical switching steps for the single-turn RL stage: ``n`` GUI-vs-tool decisions of the ``text_hybrid``
-    tasks of the same seed, each prompt the ``hybrid_gui_tool`` transcript up to it (``verl_ext.envs.decisions``).
+    tasks of the same seed, each prompt the ``hybrid_gui_tool`` transcript up to it (``verl_ext.datasets.decisions``).
     ``balance_labels``: the train split holds as many GUI-shorter as tools-shorter rows (val: the tasks' own mix,
     so held-out rates stay those of the task distribution)."""
-    from verl_ext.envs.decisions import decision_rows
+    from verl_ext.datasets.decisions import decision_rows
 
     return decision_rows(n, seed, split, templates, show_todo=show_todo,
                          balance_labels=balance_labels and split == "train")
@@ -104,8 +104,8 @@ def _text_hybrid_switch_warmup_rows(n: int, seed: int, split: str, templates: li
                                     show_todo: bool = False, warmup_targets: str = "both") -> list[dict]:
     """Warm-up SFT rows of the RFT stage: the critical switching steps of ``text_hybrid_decisions`` with both
     options' first calls as targets, no preference, or the shorter way's only (``warmup_targets``;
-    ``verl_ext.envs.decisions.switch_warmup_rows``)."""
-    from verl_ext.envs.decisions import switch_warmup_rows
+    ``verl_ext.datasets.decisions.switch_warmup_rows``)."""
+    from verl_ext.datasets.decisions import switch_warmup_rows
 
     return switch_warmup_rows(n, seed, split, templates, show_todo=show_todo, targets=warmup_targets)
 

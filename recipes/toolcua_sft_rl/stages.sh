@@ -56,7 +56,7 @@ SFT_TOOL_OVERSAMPLE=${SFT_TOOL_OVERSAMPLE:-1}   # SFT demonstrations with an app
 whole_number SFT_TOOL_OVERSAMPLE "1: no oversampling"
 SFT_DECISION_WEIGHT=${SFT_DECISION_WEIGHT:-1}   # SFT loss weight of the decision tokens (each call's function name up to
                                      # where it parts from the other way's: GUI vs tool), the other tokens 1;
-                                     # verl_ext.envs.demos.DecisionWeightedSFTDataset (1: verl's loss as is)
+                                     # verl_ext.datasets.demos.DecisionWeightedSFTDataset (1: verl's loss as is)
 RFT_WARMUP_DECISION_WEIGHT=${RFT_WARMUP_DECISION_WEIGHT:-1}   # the same weight in the RFT warm-up: large (e.g. 100)
                                      # puts its loss on the choice, which the whole call's other tokens dilute
 for knob in SFT_DECISION_WEIGHT RFT_WARMUP_DECISION_WEIGHT; do
@@ -80,7 +80,7 @@ fi
 
 # --- 1. SFT: verl's multi-turn SFT trainer on oracle demonstrations (the hybrid_gui_tool loop's
 # function-call transcripts); the rows' messages/tools are JSON text, decoded by
-# verl_ext.envs.demos.JsonMultiTurnSFTDataset (parquet would add null keys to the tool schemas).
+# verl_ext.datasets.demos.JsonMultiTurnSFTDataset (parquet would add null keys to the tool schemas).
 # total_epochs is only a bound: the run stops at SFT_STEPS.
 # DECISION_WEIGHT (default 1) != 1 swaps in DecisionWeightedSFTDataset, a subclass that puts that weight
 # in the loss_mask at each call's decision tokens (verl's sft_loss is a loss_mask-weighted token mean).
@@ -102,7 +102,7 @@ sft_run() {  # sft_run DATA_DIR STEPS BATCH LR WARMUP_STEPS CKPT_DIR NAME METRIC
         "${SFT_BACKEND[@]}" \
         data.train_files="$data/train.parquet" \
         data.val_files="$data/val.parquet" \
-        data.custom_cls.path=pkg://verl_ext.envs.demos \
+        data.custom_cls.path=pkg://verl_ext.datasets.demos \
         "${dataset[@]}" \
         data.train_batch_size="$batch" \
         data.micro_batch_size_per_gpu=1 \
@@ -158,7 +158,7 @@ sft_stage() {
 # verl's Continuous-Token builder, as the multi-turn loop does); the reward is RFT_CHOICE_WEIGHT for
 # naming a function of the shorter way (read from the reply's text, parseable or not), 1 for one
 # parseable call, plus best/remaining steps of the chosen way (verl_ext/rewards/decision_reward.py). Rows store the
-# prompt as JSON text, decoded by verl_ext.envs.decisions.DecisionDataset (data.custom_cls).
+# prompt as JSON text, decoded by verl_ext.datasets.decisions.DecisionDataset (data.custom_cls).
 rft_stage() {
     # Warm-up SFT on the same training decisions, both options' first calls as targets (no preference):
     # how to write either call at a switching step, so that the RL half samples both (RFT_WARMUP_STEPS=0: off).
@@ -186,7 +186,7 @@ rft_stage() {
         algorithm.adv_estimator=grpo \
         data.train_files="$OUT/rft_data/train.parquet" \
         data.val_files="$OUT/rft_data/val.parquet" \
-        data.custom_cls.path=pkg://verl_ext.envs.decisions \
+        data.custom_cls.path=pkg://verl_ext.datasets.decisions \
         data.custom_cls.name=DecisionDataset \
         data.filter_overlong_prompts=false \
         data.train_batch_size="$RFT_BATCH" \

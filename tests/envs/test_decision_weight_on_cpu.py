@@ -17,7 +17,7 @@ from transformers import AutoTokenizer
 
 from verl_ext.data import write_parquet
 from verl_ext.envs.core import GUI_TOOL_NAME
-from verl_ext.envs.demos import DecisionWeightedSFTDataset, JsonMultiTurnSFTDataset, text_hybrid_sft_rows
+from verl_ext.datasets.demos import DecisionWeightedSFTDataset, JsonMultiTurnSFTDataset, text_hybrid_sft_rows
 from verl_ext.errors import UserError
 
 

@@ -1,4 +1,4 @@
-"""Critical switching steps as data (``verl_ext.envs.decisions``, ``verl-ext prepare-data
+"""Critical switching steps as data (``verl_ext.datasets.decisions``, ``verl-ext prepare-data
 text_hybrid_decisions``) and the ``decision_turn`` loop that rolls them out.
 
 The prompts are checked against the real ``hybrid_gui_tool`` loop: a scripted server replays the
@@ -18,7 +18,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from verl_ext.data import main as prepare_data
-from verl_ext.envs.decisions import DecisionDataset, decision_rows
+from verl_ext.datasets.decisions import DecisionDataset, decision_rows
 from verl_ext.envs.text_hybrid import decision_table, make_task
 
 from .test_agent_loop_on_cpu import make_loop
@@ -185,7 +185,7 @@ def test_balanced_training_rows_hold_half_of_each_label_and_val_keeps_the_tasks_
 
 
 def test_too_many_rows_for_the_tasks_is_an_error(monkeypatch):
-    from verl_ext.envs import decisions
+    from verl_ext.datasets import decisions
 
     monkeypatch.setattr(decisions, "SPARE_TASKS", -39)  # 40 rows asked of 1 task (it has at most 6 decisions)
     with pytest.raises(RuntimeError, match="ask for fewer rows"):
@@ -195,7 +195,7 @@ def test_too_many_rows_for_the_tasks_is_an_error(monkeypatch):
 def test_switch_warmup_rows_teach_both_options_of_each_decision():
     """``prepare-data text_hybrid_switch_warmup``: per decision, the transcript up to it plus one
     option's first call, once for the GUI and once for the tool (no preference), as SFT rows."""
-    from verl_ext.envs.decisions import switch_warmup_rows
+    from verl_ext.datasets.decisions import switch_warmup_rows
 
     rows = switch_warmup_rows(6, seed=0, split="train", templates=["settings_panel"])
     decisions = decision_rows(3, seed=0, split="train", templates=["settings_panel"])
@@ -214,7 +214,7 @@ def test_switch_warmup_rows_teach_both_options_of_each_decision():
 def test_switch_warmup_rows_shorter_targets_teach_the_shorter_way_of_each_decision():
     """``--warmup-targets shorter``: one row per decision, in ``decision_rows``' order, the transcript up to
     it plus the first call of the shorter way (the label the RL half's reward pays for)."""
-    from verl_ext.envs.decisions import switch_warmup_rows
+    from verl_ext.datasets.decisions import switch_warmup_rows
 
     rows = switch_warmup_rows(8, seed=0, split="train", templates=["settings_panel"], targets="shorter")
     decisions = decision_rows(8, seed=0, split="train", templates=["settings_panel"])

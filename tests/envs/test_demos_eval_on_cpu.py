@@ -1,5 +1,5 @@
 """What SFT trains on is what RL feeds the model, and how the SFT model's calls are counted
-(``verl_ext.envs.demos``: ``call_rates``, ``held_out_call_rates``, ``verl-ext eval-sft``).
+(``verl_ext.datasets.demos``: ``call_rates``, ``held_out_call_rates``, ``verl-ext eval-sft``).
 
 The first test replays a demonstration through verl's Continuous-Token builder exactly as the
 ``hybrid_gui_tool`` loop builds its tokens (initial prompt with the tool schemas, each generated turn
@@ -18,7 +18,7 @@ from verl.utils.tokenizer.continuous_token_wiring import create_continuous_token
 
 from verl_ext.cli import main as cli_main
 from verl_ext.data import write_parquet
-from verl_ext.envs.demos import JsonMultiTurnSFTDataset, call_rates, text_hybrid_sft_rows, turns_of
+from verl_ext.datasets.demos import JsonMultiTurnSFTDataset, call_rates, text_hybrid_sft_rows, turns_of
 
 
 @pytest.fixture(scope="module")

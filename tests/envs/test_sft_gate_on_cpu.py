@@ -8,7 +8,7 @@ import argparse
 import pytest
 
 from verl_ext.cli_args import unit_rate
-from verl_ext.envs.demos import check_tool_turn_rate
+from verl_ext.datasets.demos import check_tool_turn_rate
 from verl_ext.errors import UserError
 
 RATES = {"valid_call_rate": 1.0, "exact_call_rate": 0.18, "tool_turns": 9, "tool_turn_call_rate": 0.0}

@@ -1,4 +1,4 @@
-"""SFT demonstrations for the ToolCUA SFT -> RL recipe (``verl_ext.envs.demos``): TextHybrid episodes
+"""SFT demonstrations for the ToolCUA SFT -> RL recipe (``verl_ext.datasets.demos``): TextHybrid episodes
 of the scripted oracle as ``hybrid_gui_tool`` function-call transcripts, read by verl's own
 multi-turn SFT dataset. The trained-on (loss-masked) tokens of each assistant turn must parse,
 with verl's hermes parser, back into the oracle's action, and the tokens must be those the tiny
@@ -18,7 +18,7 @@ from verl.experimental.agent_loop.tool_parser import ToolParser
 from verl_ext.cli import main as cli_main
 from verl_ext.data import write_parquet
 from verl_ext.envs.core import ToolCall, action_from_call
-from verl_ext.envs.demos import (JsonMultiTurnSFTDataset, app_tool_calls, call_of, oversample_tool_transcripts,
+from verl_ext.datasets.demos import (JsonMultiTurnSFTDataset, app_tool_calls, call_of, oversample_tool_transcripts,
                                  play_transcript, text_hybrid_sft_rows)
 from verl_ext.errors import UserError
 from verl_ext.envs.text_hybrid import text_hybrid_rows

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from verl_ext.envs.decisions import decision_rows
+from verl_ext.datasets.decisions import decision_rows
 from verl_ext.rewards.decision_reward import compute_score
 
 

@@ -1,4 +1,4 @@
-"""``decision_turn``: one model turn at a critical switching step (``verl_ext.envs.decisions``),
+"""``decision_turn``: one model turn at a critical switching step (``verl_ext.datasets.decisions``),
 the rollout of the single-turn RL stage of ToolCUA's pipeline.
 
 verl's ``single_turn_agent`` builds its prompt without tool schemas; a decision row carries its
@@ -51,7 +51,7 @@ class DecisionTurnAgentLoop(AgentLoopBase):
         return ids
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
-        from verl_ext.envs.decisions import decoded_prompt
+        from verl_ext.datasets.decisions import decoded_prompt
 
         tools = self.tools_of(kwargs.get("extra_info") or {})
         prompt_ids = await self.prompt_ids(list(decoded_prompt(kwargs["raw_prompt"])), tools)

@@ -464,7 +464,7 @@ def _schemas(tools: dict[str, EnvTool]) -> list[dict[str, Any]]:
 
 
 # The message builders below are the loop's whole chat format; SFT demonstrations
-# (``verl_ext.envs.demos``) reuse them so that SFT and RL see the same transcripts.
+# (``verl_ext.datasets.demos``) reuse them so that SFT and RL see the same transcripts.
 def tool_schemas(tool_defs: list[ToolDef]) -> list[dict[str, Any]]:
     """The ``tools`` the loop passes to the chat template for an env's tool definitions."""
     return _schemas({t.name: EnvTool.from_def(t) for t in tool_defs})

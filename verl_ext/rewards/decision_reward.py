@@ -1,5 +1,5 @@
 """Verifiable reward of one GUI-vs-tool decision (a critical switching step,
-``verl_ext.envs.decisions``): the single-turn RL stage of ToolCUA's pipeline.
+``verl_ext.datasets.decisions``): the single-turn RL stage of ToolCUA's pipeline.
 
 A verl ``custom_reward_function`` (``reward.custom_reward_function.path=
 pkg://verl_ext.rewards.decision_reward``) for rows rolled out by the ``decision_turn`` loop, which

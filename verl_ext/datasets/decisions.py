@@ -8,7 +8,7 @@ reached in view ``v``, where a tool does the subgoal and either the tool or the 
 the shorter way to the end of the task. Every reachable ``(i, v)`` is a row, off the oracle's path
 too: the earlier decisions are played on the real env by the first choice sequence that reaches
 ``v`` (the oracle's own when it does), and the prompt is the ``hybrid_gui_tool`` loop's transcript
-up to that turn, built with the loop's message builders (``verl_ext.envs.demos.take_turn``):
+up to that turn, built with the loop's message builders (``verl_ext.datasets.demos.take_turn``):
 the dataset's system prompt, the task and first page, each earlier call and its ``tool``
 observation. These are the loop's tokens at that state when the earlier replies were written the
 way the chat template renders a call (what the SFT demonstrations teach); the model's answer is
@@ -23,7 +23,7 @@ disjoint from training seeds), and every row of an instance is in the instance's
 
 Prompts and call arguments differ in shape from row to row, so ``prompt``, ``tools`` and
 ``first_calls`` are stored as JSON text (parquet would merge them into one struct type and hand
-missing keys back as null: ``verl_ext.envs.demos``); :class:`DecisionDataset` (``data.custom_cls``)
+missing keys back as null: ``verl_ext.datasets.demos``); :class:`DecisionDataset` (``data.custom_cls``)
 decodes the prompt for verl's ``RLHFDataset``.
 """
 
@@ -96,7 +96,7 @@ def play_to(template: str, seed: int, state: DecisionState, prompt: list[dict[st
     ``max_steps`` (the loop would never reach this state)."""
     import verl.experimental.agent_loop  # noqa: F401  (first: its plugin hook imports the agent loop module)
     from verl_ext.agent_loops.hybrid_gui_tool import first_messages, tool_schemas
-    from verl_ext.envs.demos import call_of, take_turn
+    from verl_ext.datasets.demos import call_of, take_turn
     from verl_ext.envs.plans import plan_step_action
     from verl_ext.envs.pool import make_env
 
@@ -186,7 +186,7 @@ def decoded_prompt(value: Any) -> Any:
 
 class DecisionDataset(RLHFDataset):
     """verl's ``RLHFDataset`` over rows whose ``prompt`` is JSON text (``decision_rows``). Select it
-    with ``data.custom_cls.path=pkg://verl_ext.envs.decisions data.custom_cls.name=DecisionDataset``
+    with ``data.custom_cls.path=pkg://verl_ext.datasets.decisions data.custom_cls.name=DecisionDataset``
     and ``data.filter_overlong_prompts=false`` (verl's length filter tokenises the raw column; the
     ``decision_turn`` loop checks the prompt length itself)."""
 
@@ -212,7 +212,7 @@ def switch_warmup_rows(n: int, seed: int, split: str, templates: list[str] | Non
     Rows are ``JsonMultiTurnSFTDataset``'s (``messages`` and ``tools`` as JSON text), ``n`` of them."""
     import verl.experimental.agent_loop  # noqa: F401  (first: its plugin hook imports the agent loop module)
     from verl_ext.agent_loops.hybrid_gui_tool import assistant_message
-    from verl_ext.envs.demos import _Call
+    from verl_ext.datasets.demos import _Call
 
     if targets not in WARMUP_TARGETS:
         raise ValueError(f"targets must be one of {WARMUP_TARGETS}, got {targets!r}")

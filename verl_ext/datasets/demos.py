@@ -146,7 +146,7 @@ def text_hybrid_sft_rows(n: int, seed: int, split: str, templates: list[str] | N
 
 class JsonMultiTurnSFTDataset(MultiTurnSFTDataset):
     """verl's multi-turn SFT dataset over rows whose ``messages`` / ``tools`` are JSON text
-    (``text_hybrid_sft_rows``). Select it with ``data.custom_cls.path=pkg://verl_ext.envs.demos``
+    (``text_hybrid_sft_rows``). Select it with ``data.custom_cls.path=pkg://verl_ext.datasets.demos``
     ``data.custom_cls.name=JsonMultiTurnSFTDataset``."""
 
     def _read_files_and_process(self) -> None:
