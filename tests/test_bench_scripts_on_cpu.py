@@ -392,8 +392,9 @@ def test_old_logit_study_batches_seeds_exactly_and_measures_against_exact_old_lo
         w1, b1, w2, b2 = (p[s] for p in params)
         reference = torch.log_softmax(torch.tanh(x @ w1 + b1) @ w2 + b2, -1).gather(-1, tokens[s, ..., None])[..., 0]
         torch.testing.assert_close(stacked[s], reference, rtol=0, atol=1e-6)
-    one_seed = study.run("snapshot", 1, 0, steps=2, noise=0.1, band=(0.5, 2.0), lr=3e-3, minibatches=2, partial=0.5)
-    assert len(one_seed["hist"]["reward"]) == 2 and max(one_seed["hist"]["abs_error"]) < 1e-6
+    one_seed = study.providers_run("snapshot", 1, 0, steps=2, noise=0.1, band=(0.5, 2.0), lr=3e-3, minibatches=2,
+                                   partial=0.5)
+    assert len(one_seed["reward"]) == 2 and max(one_seed["abs_error"]) < 1e-6
     # exact old logits score zero error and never mask for staleness; `current` lags stale tokens
     runs = {arm: study.run_cell(study.STUDY_ARMS[arm], [0, 1], steps=4, mean_staleness=2.0, bound=4, sigma=0.3,
                                 lr=3e-2, epochs=1, contexts=2)

@@ -40,6 +40,7 @@ import json
 import statistics
 import time
 from collections import defaultdict
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -57,7 +58,8 @@ from scripts.bench.report import table as md_table
 from scripts.bench.stats import collapsed, fmt_mean_se, last_finite, paired_verdict
 from verl_ext.old_logits import OldLogitsConfig, OldLogitWorkerState, build_provider
 from verl_ext.old_logits.local_host import LocalPolicyHost
-from verl_ext.old_logits.metrics import approximation_errors, discrepancy_mask_by_cause
+from verl_ext.losses.ppo_ewma import decoupled_ppo_token_losses
+from verl_ext.old_logits.metrics import ratio_out_of_band
 
 CONTEXTS, LENGTH, VOCAB, HIDDEN, GROUP = 16, 6, 8, 64, 8
 IN_DIM = CONTEXTS + LENGTH + VOCAB + 1  # one-hots: context, position, previous token (or start)
@@ -69,8 +71,22 @@ REGIMES = ["0.1:0.5:2.0", "0.3:0.8:1.25"]
 ROOT = Path(__file__).resolve().parents[2]
 HEADING = "## Old-logit providers"
 STUDY_DOC = ROOT / "docs" / "experiments" / "old_logit_mechanism_study.md"
-
-
+# Mechanism study: fair arms, every seed of a cell at once (the model's seed dimension), staleness and
+# mismatch as knobs. The providers see one flattened batch of S * bs rows; shared between the seeds of a
+# cell: the calibrated EWMA's target age (the mean over all rows) and the random draws' generator.
+STUDY_HEADING = "## Old-logit mechanism study"
+STUDY_ARMS = {  # label -> algorithm.old_logits (BOUND is replaced by the cell's staleness bound)
+    "current": {"provider": "current"},
+    "rollout": {"provider": "rollout"},
+    "snapshot": {"provider": "snapshot"},
+    "ewma calibrated": {"provider": "ewma", "ewma": {"fresh_exact": True}},
+    "ewma calibrated, no fresh_exact": {"provider": "ewma", "ewma": {"fresh_exact": False}},
+    "ewma com = bound (old default)": {"provider": "ewma", "ewma": {"com": "BOUND"}},
+    "loglinear": {"provider": "loglinear"},
+}
+BAND = (0.5, 2.0)  # token_k1 rejection band on rho (recipes/async_agentic); token TIS at TIS = 2
+MINIBATCHES = 2  # per epoch, as the text_hybrid study's two optimizer steps per step
+EVAL_EVERY, EVAL_SAMPLES = 10, 16
 SPIKE_P, SPIKE_SCALE = 0.01, 8.0  # the study's heavy-tailed mismatch: 1% of logits get 8x the noise
 
 # The policy of each seed carries a leading seed dimension S (w1: (S, IN, H), b1: (S, 1, H), ...): the
@@ -158,92 +174,179 @@ def eval_reward(params: list[torch.Tensor], targets: torch.Tensor, g: torch.Gene
     return (tokens == targets[:, ctx]).float().mean(dim=(1, 2))
 
 
-def run(provider: str, d: int, seed: int, steps: int, noise: float, band: tuple[float, float], lr: float,
-        minibatches: int, partial: float) -> dict:
-    torch.manual_seed(seed)
-    g = torch.Generator().manual_seed(seed)
-    targets = torch.randint(0, VOCAB, (CONTEXTS, LENGTH), generator=g)
-    params = init_params([seed])
-    optim = torch.optim.Adam(params, lr=lr)
-    # this section's EWMA: com = d versions (the earlier default), no fresh_exact
-    fixed_ewma = {"ewma": {"com": d, "fresh_exact": False}} if provider == "ewma" else {}
-    config = OldLogitsConfig.from_config({"provider": provider, **fixed_ewma}, max_off_policy_threshold=d)
-    state = OldLogitWorkerState(config, params, updates_per_version=minibatches)
-    actor = omega_conf_to_dataclass(OmegaConf.create({
+@dataclass(frozen=True)
+class Setup:
+    """What the two experiments do differently around the one training loop (``run_cell``); the defaults
+    are the mechanism study's."""
+
+    band: tuple[float, float] = BAND
+    minibatches: int = MINIBATCHES  # Adam steps per epoch
+    partial: float = 0.5  # share of sequences (partial rollouts) that move to the next version mid-sequence
+    poisson: bool = True  # staleness per sequence ~ Poisson(mean), at most the bound; else every one at the bound
+    spike_p: float = SPIKE_P  # 0: Gaussian mismatch only (the providers experiment's random stream)
+    verl_loss: bool = False  # verl's registered ppo_ewma on one seed, else the token losses per seed
+    eval_every: int = EVAL_EVERY
+    eval_samples: int = EVAL_SAMPLES
+
+
+# the providers experiment: one seed at a time, every sequence ``d`` versions back, verl's own loss
+PROVIDERS_SETUP = Setup(poisson=False, spike_p=0, verl_loss=True, eval_every=1, eval_samples=32)
+
+
+def draw_versions(n: int, n_seeds: int, bs: int, mean: float, bound: int, g: torch.Generator,
+                  setup: Setup = Setup()) -> torch.Tensor:
+    """``(S, bs, T)`` per-token versions at trainer version n: each sequence starts d versions back
+    (``setup.poisson``: d ~ Poisson(mean), else d = ``bound``; at most ``bound``, at most n), and a
+    ``setup.partial`` share of them switch to the next version at a random position."""
+    if setup.poisson:
+        d = torch.poisson(torch.full((n_seeds, bs), mean), generator=g).long().clamp(max=min(bound, n))
+    else:
+        d = torch.full((n_seeds, bs), min(bound, n))
+    switch = torch.where(torch.rand(n_seeds, bs, generator=g) < setup.partial,
+                         torch.randint(1, LENGTH, (n_seeds, bs), generator=g), torch.full((n_seeds, bs), LENGTH))
+    versions = (n - d)[..., None] + (torch.arange(LENGTH) >= switch[..., None]).long()
+    return versions.clamp(max=n)
+
+
+def per_seed_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``(S,)`` mean of ``x`` over the mask-1 entries of each seed (NaN where a seed has none)."""
+    dims = tuple(range(1, x.dim()))
+    return (x * mask).sum(dims) / mask.sum(dims).where(mask.sum(dims) > 0, torch.tensor(float("nan")))
+
+
+def verl_actor_config():
+    """The actor config verl's ``ppo_ewma`` loss reads (clip 0.2 both sides)."""
+    return omega_conf_to_dataclass(OmegaConf.create({
         "_target_": "verl.workers.config.ActorConfig", "strategy": "fsdp", "rollout_n": GROUP,
         "ppo_micro_batch_size_per_gpu": 1, "clip_ratio_low": 0.2, "clip_ratio_high": 0.2,
         "policy_loss": {"_target_": "verl_ext.losses.config.PPOEWMAPolicyLossConfig"}}))
-    loss_fn = get_policy_loss_fn("ppo_ewma")
-    engine = {0: [p.detach().clone() for p in params]}  # weights the inference engine received, per version
 
-    def log_prob_fn(batch: dict, rows: torch.Tensor) -> torch.Tensor:
-        return log_probs(params, batch["ctx"][rows], batch["tokens"][None, rows])[0]
 
-    host = LocalPolicyHost(log_prob_fn, state)
-    provider_obj = build_provider(config)
-    ctx = torch.arange(CONTEXTS).repeat_interleave(GROUP)
-    bs = len(ctx)
-    hist: dict[str, list[float]] = defaultdict(list)
-    for n in range(steps):
-        # --- rollout: version n - d, partial rollouts move to the next version mid-sequence
-        start = torch.full((bs,), max(0, n - d), dtype=torch.long)
-        switch = torch.where(torch.rand(bs, generator=g) < partial, torch.randint(1, LENGTH, (bs,), generator=g),
-                             torch.full((bs,), LENGTH))
-        versions = start[:, None] + (torch.arange(LENGTH)[None] >= switch[:, None]).long()
-        versions = versions.clamp(max=n)
-        tokens, mu, exact = (x[0] for x in generate(engine, ctx, versions[None], noise, g, spike_p=0))
-        reward = (tokens == targets[ctx]).float().mean(-1)
-        grouped = reward.view(CONTEXTS, GROUP)
-        adv = ((grouped - grouped.mean(-1, keepdim=True)) / (grouped.std(-1, keepdim=True) + 1e-6)).view(-1)
-        adv = adv[:, None].expand(bs, LENGTH).contiguous()
-        mask = torch.ones(bs, LENGTH, dtype=torch.bool)
-
-        # --- old logits from the provider, and the exact ones for reference
-        host.version, host.forward_rows = n, 0
-        batch = {"ctx": ctx, "tokens": tokens, "response_mask": mask, "token_versions": versions,
-                 "rollout_log_probs": mu}
-        metrics: dict[str, float] = {}
-        provider_obj.compute(host, batch, metrics)
-        old = batch["old_log_probs"]
-        err = approximation_errors(old, exact, mask)
-        cause = discrepancy_mask_by_cause(old, exact, mu, mask, *band)
-
-        # --- verl's rollout correction on ρ = π_old/μ, then ppo_ewma updates
-        is_proto, rs_mask, _ = compute_rollout_correction_and_rejection_mask(
-            old, mu, mask, rollout_is="token", rollout_is_threshold=TIS, rollout_rs="token_k1",
-            rollout_rs_threshold=f"{band[0]}_{band[1]}")
-        is_w = is_proto.batch["rollout_is_weights"]
-        rs_mask = rs_mask.bool()
-        clipfracs = []
-        for mb in torch.randperm(bs, generator=g).chunk(minibatches):
-            state.before_optimizer_step(n)
-            logp = log_probs(params, ctx[mb], tokens[None, mb])[0]
-            loss, loss_metrics = loss_fn(old_log_prob=old[mb], log_prob=logp, advantages=adv[mb],
-                                         response_mask=rs_mask[mb], loss_agg_mode="token-mean", config=actor,
-                                         rollout_is_weights=is_w[mb])
-            optim.zero_grad()
-            loss.backward()
-            optim.step()
-            state.after_optimizer_step()
-            clipfracs.append(loss_metrics["actor/pg_clipfrac"])
-        engine[n + 1] = [p.detach().clone() for p in params]
-        engine.pop(n - d - 1, None)
-        state.on_version_published(n + 1)
-
-        hist["mask_frac"].append(1.0 - float(rs_mask.float().mean()))
-        hist["mask_staleness_frac"].append(cause["old_logits/mask/staleness_frac"])
-        hist["mask_numerics_frac"].append(cause["old_logits/mask/numerics_frac"])
-        hist["tis_frac"].append(float((torch.exp(old - mu) > TIS)[mask].float().mean()))
-        hist["clipfrac"].append(statistics.fmean(clipfracs))
-        hist["abs_error"].append(err["old_logits/abs_error"])
-        hist["imp_weight_error"].append(err["old_logits/imp_weight_error"])
-        hist["forward_rows"].append(host.forward_rows / bs)
-        hist["old_logit_time_ms"].append(1e3 * sum(v for k, v in metrics.items() if k.endswith("/time_s")))
-        hist["reward"].append(float(eval_reward(params, targets[None], g, samples=32, spike_p=0)[0]))
-    param_bytes = sum(p.numel() * p.element_size() for p in params)
+def state_bytes_per_param_byte(state: OldLogitWorkerState, params: list[torch.Tensor]) -> float:
+    """The extra memory a provider's state holds (EWMA shadow, snapshot copies), in parameter bytes."""
     extra = 0 if state.ewma is None else 4 * sum(p.numel() for p in params)
     extra += 0 if state.snapshots is None else state.snapshots.nbytes
-    return {"hist": dict(hist), "extra_bytes_per_param_byte": extra / param_bytes}
+    return extra / sum(p.numel() * p.element_size() for p in params)
+
+
+def run_cell(arm: dict, seeds: list[int], steps: int, mean_staleness: float, bound: int, sigma: float,
+             lr: float, epochs: int, contexts: int = CONTEXTS, setup: Setup = Setup(),
+             g: torch.Generator | None = None) -> dict[str, torch.Tensor]:
+    """One arm (``algorithm.old_logits``, ``BOUND`` replaced by ``bound``) of one cell, every seed at once,
+    on the first ``contexts`` contexts of the task; ``g``: the random stream (default: common random
+    numbers across arms). Returns per-step ``(steps, S)`` series (rewards at the evaluation steps only,
+    NaN elsewhere)."""
+    n_seeds, bs = len(seeds), contexts * GROUP
+    g = g or torch.Generator().manual_seed(1000 + seeds[0])
+    targets = torch.stack([torch.randint(0, VOCAB, (CONTEXTS, LENGTH), generator=torch.Generator().manual_seed(s))
+                           for s in seeds])
+    params = init_params(seeds)
+    optim = torch.optim.Adam(params, lr=lr)
+    raw = json.loads(json.dumps(arm).replace('"BOUND"', str(bound)))
+    config = OldLogitsConfig.from_config(raw, max_off_policy_threshold=bound)
+    steps_per_version = setup.minibatches * epochs
+    state = OldLogitWorkerState(config, params, updates_per_version=steps_per_version)
+    engine = {0: [p.detach().clone() for p in params]}  # weights the inference engine received, per version
+    ctx = torch.arange(contexts).repeat_interleave(GROUP)
+    actor, verl_loss = (verl_actor_config(), get_policy_loss_fn("ppo_ewma")) if setup.verl_loss else (None, None)
+
+    def log_prob_fn(batch: dict, rows: torch.Tensor) -> torch.Tensor:
+        return log_probs(params, ctx, batch["tokens"]).reshape(n_seeds * bs, LENGTH)[rows]
+
+    host = LocalPolicyHost(log_prob_fn, state)
+    provider = build_provider(config)
+    band = f"{setup.band[0]}_{setup.band[1]}"
+    hist: dict[str, list[torch.Tensor]] = defaultdict(list)
+    for n in range(steps):
+        # --- rollout by the engine's versions with the mismatch noise; GRPO advantages per context
+        versions = draw_versions(n, n_seeds, bs, mean_staleness, bound, g, setup)
+        tokens, mu, exact = generate(engine, ctx, versions, sigma, g, setup.spike_p)
+        reward = (tokens == targets[:, ctx]).float().mean(-1)  # (S, bs)
+        grouped = reward.view(n_seeds, contexts, GROUP)
+        adv = ((grouped - grouped.mean(-1, keepdim=True)) / (grouped.std(-1, keepdim=True) + 1e-6)).view(n_seeds, bs)
+        adv = adv[..., None].expand(n_seeds, bs, LENGTH)
+        # --- old logits from the provider, then verl's rollout correction on ρ = π_old/μ
+        flat = n_seeds * bs
+        mask = torch.ones(flat, LENGTH, dtype=torch.bool)
+        host.version, host.forward_rows = n, 0
+        batch = {"tokens": tokens, "response_mask": mask, "token_versions": versions.reshape(flat, LENGTH),
+                 "rollout_log_probs": mu.reshape(flat, LENGTH)}
+        metrics: dict[str, float] = {}
+        provider.compute(host, batch, metrics)
+        old = batch["old_log_probs"].view(n_seeds, bs, LENGTH)
+        is_proto, rs_mask, _ = compute_rollout_correction_and_rejection_mask(
+            old.reshape(flat, LENGTH), mu.reshape(flat, LENGTH), mask, rollout_is="token",
+            rollout_is_threshold=TIS, rollout_rs="token_k1", rollout_rs_threshold=band)
+        is_w = is_proto.batch["rollout_is_weights"].view(n_seeds, bs, LENGTH)
+        kept = rs_mask.bool().view(n_seeds, bs, LENGTH)
+        # --- what the band removes and why (against the exact old logits), and the provider's cost
+        proxy_out = ratio_out_of_band(old - mu, *setup.band)
+        exact_out = ratio_out_of_band(exact - mu, *setup.band)
+        stale = (versions < n).float()
+        ones = torch.ones_like(stale)
+        hist["masked"].append(per_seed_mean((~kept).float(), ones))
+        hist["masked_staleness"].append(per_seed_mean((proxy_out & ~exact_out).float(), ones))
+        hist["masked_numerics"].append(per_seed_mean(exact_out.float(), ones))
+        rho = torch.exp(old - mu)
+        hist["tis_truncated"].append(per_seed_mean((rho > TIS).float(), ones))
+        hist["max_rho"].append(rho.amax(dim=(1, 2)))
+        w = is_w * kept
+        hist["ess"].append(w.sum((1, 2)) ** 2 / (kept.sum((1, 2)) * (w**2).sum((1, 2))).clamp(min=1e-12))
+        hist["abs_error"].append(per_seed_mean((old - exact).abs(), ones))
+        hist["imp_weight_error"].append(per_seed_mean(torch.expm1(old - exact).abs(), ones))
+        hist["abs_error_stale"].append(per_seed_mean((old - exact).abs(), stale))
+        hist["token_age_steps"].append(per_seed_mean((n - versions).float(), ones) * steps_per_version)
+        hist["ewma_age_steps"].append(torch.full((n_seeds,), metrics.get("old_logits/ewma/age_steps", float("nan"))))
+        hist["forward_rows"].append(torch.full((n_seeds,), host.forward_rows / flat))
+        hist["old_logit_time_ms"].append(torch.full((n_seeds,), 1e3 * sum(v for k, v in metrics.items()
+                                                                         if k.endswith("/time_s"))))
+        # --- Adam steps on the ppo_ewma loss
+        clipped, max_r = torch.zeros(n_seeds), torch.zeros(n_seeds)
+        for _ in range(epochs):
+            for mb in torch.randperm(bs, generator=g).chunk(setup.minibatches):
+                state.before_optimizer_step(n)
+                logp = log_probs(params, ctx[mb], tokens[:, mb])
+                m = kept[:, mb].float()
+                if verl_loss is not None:  # one seed: verl's own loss function and aggregation
+                    loss, loss_metrics = verl_loss(old_log_prob=old[0, mb], log_prob=logp[0], advantages=adv[0, mb],
+                                                   response_mask=kept[0, mb], loss_agg_mode="token-mean",
+                                                   config=actor, rollout_is_weights=is_w[0, mb])
+                    clipfrac, log_ratio = torch.tensor([loss_metrics["actor/pg_clipfrac"]]), logp - old[:, mb]
+                else:
+                    out = decoupled_ppo_token_losses(logp, old[:, mb], adv[:, mb], is_w[:, mb], 0.2, 0.2, 3.0)
+                    loss = per_seed_mean(out.losses, m).nan_to_num().sum()  # token-mean per seed
+                    clipfrac, log_ratio = per_seed_mean(out.clipped.float(), m).nan_to_num(), out.log_ratio
+                optim.zero_grad()
+                loss.backward()
+                optim.step()
+                state.after_optimizer_step()
+                clipped += clipfrac / (epochs * setup.minibatches)
+                max_r = torch.maximum(max_r, log_ratio.detach().exp().amax(dim=(1, 2)))
+        hist["clipfrac"].append(clipped)
+        hist["max_ratio"].append(max_r)
+        engine[n + 1] = [p.detach().clone() for p in params]
+        engine.pop(n - bound - 1, None)
+        state.on_version_published(n + 1)
+        hist["extra_memory"].append(torch.full((n_seeds,), state_bytes_per_param_byte(state, params)))
+        hist["reward"].append(eval_reward(params, targets[:, :contexts], g, setup.eval_samples, setup.spike_p)
+                              if (n + 1) % setup.eval_every == 0 else torch.full((n_seeds,), float("nan")))
+    return {key: torch.stack(values) for key, values in hist.items()}
+
+
+def providers_run(provider: str, d: int, seed: int, steps: int, noise: float, band: tuple[float, float], lr: float,
+                  minibatches: int, partial: float) -> dict[str, list[float]]:
+    """One providers-experiment run: ``provider`` at staleness ``d`` on one seed; per-step series."""
+    g = torch.Generator().manual_seed(seed)
+    torch.randint(0, VOCAB, (CONTEXTS, LENGTH), generator=g)  # the task's targets open this run's random stream
+    # this section's EWMA: com = d versions (the earlier default), no fresh_exact
+    arm = {"provider": provider, **({"ewma": {"com": "BOUND", "fresh_exact": False}} if provider == "ewma" else {})}
+    setup = replace(PROVIDERS_SETUP, band=band, minibatches=minibatches, partial=partial)
+    out = run_cell(arm, [seed], steps, d, d, noise, lr, 1, setup=setup, g=g)
+    return {key: series[:, 0].tolist() for key, series in out.items()}
+
+
+PROVIDER_RATES = ["masked", "masked_staleness", "masked_numerics", "tis_truncated", "clipfrac", "abs_error",
+                  "imp_weight_error", "forward_rows", "old_logit_time_ms"]
 
 
 def summarize(results: dict, steps: int) -> dict:
@@ -251,14 +354,11 @@ def summarize(results: dict, steps: int) -> dict:
     half, tail = steps // 2, min(20, steps)
     table = {}
     for (provider, d), runs in results.items():
-        row = {}
-        for key in ["mask_frac", "mask_staleness_frac", "mask_numerics_frac", "tis_frac", "clipfrac", "abs_error",
-                    "imp_weight_error", "forward_rows", "old_logit_time_ms"]:
-            row[key] = statistics.median(statistics.fmean(r["hist"][key][half:]) for r in runs)
-        finals = [statistics.fmean(r["hist"]["reward"][-tail:]) for r in runs]
+        row = {key: statistics.median(statistics.fmean(r[key][half:]) for r in runs) for key in PROVIDER_RATES}
+        finals = [statistics.fmean(r["reward"][-tail:]) for r in runs]
         row.update(final_reward=statistics.median(finals), final_reward_min=min(finals), final_reward_max=max(finals))
-        row["extra_mem"] = statistics.median(r["extra_bytes_per_param_byte"] for r in runs)
-        row["reward_curve"] = [statistics.median(r["hist"]["reward"][i] for r in runs) for i in range(steps)]
+        row["extra_mem"] = statistics.median(r["extra_memory"][-1] for r in runs)
+        row["reward_curve"] = [statistics.median(r["reward"][i] for r in runs) for i in range(steps)]
         table[f"{provider}/{d}"] = row
     return table
 
@@ -269,7 +369,7 @@ def plot(tables: dict[str, dict], providers: list[str], stalenesses: list[int], 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = [("mask_frac", "masked by the ρ band"), ("mask_staleness_frac", "masked because of staleness"),
+    panels = [("masked", "masked by the ρ band"), ("masked_staleness", "masked because of staleness"),
               ("clipfrac", "PPO clip fraction"), ("final_reward", "final reward")]
     fig, axes = plt.subplots(len(tables), len(panels) + 1, figsize=(22, 4 * len(tables)), squeeze=False)
     for row, (regime, table) in zip(axes, tables.items()):
@@ -298,7 +398,7 @@ def markdown(tables: dict[str, dict], stalenesses: list[int], args: argparse.Nam
               "IS-weight err", "final reward (min–max over seeds)", "forward rows/step", "extra memory (× params)"]
     for regime, table in tables.items():
         noise, lo, hi = regime.split(":")
-        rows = [[provider, d, *(f"{r[k]:.3f}" for k in ("mask_frac", "mask_staleness_frac", "tis_frac", "clipfrac",
+        rows = [[provider, d, *(f"{r[k]:.3f}" for k in ("masked", "masked_staleness", "tis_truncated", "clipfrac",
                                                          "abs_error", "imp_weight_error")),
                  f"{r['final_reward']:.3f} ({r['final_reward_min']:.2f}–{r['final_reward_max']:.2f})",
                  f"{r['forward_rows']:.2f}", f"{r['extra_mem']:.1f}"]
@@ -336,8 +436,8 @@ def main() -> None:
         for provider in args.providers:
             for d in args.staleness:
                 for seed in range(args.seeds):
-                    results[(provider, d)].append(
-                        run(provider, d, seed, args.steps, noise, (lo, hi), args.lr, args.minibatches, args.partial))
+                    results[(provider, d)].append(providers_run(provider, d, seed, args.steps, noise, (lo, hi),
+                                                                args.lr, args.minibatches, args.partial))
                 print(f"{regime} {provider} d={d} done ({time.time() - t0:.0f}s)", flush=True)
         tables[regime] = summarize(results, args.steps)
     section = markdown(tables, args.staleness, args, time.time() - t0)
@@ -346,128 +446,6 @@ def main() -> None:
     publish((args.doc or RESULTS) if args.write else None, HEADING, section, until="\n#")  # keeps its ### subsection
     if args.write:
         plot(tables, args.providers, args.staleness, max(args.staleness), ROOT / "docs/img/old_logits_providers.png")
-
-
-
-# ------------------------------------------------------------------------------------------------
-# Mechanism study: fair arms, every seed of a cell at once (the model's seed dimension), staleness and
-# mismatch as knobs. The providers see one flattened batch of S * bs rows; shared between the seeds of a
-# cell: the calibrated EWMA's target age (the mean over all rows) and the random draws' generator.
-STUDY_HEADING = "## Old-logit mechanism study"
-STUDY_ARMS = {  # label -> algorithm.old_logits (BOUND is replaced by the cell's staleness bound)
-    "current": {"provider": "current"},
-    "rollout": {"provider": "rollout"},
-    "snapshot": {"provider": "snapshot"},
-    "ewma calibrated": {"provider": "ewma", "ewma": {"fresh_exact": True}},
-    "ewma calibrated, no fresh_exact": {"provider": "ewma", "ewma": {"fresh_exact": False}},
-    "ewma com = bound (old default)": {"provider": "ewma", "ewma": {"com": "BOUND"}},
-    "loglinear": {"provider": "loglinear"},
-}
-BAND = (0.5, 2.0)  # token_k1 rejection band on rho (recipes/async_agentic); token TIS at TIS = 2
-MINIBATCHES = 2  # per epoch, as the text_hybrid study's two optimizer steps per step
-EVAL_EVERY, EVAL_SAMPLES = 10, 16
-
-
-def draw_versions(n: int, n_seeds: int, bs: int, mean: float, bound: int, g: torch.Generator) -> torch.Tensor:
-    """``(S, bs, T)`` per-token versions at trainer version n: each sequence starts d ~
-    Poisson(mean) versions back (at most ``bound``, at most n), and half of them (partial
-    rollouts) switch to the next version at a random position."""
-    d = torch.poisson(torch.full((n_seeds, bs), mean), generator=g).long().clamp(max=min(bound, n))
-    switch = torch.where(torch.rand(n_seeds, bs, generator=g) < 0.5,
-                         torch.randint(1, LENGTH, (n_seeds, bs), generator=g), torch.full((n_seeds, bs), LENGTH))
-    versions = (n - d)[..., None] + (torch.arange(LENGTH) >= switch[..., None]).long()
-    return versions.clamp(max=n)
-
-
-def per_seed_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """``(S,)`` mean of ``x`` over the mask-1 entries of each seed (NaN where a seed has none)."""
-    dims = tuple(range(1, x.dim()))
-    return (x * mask).sum(dims) / mask.sum(dims).where(mask.sum(dims) > 0, torch.tensor(float("nan")))
-
-
-def run_cell(arm: dict, seeds: list[int], steps: int, mean_staleness: float, bound: int, sigma: float,
-             lr: float, epochs: int, contexts: int = CONTEXTS) -> dict[str, torch.Tensor]:
-    """One arm of one cell, every seed at once, on the first ``contexts`` contexts of the task.
-    Returns per-step ``(steps, S)`` series (rewards at the evaluation steps only, NaN elsewhere)."""
-    from verl_ext.losses.ppo_ewma import decoupled_ppo_token_losses
-    from verl_ext.old_logits.metrics import ratio_out_of_band
-
-    n_seeds, bs = len(seeds), contexts * GROUP
-    g = torch.Generator().manual_seed(1000 + seeds[0])  # common random numbers across arms
-    targets = torch.stack([torch.randint(0, VOCAB, (CONTEXTS, LENGTH), generator=torch.Generator().manual_seed(s))
-                           for s in seeds])
-    params = init_params(seeds)
-    optim = torch.optim.Adam(params, lr=lr)
-    raw = json.loads(json.dumps(arm).replace('"BOUND"', str(bound)))
-    config = OldLogitsConfig.from_config(raw, max_off_policy_threshold=bound)
-    steps_per_version = MINIBATCHES * epochs
-    state = OldLogitWorkerState(config, params, updates_per_version=steps_per_version)
-    engine = {0: [p.detach().clone() for p in params]}
-    ctx = torch.arange(contexts).repeat_interleave(GROUP)
-
-    def log_prob_fn(batch: dict, rows: torch.Tensor) -> torch.Tensor:
-        return log_probs(params, ctx, batch["tokens"]).reshape(n_seeds * bs, LENGTH)[rows]
-
-    host = LocalPolicyHost(log_prob_fn, state)
-    provider = build_provider(config)
-    hist: dict[str, list[torch.Tensor]] = defaultdict(list)
-    for n in range(steps):
-        versions = draw_versions(n, n_seeds, bs, mean_staleness, bound, g)
-        tokens, mu, exact = generate(engine, ctx, versions, sigma, g)
-        reward = (tokens == targets[:, ctx]).float().mean(-1)  # (S, bs)
-        grouped = reward.view(n_seeds, contexts, GROUP)
-        adv = ((grouped - grouped.mean(-1, keepdim=True)) / (grouped.std(-1, keepdim=True) + 1e-6)).view(n_seeds, bs)
-        adv = adv[..., None].expand(n_seeds, bs, LENGTH)
-        flat = n_seeds * bs
-        mask = torch.ones(flat, LENGTH, dtype=torch.bool)
-        host.version = n
-        batch = {"tokens": tokens, "response_mask": mask, "token_versions": versions.reshape(flat, LENGTH),
-                 "rollout_log_probs": mu.reshape(flat, LENGTH)}
-        metrics: dict[str, float] = {}
-        provider.compute(host, batch, metrics)
-        old = batch["old_log_probs"].view(n_seeds, bs, LENGTH)
-        is_proto, rs_mask, _ = compute_rollout_correction_and_rejection_mask(
-            old.reshape(flat, LENGTH), mu.reshape(flat, LENGTH), mask, rollout_is="token",
-            rollout_is_threshold=TIS, rollout_rs="token_k1", rollout_rs_threshold=f"{BAND[0]}_{BAND[1]}")
-        is_w = is_proto.batch["rollout_is_weights"].view(n_seeds, bs, LENGTH)
-        kept = rs_mask.bool().view(n_seeds, bs, LENGTH)
-        proxy_out = ratio_out_of_band(old - mu, *BAND)
-        exact_out = ratio_out_of_band(exact - mu, *BAND)
-        stale = (versions < n).float()
-        ones = torch.ones_like(stale)
-        hist["masked"].append(per_seed_mean((~kept).float(), ones))
-        hist["masked_staleness"].append(per_seed_mean((proxy_out & ~exact_out).float(), ones))
-        hist["masked_numerics"].append(per_seed_mean(exact_out.float(), ones))
-        rho = torch.exp(old - mu)
-        hist["tis_truncated"].append(per_seed_mean((rho > TIS).float(), ones))
-        hist["max_rho"].append(rho.amax(dim=(1, 2)))
-        w = is_w * kept
-        hist["ess"].append(w.sum((1, 2)) ** 2 / (kept.sum((1, 2)) * (w**2).sum((1, 2))).clamp(min=1e-12))
-        hist["abs_error_stale"].append(per_seed_mean((old - exact).abs(), stale))
-        hist["token_age_steps"].append(per_seed_mean((n - versions).float(), ones) * steps_per_version)
-        hist["ewma_age_steps"].append(torch.full((n_seeds,), metrics.get("old_logits/ewma/age_steps", float("nan"))))
-        clipped, max_r = torch.zeros(n_seeds), torch.zeros(n_seeds)
-        for _ in range(epochs):
-            for mb in torch.randperm(bs, generator=g).chunk(MINIBATCHES):
-                state.before_optimizer_step(n)
-                logp = log_probs(params, ctx[mb], tokens[:, mb])
-                out = decoupled_ppo_token_losses(logp, old[:, mb], adv[:, mb], is_w[:, mb], 0.2, 0.2, 3.0)
-                m = kept[:, mb].float()
-                loss = per_seed_mean(out.losses, m).nan_to_num().sum()  # token-mean per seed
-                optim.zero_grad()
-                loss.backward()
-                optim.step()
-                state.after_optimizer_step()
-                clipped += per_seed_mean(out.clipped.float(), m).nan_to_num() / (epochs * MINIBATCHES)
-                max_r = torch.maximum(max_r, out.log_ratio.detach().exp().amax(dim=(1, 2)))
-        hist["clipfrac"].append(clipped)
-        hist["max_ratio"].append(max_r)
-        engine[n + 1] = [p.detach().clone() for p in params]
-        engine.pop(n - bound - 1, None)
-        state.on_version_published(n + 1)
-        nan = torch.full((n_seeds,), float("nan"))
-        hist["reward"].append(eval_reward(params, targets[:, :contexts], g, EVAL_SAMPLES) if (n + 1) % EVAL_EVERY == 0 else nan)
-    return {key: torch.stack(values) for key, values in hist.items()}
 
 
 # One knob at a time around a base cell (the full 3 x 3 x 2 x 2 grid would take ~2 h on the shared
@@ -518,7 +496,6 @@ def study_main(args: argparse.Namespace) -> None:
         args.json.with_suffix(".meta.json").write_text(json.dumps(meta))
     study_report(results, json.loads(args.json.with_suffix(".meta.json").read_text()),
                  (args.doc or STUDY_DOC) if args.write else None)
-
 
 
 def _per_seed(series: list, how: str, window: slice = slice(None)) -> np.ndarray:
