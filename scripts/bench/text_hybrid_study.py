@@ -226,10 +226,7 @@ def estimators_section(results: dict[str, Runs], steps: int, refs: dict[str, flo
 
 def goal_met(tool_rate: np.ndarray, gui_rate: np.ndarray) -> str:
     """``yes`` when the mean rates meet the goal (>= 80% where tools are shorter, <= 20% where not)."""
-    t, g = mean_and_se(tool_rate)[0], mean_and_se(gui_rate)[0]
-    if not (np.isfinite(t) and np.isfinite(g)):
-        return "n/a"
-    return "yes" if t >= GOAL_TOOL and g <= GOAL_GUI else "no"
+    return {"n/a": "n/a", "met": "yes"}.get(goal_gap(tool_rate, gui_rate), "no")
 
 
 def goal_gap(tool_when_shorter: np.ndarray, tool_when_gui_shorter: np.ndarray) -> str:
