@@ -47,7 +47,7 @@ from verl.trainer.ppo.rollout_corr_helper import (
 from verl.utils.config import omega_conf_to_dataclass
 
 import verl_ext.losses.registration  # noqa: F401  (registers ppo_ewma)
-from scripts.bench.report import RESULTS, script_parser, publish
+from scripts.bench.report import RESULTS, figure, script_parser, publish
 from scripts.bench.report import table as md_table
 from scripts.bench.stats import collapsed, fmt_mean_se, last_finite, paired_verdict
 from verl_ext.old_logits import OldLogitsConfig, OldLogitWorkerState, build_provider
@@ -208,14 +208,6 @@ def per_seed_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * mask).sum(dims) / mask.sum(dims).where(mask.sum(dims) > 0, torch.tensor(float("nan")))
 
 
-def verl_actor_config():
-    """The actor config verl's ``ppo_ewma`` loss reads (clip 0.2 both sides)."""
-    return omega_conf_to_dataclass(OmegaConf.create({
-        "_target_": "verl.workers.config.ActorConfig", "strategy": "fsdp", "rollout_n": GROUP,
-        "ppo_micro_batch_size_per_gpu": 1, "clip_ratio_low": 0.2, "clip_ratio_high": 0.2,
-        "policy_loss": {"_target_": "verl_ext.losses.config.PPOEWMAPolicyLossConfig"}}))
-
-
 def state_bytes_per_param_byte(state: OldLogitWorkerState, params: list[torch.Tensor]) -> float:
     """The extra memory a provider's state holds (EWMA shadow, snapshot copies), in parameter bytes."""
     extra = 0 if state.ewma is None else 4 * sum(p.numel() for p in params)
@@ -242,7 +234,11 @@ def run_cell(arm: dict, seeds: list[int], steps: int, mean_staleness: float, bou
     state = OldLogitWorkerState(config, params, updates_per_version=steps_per_version)
     engine = {0: [p.detach().clone() for p in params]}  # weights the inference engine received, per version
     ctx = torch.arange(contexts).repeat_interleave(GROUP)
-    actor, verl_loss = (verl_actor_config(), get_policy_loss_fn("ppo_ewma")) if setup.verl_loss else (None, None)
+    verl_loss = get_policy_loss_fn("ppo_ewma") if setup.verl_loss else None
+    actor = omega_conf_to_dataclass(OmegaConf.create({  # what verl's ppo_ewma reads: clip 0.2 both sides
+        "_target_": "verl.workers.config.ActorConfig", "strategy": "fsdp", "rollout_n": GROUP,
+        "ppo_micro_batch_size_per_gpu": 1, "clip_ratio_low": 0.2, "clip_ratio_high": 0.2,
+        "policy_loss": {"_target_": "verl_ext.losses.config.PPOEWMAPolicyLossConfig"}}))
 
     def log_prob_fn(batch: dict, rows: torch.Tensor) -> torch.Tensor:
         return log_probs(params, ctx, batch["tokens"]).reshape(n_seeds * bs, LENGTH)[rows]
@@ -358,28 +354,22 @@ def summarize(results: dict, steps: int) -> dict:
 
 
 def plot(tables: dict[str, dict], providers: list[str], stalenesses: list[int], curve_d: int, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     panels = [("masked", "masked by the ρ band"), ("masked_staleness", "masked because of staleness"),
               ("clipfrac", "PPO clip fraction"), ("final_reward", "final reward")]
-    fig, axes = plt.subplots(len(tables), len(panels) + 1, figsize=(22, 4 * len(tables)), squeeze=False)
-    for row, (regime, table) in zip(axes, tables.items()):
-        noise, lo, hi = regime.split(":")
-        for provider in providers:
-            for ax, (key, label) in zip(row, panels):
-                ax.plot(stalenesses, [table[f"{provider}/{d}"][key] for d in stalenesses], marker="o", label=provider)
-                ax.set_xlabel("staleness d (versions)")
-                ax.set_title(f"{label}\nσ = {noise}, band [{lo}, {hi}]", fontsize=10)
-            row[-1].plot(table[f"{provider}/{curve_d}"]["reward_curve"], label=provider)
-        row[-1].set_xlabel("training step")
-        row[-1].set_title(f"reward per step, d = {curve_d}\nσ = {noise}", fontsize=10)
-        row[0].legend()
-    fig.suptitle("old-logit providers (medians over seeds)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    with figure(path, len(tables), len(panels) + 1, (22, 4 * len(tables)), 90,
+                "old-logit providers (medians over seeds)") as axes:
+        for row, (regime, table) in zip(axes, tables.items()):
+            noise, lo, hi = regime.split(":")
+            for provider in providers:
+                for ax, (key, label) in zip(row, panels):
+                    ax.plot(stalenesses, [table[f"{provider}/{d}"][key] for d in stalenesses], marker="o",
+                            label=provider)
+                    ax.set_xlabel("staleness d (versions)")
+                    ax.set_title(f"{label}\nσ = {noise}, band [{lo}, {hi}]", fontsize=10)
+                row[-1].plot(table[f"{provider}/{curve_d}"]["reward_curve"], label=provider)
+            row[-1].set_xlabel("training step")
+            row[-1].set_title(f"reward per step, d = {curve_d}\nσ = {noise}", fontsize=10)
+            row[0].legend()
 
 
 def markdown(tables: dict[str, dict], stalenesses: list[int], args: argparse.Namespace, seconds: float) -> str:
@@ -592,24 +582,16 @@ def study_report(results: dict, meta: dict, doc: Path | None) -> None:
 
 def study_plot(results: dict, path: Path) -> None:
     """Learning curves (evaluation reward, mean over seeds), one panel per cell."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(results), figsize=(4 * len(results), 3.6), squeeze=False)
-    for ax, (key, runs) in zip(axes[0], results.items()):
-        for i, (arm, h) in enumerate(runs.items()):
-            x = np.asarray(h["reward"], float)
-            at = np.flatnonzero(np.isfinite(x).all(axis=1))
-            ax.plot(at + 1, x[at].mean(axis=1), color=f"C{i}", label=arm, linewidth=1)
-        ax.set(title=key, xlabel="step", ylim=(0, 1))
-        ax.title.set_fontsize(8)
-    axes[0][0].set_ylabel("reward (noise-free samples)")
-    axes[0][-1].legend(fontsize=6)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    with figure(path, 1, len(results), (4 * len(results), 3.6), 90) as axes:
+        for ax, (key, runs) in zip(axes[0], results.items()):
+            for i, (arm, h) in enumerate(runs.items()):
+                x = np.asarray(h["reward"], float)
+                at = np.flatnonzero(np.isfinite(x).all(axis=1))
+                ax.plot(at + 1, x[at].mean(axis=1), color=f"C{i}", label=arm, linewidth=1)
+            ax.set(title=key, xlabel="step", ylim=(0, 1))
+            ax.title.set_fontsize(8)
+        axes[0][0].set_ylabel("reward (noise-free samples)")
+        axes[0][-1].legend(fontsize=6)
 
 
 if __name__ == "__main__":
