@@ -34,13 +34,8 @@ from verl_ext.rewards.dvreward.judge import JUDGE_SYSTEM_PROMPT, Artifact, Judge
 from verl_ext.rewards.dvreward.judge_server import spawn
 from verl_ext.rewards.dvreward.transport import Endpoint
 
-# Public Qwen2.5 architecture hyper-parameters (config.json of Qwen/Qwen2.5-{1.5B,7B}-Instruct).
-QWEN25 = {
-    "1.5b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
-                 num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True),
-    "7b": dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
-               num_key_value_heads=4, vocab_size=152064, tie_word_embeddings=False),
-}
+# size -> vocabulary of Qwen/Qwen2.5-{1.5B,7B}-Instruct; the rest is verl_ext.tiny_model.ARCHITECTURES
+QWEN25 = {"1.5b": 151936, "7b": 152064}
 # (label, server --max-batch, client concurrency)
 SETTINGS = [
     ("unbatched", 1, 1),
@@ -57,13 +52,11 @@ def build_model(out_dir: str, size: str) -> dict:
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from verl_ext.tiny_model import build_tokenizer
+    from verl_ext.tiny_model import ARCHITECTURES, build_tokenizer
 
     tokenizer = build_tokenizer()
-    config = Qwen2Config(
-        **QWEN25[size], max_position_embeddings=32768, rope_theta=1e6, rms_norm_eps=1e-6,
-        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-    )
+    config = Qwen2Config(**{"tie_word_embeddings": True, **ARCHITECTURES[f"qwen2.5-{size}"]}, vocab_size=QWEN25[size],
+                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
     torch.manual_seed(0)
     torch.set_default_dtype(torch.bfloat16)
     with torch.device("cuda"):

@@ -23,52 +23,12 @@ from verl_ext.old_logits.ewma import EWMAShadow
 from verl_ext.old_logits.snapshot import SnapshotStore
 
 from scripts.bench.report import publish, script_parser, table, target
+from scripts.bench.snapshot_pinning_gpu import qwen2_shapes
 
-# Qwen2 configs (config.json of Qwen/Qwen2-1.5B and Qwen/Qwen2-7B).
-QWEN2 = {
-    "1.5B": {
-        "hidden": 1536,
-        "intermediate": 8960,
-        "layers": 28,
-        "heads": 12,
-        "kv_heads": 2,
-        "vocab": 151936,
-        "tied": True,
-    },
-    "7B": {
-        "hidden": 3584,
-        "intermediate": 18944,
-        "layers": 28,
-        "heads": 28,
-        "kv_heads": 4,
-        "vocab": 152064,
-        "tied": False,
-    },
-}
+# Qwen2-1.5B / Qwen2-7B: the shapes of verl_ext.tiny_model's qwen2.5 architectures (the same as Qwen2's),
+# with the real vocabularies (config.json of Qwen/Qwen2-1.5B and Qwen/Qwen2-7B)
+QWEN2 = {"1.5B": ("qwen2.5-1.5b", 151936), "7B": ("qwen2.5-7b", 152064)}
 BETA = 8 / 9
-
-
-def qwen2_shapes(
-    hidden: int, intermediate: int, layers: int, heads: int, kv_heads: int, vocab: int, tied: bool
-) -> list[list[tuple[int, ...]]]:
-    """Parameter shapes grouped per layer (embedding and head in their own groups)."""
-    kv = kv_heads * hidden // heads
-    layer = [
-        (hidden, hidden),
-        (hidden,),
-        (kv, hidden),
-        (kv,),
-        (kv, hidden),
-        (kv,),
-        (hidden, hidden),
-        (intermediate, hidden),
-        (intermediate, hidden),
-        (hidden, intermediate),
-        (hidden,),
-        (hidden,),
-    ]
-    groups = [[(vocab, hidden)]] + [layer] * layers + [[(hidden,)]]
-    return groups if tied else groups + [[(vocab, hidden)]]
 
 
 def time_ms(fn: Callable[[], None], warmup: int = 3, reps: int = 10) -> float:
@@ -154,7 +114,7 @@ def bench_snapshot(flat: list[torch.Tensor]) -> dict[str, float]:
 
 
 def bench_model(name: str, bandwidth: float) -> dict[str, float]:
-    groups = qwen2_shapes(**QWEN2[name])
+    groups = qwen2_shapes(*QWEN2[name])
     g = torch.Generator(device="cuda").manual_seed(0)
     params = [[torch.randn(s, device="cuda", generator=g, dtype=torch.bfloat16) * 0.02 for s in grp] for grp in groups]
     flat = [p for grp in params for p in grp]

@@ -13,16 +13,13 @@ from __future__ import annotations
 import os
 import platform
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from scripts.bench.launch import load_steps
+from scripts.bench.launch import RunSpec, load_steps, run
 from scripts.bench.report import publish, script_parser, table, target
 
-ROOT = Path(__file__).resolve().parents[2]
 HEADING = "## cpu backend: verl's trainer on 2 CPU cores"
 PHASES = {  # verl metric -> what it times
     "timing_s/gen": "gen (hf rollout, 32 sequences)",
@@ -32,16 +29,6 @@ PHASES = {  # verl metric -> what it times
     "timing_s/update_weights": "update_weights (trainer -> hf server)",
     "timing_s/step": "step total",
 }
-
-
-def run_quickstart(out: Path, steps: int) -> float:
-    """Runs the quickstart into ``out``; returns its wall seconds (Ray start-up, validations and
-    checkpoint included)."""
-    env = {**os.environ, "OUT": str(out), "STEPS": str(steps), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    start = time.perf_counter()
-    subprocess.run(["bash", str(ROOT / "recipes/quickstart/run_cpu.sh")], cwd=ROOT, env=env, check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return time.perf_counter() - start
 
 
 def section(steps: dict[int, dict], wall_s: float | None, load: float) -> str:
@@ -77,7 +64,8 @@ def main() -> None:
     wall_s = None
     if args.metrics is None:
         out = Path(tempfile.mkdtemp(prefix="cpu_backend_timing_"))
-        wall_s = run_quickstart(out, args.steps)
+        # the run's wall time: Ray start-up, validations and checkpoint included
+        wall_s = run(RunSpec("quickstart", "quickstart/run_cpu.sh", out, args.steps), attempts=1)
         args.metrics = out / "metrics.jsonl"
     publish(target(args), HEADING, section(load_steps(args.metrics), wall_s, os.getloadavg()[0]))
 

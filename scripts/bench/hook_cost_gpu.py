@@ -4,30 +4,19 @@
     python -m scripts.bench.hook_cost_gpu --out runs/hook_cost --budget-s 540       # run what is not done yet
     python -m scripts.bench.hook_cost_gpu --results runs/hook_cost --context "..."  # (re)write the docs section
 
-What runs. ``recipes/text_corridor/run_gpu.sh`` (FSDP2 training + vLLM rollout on one GPU, ``colocate_async``
-with batches queued ahead of the trainer, so stale tokens reach every provider), GRPO and verl's PPO loss in
-every arm, random weights of Qwen2.5-0.5B's, 1.5B's and 7B's shapes (``POINTS``). Arms (``ARMS``): the
-providers ``current``, ``snapshot``, ``ewma``, ``loglinear`` and ``verl`` (verl's own trainer, no verl-ext
-hook); on request ``dedicated``, ``interrupt`` and the variants of ``ARM_OVERRIDES`` (live weights waiting on
-the GPU during a swap, the one-pass EWMA, bf16 snapshots). Each arm runs ``--repeats`` times, interleaved
-(every arm once, in a rotated order, before any arm again), so host noise hits every arm alike; ``--gpus 0 1``
-runs one run per card side by side, thread pools capped to each run's share of the cores.
+``recipes/text_corridor/run_gpu.sh`` (FSDP2 + vLLM on one GPU, ``colocate_async`` with batches queued ahead of the
+trainer, so stale tokens reach every provider), GRPO and verl's PPO loss, random weights of Qwen2.5 shapes
+(``POINTS``; the 7B points' memory settings and what they cost are in their notes). Arms (``ARMS``): the providers
+and ``verl`` (no verl-ext hook), on request the variants of ``ARM_OVERRIDES``; ``--repeats`` interleaved (every
+arm once, in a rotated order, before any arm again), so host noise hits every arm alike; ``--gpus 0 1`` runs one
+run per card side by side. Runs done in ``--out`` are skipped and ``--budget-s`` starts no run that would not
+finish in time, so the same command continues; a run folder keeps ``metrics.jsonl``, ``run.json`` and its log's
+tail only, small enough to carry between machines.
 
-The 7B point on one 139 GB card: FSDP2's fp32 parameters, gradients and Adam state plus the EWMA's fp32
-shadow do not fit beside vLLM, so every arm offloads the Adam state to host memory and lets a trajectory
-span at most two weight versions (``BOUND=2``: verl's ``max_off_policy_threshold`` counts the versions
-spanned, so ``BOUND=1`` evicts every stale sample; point ``7b_bound1`` uses that to time the snapshot save
-alone). At 7B the ``snapshot`` arm needs more than a 128 GiB host and ``ewma`` more than one card (point
-``7b_2gpu`` shards it over two); a failed arm is listed with the error its log ends with.
-
-Runs done in ``--out`` are skipped and ``--budget-s`` starts no run that would not finish in time, so the
-same command continues where the last one stopped. Run folders keep ``metrics.jsonl``, ``run.json`` and the
-log's tail only, small enough to carry between machines.
-
-The table, per model size and arm: the hooks' share of the step (median over the steps after ``--warmup`` of
-every repeat), each hook's share (mean), verl's ``timing_s/old_log_prob`` against the plain arm's, and the
-bytes verl-ext's state holds in GPU and host memory. Targets: ``current``, ``ewma``, ``loglinear`` at most 3%
-of the step; ``snapshot``'s save at most 1% on the critical path.
+The table, per model size and arm: the hooks' share of the step (median over the steps after ``--warmup``),
+each hook's share (mean), ``timing_s/old_log_prob`` against plain verl's, the bytes verl-ext's state holds in
+GPU and host memory, and the targets (``TARGET_SHARE``, ``SNAPSHOT_SAVE_TARGET``); a failed arm is listed with
+the error its log ends with.
 
 Docs section (``--write``; printed otherwise): docs/results.md, "## GPU: per-step breakdown" (the hook-cost tables).
 """

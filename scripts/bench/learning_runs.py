@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from scripts.bench.launch import REPO, RunSpec, Runs, launch, load_steps
-from scripts.bench.report import RESULTS, script_parser, table
+from scripts.bench.report import RESULTS, figure, script_parser, table
 
 
 def study_parser(module_doc: str, out: Path, steps: int, seeds: list[int],
@@ -156,30 +156,21 @@ def plot_curves(results: dict[str, Runs], steps: int, panels: list[tuple[str, st
                 path: Path, smooth: int = 5) -> None:
     """One panel per ``(metric key, panel title, per_step)``: validation keys (``per_step``
     False) as points at the logged steps, training keys as a ``smooth``-step moving average."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4), sharey=True)
     all_steps = list(range(steps + 1))
-    for ax, (key, panel_title, per_step) in zip(np.atleast_1d(axes), panels):
-        for i, (config, runs) in enumerate(results.items()):
-            if per_step:  # moving average of the mean over seeds: one step is only a few dozen episodes
-                window = min(smooth, steps)
-                values = np.nanmean(series(runs, key, all_steps[1:]), axis=0)
-                ax.plot(all_steps[window:], np.convolve(values, np.ones(window) / window, mode="valid"),
-                        color=f"C{i}", label=config)
-            else:
-                values = series(runs, key, all_steps)
-                logged = ~np.isnan(values).all(axis=0)
-                ax.plot(np.array(all_steps)[logged], np.nanmean(values[:, logged], axis=0), "o-", color=f"C{i}",
-                        label=config)
-        ax.set(title=panel_title, xlabel="training step", ylim=(0, 1.02))
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    np.atleast_1d(axes)[0].set_ylabel("rate")
-    fig.suptitle(title)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    with figure(path, 1, len(panels), (5.5 * len(panels), 4), 110, title, sharey=True) as axes:
+        for ax, (key, panel_title, per_step) in zip(axes[0], panels):
+            for i, (config, runs) in enumerate(results.items()):
+                if per_step:  # moving average of the mean over seeds: one step is only a few dozen episodes
+                    window = min(smooth, steps)
+                    values = np.nanmean(series(runs, key, all_steps[1:]), axis=0)
+                    ax.plot(all_steps[window:], np.convolve(values, np.ones(window) / window, mode="valid"),
+                            color=f"C{i}", label=config)
+                else:
+                    values = series(runs, key, all_steps)
+                    logged = ~np.isnan(values).all(axis=0)
+                    ax.plot(np.array(all_steps)[logged], np.nanmean(values[:, logged], axis=0), "o-", color=f"C{i}",
+                            label=config)
+            ax.set(title=panel_title, xlabel="training step", ylim=(0, 1.02))
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
+        axes[0][0].set_ylabel("rate")

@@ -9,18 +9,13 @@ same ``ppo_ewma`` loss and rollout correction (token IS truncated at 2 + token_k
 old-logit source differs (``ARMS``), plus fp32-rollout controls for ``current`` and ``snapshot``. Staleness
 from ``num_warmup_batches`` 3 and 6 (bound 2x), ``--steps`` (>= 60) steps, ``--seeds`` (>= 3) seeds per arm.
 
-Runs share the card, at most ``--parallel`` at a time. Each vLLM engine gets a fixed KV cache
-(``--kv-cache-bytes``): vLLM then skips the start-up memory profiling that fails when engines profile at
-once while other processes free memory, and runs start ``--start-gap-s`` apart (``--stagger-s`` without a
-fixed cache). Host memory bounds how many runs share a machine (a run holds ~10 GB, ~13 GB while it
-starts; below ~5% free, Ray's memory monitor kills workers of every run): the study runs 2 TransferQueue
-storage units and 2 reward workers, and a run starts only while ``--min-free-gb`` are available.
-
-Each run writes ``metrics.jsonl`` and ``run.json`` under ``--out/<warmup>/<arm>/seed<k>``; finished runs are
-reused. The report (``--report-only``): success curve, area under it, steps to 0.8, masked fraction by
-cause (fresh = numerics, stale), clip fraction, max IS ratio, collapses, time per step; mean ± SE, paired
-differences with 2-SE verdicts over the seeds an arm shares with ``current``. ``--keep-runs SOURCE`` copies
-a machine's finished runs into ``--out``, cut to the metrics the report reads.
+Runs share the card, at most ``--parallel`` at a time, each vLLM engine with a fixed KV cache and starts spaced,
+while the host has ``--min-free-gb`` available (the options' help says why); the study runs 2 TransferQueue
+storage units and 2 reward workers (``SHARED_OVERRIDES``). Each run writes ``metrics.jsonl`` and ``run.json``
+under ``--out/<warmup>/<arm>/seed<k>``; finished runs are reused. The report (``--report-only``): success
+curve, area under it, steps to 0.8, masked fraction by cause (fresh = numerics, stale), clip fraction, max IS
+ratio, collapses, time per step; mean ± SE, paired differences with 2-SE verdicts over the seeds an arm shares
+with ``current``. ``--keep-runs SOURCE`` copies a machine's finished runs into ``--out``, cut to ``REPORT_KEYS``.
 
 Docs section (``--write``; printed otherwise): docs/results.md, "## GPU: old-logit study".
 """

@@ -6,8 +6,9 @@ import argparse
 import os
 import platform
 import re
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "docs" / "results.md"
@@ -89,3 +90,23 @@ def pct(x: float, digits: int = 2) -> str:
 def gib(n: float, unit: float, digits: int = 2) -> str:
     """A byte count as ``GiB (multiple of unit)``; ``0`` for none."""
     return f"{n / 2**30:.2f} GiB ({n / unit:.{digits}f}x)" if n else "0"
+
+
+@contextmanager
+def figure(path: Path, rows: int, cols: int, size: tuple[float, float], dpi: int, title: str = "",
+           title_size: float | None = None, **subplots: Any) -> Iterator[Any]:
+    """The ``rows x cols`` axes (a 2-D array) of a headless matplotlib figure, saved to ``path`` (its
+    folder made) under ``title`` when the block ends."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(rows, cols, figsize=size, squeeze=False, **subplots)
+    yield axes
+    if title:
+        fig.suptitle(title, fontsize=title_size)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)

@@ -37,16 +37,17 @@ VOCAB = 516  # the local tokenizer of the hook-cost runs' models (docs/bench_res
 HEADING = "## GPU: snapshot host buffers, one registered buffer against per-tensor pinned allocations"
 
 
-def qwen2_shapes(arch: str, vocab: int) -> list[tuple[int, ...]]:
-    """Parameter shapes of a Qwen2 model of ``verl_ext.tiny_model.ARCHITECTURES[arch]``."""
+def qwen2_shapes(arch: str, vocab: int) -> list[list[tuple[int, ...]]]:
+    """Parameter shapes of a Qwen2 model of ``verl_ext.tiny_model.ARCHITECTURES[arch]``, grouped per
+    layer (the embedding, the final norm and an untied head in groups of their own)."""
     from verl_ext.tiny_model import ARCHITECTURES
 
     a = ARCHITECTURES[arch]
     h, i, heads, kv = a["hidden_size"], a["intermediate_size"], a["num_attention_heads"], a["num_key_value_heads"]
     kv_dim = kv * h // heads
     layer = [(h, h), (h,), (kv_dim, h), (kv_dim,), (kv_dim, h), (kv_dim,), (h, h), (i, h), (i, h), (h, i), (h,), (h,)]
-    head = [] if a.get("tie_word_embeddings", True) else [(vocab, h)]
-    return [(vocab, h), *layer * a["num_hidden_layers"], (h,), *head]
+    head = [] if a.get("tie_word_embeddings", True) else [[(vocab, h)]]
+    return [[(vocab, h)], *[layer] * a["num_hidden_layers"], [(h,)], *head]
 
 
 def resident_bytes() -> int:
@@ -65,7 +66,7 @@ def measure(arch: str, allocation: str, saves: int, vocab: int, load_matmuls: in
             torch.empty(t.shape, dtype=d, device="cpu", pin_memory=pin)
             for t, d in zip(live, dtypes or [t.dtype for t in live], strict=True)
         ]
-    params = [torch.empty(s, dtype=torch.float32, device="cuda").normal_() for s in qwen2_shapes(arch, vocab)]
+    params = [torch.empty(s, dtype=torch.float32, device="cuda").normal_() for g in qwen2_shapes(arch, vocab) for s in g]
     a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
 
     def queue_load() -> None:

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 from scripts.bench.launch import REPO, Runs
 from scripts.bench.learning_runs import logged_steps, machine_line, series, study_command, study_parser, sweep
-from scripts.bench.report import publish, table, target
+from scripts.bench.report import figure, publish, table, target
 from scripts.bench.stats import fmt_mean_se, last_finite, mean_and_se, two_se_verdict
 
 HEADING = "## text_hybrid study: which plugin earns its place"
@@ -226,10 +226,7 @@ def estimators_section(results: dict[str, Runs], steps: int, refs: dict[str, flo
 
 def goal_met(tool_rate: np.ndarray, gui_rate: np.ndarray) -> str:
     """``yes`` when the mean rates meet the goal (>= 80% where tools are shorter, <= 20% where not)."""
-    t, g = mean_and_se(tool_rate)[0], mean_and_se(gui_rate)[0]
-    if not (np.isfinite(t) and np.isfinite(g)):
-        return "n/a"
-    return "yes" if t >= GOAL_TOOL and g <= GOAL_GUI else "no"
+    return {"n/a": "n/a", "met": "yes"}.get(goal_gap(tool_rate, gui_rate), "no")
 
 
 def goal_gap(tool_when_shorter: np.ndarray, tool_when_gui_shorter: np.ndarray) -> str:
@@ -271,35 +268,26 @@ def plot(results: dict[str, Runs], panels: list[tuple[str, str]], title: str, pa
          lines: dict[str, dict[str, float]] | None = None) -> None:
     """Validation curves, mean ± standard error over seeds, one panel per derived metric, with
     dashed reference lines per panel (``lines[name] = {label: y}``)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     vs = logged_steps(results, VAL.format("success"))
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 3.8))
-    for ax, (name, panel_title) in zip(np.atleast_1d(axes), panels):
-        for i, (arm, runs) in enumerate(results.items()):
-            if not runs:
-                continue
-            values = derived(runs, vs)[name]
-            stats = [mean_and_se(values[:, j]) for j in range(len(vs))]
-            mean = np.array([m for m, _, _ in stats])
-            se = np.nan_to_num(np.array([s for _, s, _ in stats]))
-            ax.plot(vs, mean, "o-", color=f"C{i}", label=arm, markersize=3)
-            ax.fill_between(vs, mean - se, mean + se, color=f"C{i}", alpha=0.2)
-        for k, (label, y) in enumerate((lines or {}).get(name, {}).items()):
-            ax.axhline(y, color=("0.1", "0.45", "0.7")[k % 3], linestyle="--", linewidth=0.9, label=f"{label} ({y:.1f})")
-        if name.startswith(("success", "tool", "decision")):
-            ax.set_ylim(0, 1.02)
-        ax.set(title=panel_title, xlabel="training step")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    with figure(path, 1, len(panels), (4.6 * len(panels), 3.8), 100, title, title_size=10) as axes:
+        for ax, (name, panel_title) in zip(axes[0], panels):
+            for i, (arm, runs) in enumerate(results.items()):
+                if not runs:
+                    continue
+                values = derived(runs, vs)[name]
+                stats = [mean_and_se(values[:, j]) for j in range(len(vs))]
+                mean = np.array([m for m, _, _ in stats])
+                se = np.nan_to_num(np.array([s for _, s, _ in stats]))
+                ax.plot(vs, mean, "o-", color=f"C{i}", label=arm, markersize=3)
+                ax.fill_between(vs, mean - se, mean + se, color=f"C{i}", alpha=0.2)
+            for k, (label, y) in enumerate((lines or {}).get(name, {}).items()):
+                ax.axhline(y, color=("0.1", "0.45", "0.7")[k % 3], linestyle="--", linewidth=0.9,
+                           label=f"{label} ({y:.1f})")
+            if name.startswith(("success", "tool", "decision")):
+                ax.set_ylim(0, 1.02)
+            ax.set(title=panel_title, xlabel="training step")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7)
 
 
 def report(results: dict[str, dict[str, Runs]], steps: int, command: str, runs_info: list[dict], refs: dict[str, float],
