@@ -96,8 +96,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.timeout(LONG_TEST_TIMEOUT_S))
     # Trainer runs first, the files with the most of them first (a test that starts several trainers
     # says so: ``pytest.mark.e2e(trainer_starts=n)``): pytest-xdist hands out whole files in this
-    # order (the README's --dist loadfile), so the long files start early and the many short ones
-    # fill in after them instead of one worker finishing a long file alone at the end.
+    # order (the README's --dist loadfile --no-loadscope-reorder; by default pytest-xdist puts the files
+    # with the most tests first, which left the 6-minute staged-pipeline test alone at the end), so
+    # the long files start early and the many short ones fill in after them.
     starts: collections.Counter = collections.Counter()
     for item in items:
         if marker := item.get_closest_marker("e2e"):
