@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import collections
 import functools
 import os
 from typing import NoReturn
@@ -94,16 +93,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         trainer_run = item.get_closest_marker("e2e") or item.get_closest_marker("gpu")
         if trainer_run and item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(LONG_TEST_TIMEOUT_S))
-    # Trainer runs first, the files with the most of them first (a test that starts several trainers
-    # says so: ``pytest.mark.e2e(trainer_starts=n)``): pytest-xdist hands out whole files in this
-    # order (the README's --dist loadfile --no-loadscope-reorder; by default pytest-xdist puts the files
-    # with the most tests first, which left the 6-minute staged-pipeline test alone at the end), so
-    # the long files start early and the many short ones fill in after them.
-    starts: collections.Counter = collections.Counter()
-    for item in items:
-        if marker := item.get_closest_marker("e2e"):
-            starts[item.path] += marker.kwargs.get("trainer_starts", 1)
-    items.sort(key=lambda item: -starts.get(item.path, 0))  # stable: collection order otherwise
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

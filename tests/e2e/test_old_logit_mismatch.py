@@ -17,7 +17,7 @@ import pytest
 
 from .conftest import assert_finite, assert_hook_metrics, read_metrics, run_recipe
 
-pytestmark = pytest.mark.e2e(trainer_starts=2)  # one run per provider, shared by the module's tests
+pytestmark = pytest.mark.e2e
 
 MISMATCH = (
     "trainer.v1.trainer_mode=verl_ext_colocate_async", "trainer.val_before_train=false", "trainer.test_freq=-1",

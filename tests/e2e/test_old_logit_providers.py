@@ -13,7 +13,7 @@ from verl_ext.checkpoint_files import MANIFEST
 
 from .conftest import assert_finite, assert_hook_metrics, assert_restored_from, read_metrics, run_recipe
 
-pytestmark = pytest.mark.e2e(trainer_starts=2)  # each test: a killed run and its resume
+pytestmark = pytest.mark.e2e
 
 ASYNC = ("trainer.v1.trainer_mode=verl_ext_colocate_async", "trainer.val_before_train=false", "trainer.test_freq=-1")
 

@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 from .conftest import assert_finite, read_metrics, run_recipe
 
 # hybrid_gui_tool's start-up check wants the gui extra, browserless TextHybrid or not
-pytestmark = [pytest.mark.e2e(trainer_starts=4), pytest.mark.needs_extra("gui")]  # SFT, eval, RFT, RL
+pytestmark = [pytest.mark.e2e, pytest.mark.needs_extra("gui")]
 
 
 def started_from(out, stage: str) -> str:
