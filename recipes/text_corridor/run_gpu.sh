@@ -20,6 +20,10 @@
 #   KV_CACHE_BYTES  a fixed vLLM KV cache in bytes [unset: vLLM sizes it by profiling free memory];
 #             set it when several runs share a card (profiling fails when another run frees memory)
 #   ROLLOUT_DTYPE  the rollout's precision: bfloat16 | float32 [bfloat16 for vllm, float32 for hf]
+#   ROLLOUT_QUANT  none | fp8 | fp8_kv [none]: fp8 is verl's actor_rollout_ref.rollout.quantization=fp8
+#             (vLLM quantizes the rollout's linear layers on the fly: e4m3 weights in 128x128 blocks,
+#             e4m3 activations per token group) while the trainer stays bf16, the heavy-tailed mismatch
+#             of fp8 deployments; fp8_kv also stores vLLM's KV cache in fp8 (kv_cache_dtype=fp8)
 #   LR [1e-5], WARMUP [2] and BOUND [4] (async modes: batches queued ahead, staleness bound)
 #   SAMPLER   async modes: verl's max_off_policy_strategy, drop | wait [verl's default, drop];
 #             wait trains the rows a weight sync cut mid-decode before any newer prompt
@@ -49,12 +53,14 @@ BOUND=${BOUND:-4}                    # colocate_async: staleness bound (max_off_
 # The rollout's precision: vLLM bf16 vs the FSDP2 trainer is a real train/inference mismatch;
 # float32 is the low-mismatch control. The hf server (on the host CPU) defaults to float32.
 ROLLOUT_DTYPE=${ROLLOUT_DTYPE:-$([ "${ROLLOUT:-vllm}" = hf ] && echo float32 || echo bfloat16)}
+ROLLOUT_QUANT=${ROLLOUT_QUANT:-none}
 STRATEGY=${STRATEGY:-fsdp2}
 TP=${TP:-1}
 PP=${PP:-1}
 # each configuration its own folder: verl's file logger starts metrics.jsonl afresh (hydra overrides: set OUT)
 ENGINE_TAG=$STRATEGY$([ "$STRATEGY" = megatron ] && echo "-tp$TP-pp$PP" || true)
-OUT=${OUT:-$PWD/runs/text_corridor_gpu/$ENGINE_TAG-$MODE-$ADV-$LOSS-$PROVIDER-$ROLLOUT-${N_GPUS}gpu-seed$SEED}
+ROLLOUT_TAG=$ROLLOUT$([ "$ROLLOUT_QUANT" = none ] || echo "-$ROLLOUT_QUANT")
+OUT=${OUT:-$PWD/runs/text_corridor_gpu/$ENGINE_TAG-$MODE-$ADV-$LOSS-$PROVIDER-$ROLLOUT_TAG-${N_GPUS}gpu-seed$SEED}
 export RAY_DEDUP_LOGS=0
 export VERL_FILE_LOGGER_PATH="$OUT/metrics.jsonl"
 
@@ -75,6 +81,12 @@ if [ ${#plugins[@]} -gt 0 ]; then trainer_mode="verl_ext_$MODE"; fi
 if [ -n "${KV_CACHE_BYTES:-}" ]; then
     plugins+=("+actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes=$KV_CACHE_BYTES")
 fi
+case "$ROLLOUT_QUANT" in
+none) ;;
+fp8) plugins+=(actor_rollout_ref.rollout.quantization=fp8) ;;
+fp8_kv) plugins+=(actor_rollout_ref.rollout.quantization=fp8 "+actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_dtype=fp8") ;;
+*) echo "ROLLOUT_QUANT=$ROLLOUT_QUANT: choose none, fp8 or fp8_kv" >&2; exit 2 ;;
+esac
 if [ -n "${MAX_NUM_SEQS:-}" ]; then
     plugins+=(actor_rollout_ref.rollout.max_num_seqs="$MAX_NUM_SEQS")
 fi

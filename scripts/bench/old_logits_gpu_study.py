@@ -58,6 +58,10 @@ SHARED_ENV = {"MODE": "colocate_async", "ADV": "hgpo", "LOSS": "ppo_ewma", "ROLL
 SETTINGS: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {  # name -> (env, extra overrides)
     "base": ({}, ()),
     "large_steps": ({"LR": "3e-2"}, ("actor_rollout_ref.actor.ppo_epochs=4",)),
+    # vLLM's online fp8 (verl's rollout.quantization=fp8) against the bf16 trainer: a numerics mismatch
+    # that fires the band on fresh tokens, which bf16 alone never did (masked fresh 0.0000 above)
+    "fp8_rollout": ({"ROLLOUT_QUANT": "fp8"}, ()),
+    "fp8_rollout_kv": ({"ROLLOUT_QUANT": "fp8_kv"}, ()),
 }
 ARMS: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {  # label -> (env, extra overrides)
     "current": ({"PROVIDER": "current"}, ()),
@@ -76,6 +80,7 @@ REPORT_KEYS = (
     "rollout_corr/kl", "rollout_corr/rollout_is_max", "training/rollout_probs_diff_max",
     "training/off_policy/trajectory_staleness/max", "training/off_policy/trajectory_staleness/mean",
     "old_logits/stale/version_gap_max", "old_logits/correction/stale_token_frac",
+    *(f"old_logits/correction/{what}_{cause}" for what in ("kl", "abs_log_ratio_p99") for cause in ("fresh", "stale")),
     *(f"old_logits/correction/{what}_{cause}" for what in ("masked", "truncated")
       for cause in ("fresh", "stale", "staleness_excess")),
     "old_logits/ewma/beta", "old_logits/ewma/age_steps", "old_logits/token_age_steps/mean",
@@ -113,7 +118,7 @@ def run_spec(arm: str, warmup: int, seed: int, steps: int, out: Path, kv_cache_b
 def all_specs(args: argparse.Namespace) -> list[dict]:
     """Seed-major, so a study cut short still compares every arm."""
     return [run_spec(arm, warmup, seed, args.steps, args.out, args.kv_cache_bytes, args.engine_awake, args.setting)
-            for seed in args.seeds for warmup in WARMUPS for arm in args.arms]
+            for seed in args.seeds for warmup in args.warmups for arm in args.arms]
 
 
 def heading(setting: str) -> str:
@@ -192,7 +197,9 @@ def summary(runs: dict[int, dict], n_steps: int, phase_steps: int) -> dict[str, 
         f"steps to {TARGET}": steps_to(success, TARGET),
         "collapses": collapsed(final, peak),
     }
-    for label, key in (("masked, fresh tokens (numerics)", "old_logits/correction/masked_fresh"),
+    for label, key in (("numerics KL, fresh tokens", "old_logits/correction/kl_fresh"),
+                       ("p99 |log ρ|, fresh tokens", "old_logits/correction/abs_log_ratio_p99_fresh"),
+                       ("masked, fresh tokens (numerics)", "old_logits/correction/masked_fresh"),
                        ("masked, stale tokens", "old_logits/correction/masked_stale"),
                        ("IS-truncated, stale tokens", "old_logits/correction/truncated_stale"),
                        ("clip fraction", "actor/pg_clipfrac"), ("time per step (s)", "timing_s/step")):
@@ -233,7 +240,7 @@ def report(args: argparse.Namespace) -> str:
              + (f"{len(walls)} runs, {np.mean(walls) / 60:.0f} min each on average (several share the card)."
                 if walls else "No run recorded yet."), ""]
     columns = [("final success (last 5 steps)", 3), ("success AUC", 3), (f"steps to {TARGET}", 1), ("collapses", 0),
-               ("masked, fresh tokens (numerics)", 4), ("masked, stale tokens", 4), ("IS-truncated, stale tokens", 4),
+               ("numerics KL, fresh tokens", 6), ("p99 |log ρ|, fresh tokens", 3), ("masked, fresh tokens (numerics)", 4), ("masked, stale tokens", 4), ("IS-truncated, stale tokens", 4),
                ("clip fraction", 3), ("max IS ratio", 2), ("time per step (s)", 1)]
     for warmup, arms in sorted(results.items()):
         rows = {arm: summary(runs, args.steps, args.phase_steps) for arm, runs in arms.items()}
@@ -269,6 +276,8 @@ def main(argv: list[str]) -> int:
     parser = script_parser(__doc__, context=True)
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--warmups", type=int, nargs="+", default=list(WARMUPS),
+                        help="num_warmup_batches values (staleness bound 2x each)")
     parser.add_argument("--parallel", type=int, default=6, help="runs at once, all cards together")
     parser.add_argument("--gpus", type=int, nargs="*", default=[], metavar="INDEX",
                         help="cards to spread the runs over (e.g. --gpus 0 3): the --parallel slots take them in turn "

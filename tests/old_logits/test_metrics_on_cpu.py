@@ -1,5 +1,7 @@
 """Old-logit metrics against their definitions (verl_ext/old_logits/metrics.py)."""
 
+import math
+
 import pytest
 import torch
 
@@ -50,6 +52,10 @@ def test_mask_split_by_cause_adds_up():
     assert discrepancy_mask_by_cause(exact, exact, mu, mask, 0.9, 1.1)["old_logits/mask/staleness_frac"] == 0.0
 
 
+def k3(log_rho: float) -> float:
+    return math.exp(log_rho) - 1 - log_rho
+
+
 def test_correction_by_staleness_splits_fresh_and_stale_tokens():
     from verl_ext.old_logits.metrics import correction_by_staleness
 
@@ -65,6 +71,10 @@ def test_correction_by_staleness_splits_fresh_and_stale_tokens():
     assert out["old_logits/correction/truncated_fresh"] == pytest.approx(1 / 3)
     assert out["old_logits/correction/truncated_stale"] == pytest.approx(2 / 3)
     assert out["old_logits/correction/stale_token_frac"] == pytest.approx(0.5)
+    # KL(μ‖π_old), k3 = ρ̂ - 1 - log ρ̂ averaged over each group's tokens (padding excluded)
+    assert out["old_logits/correction/kl_fresh"] == pytest.approx((k3(0) + k3(1) + k3(0)) / 3)
+    assert out["old_logits/correction/kl_stale"] == pytest.approx((k3(1) + k3(1) + k3(-1)) / 3)
+    assert out["old_logits/correction/abs_log_ratio_p99_fresh"] == pytest.approx(0.98)  # |log ρ̂| 0, 0, 1
     # verl's token_k1 bounds μ/π_old: ρ̂ = e^{-0.5} = 0.61 is inside [0.5, 1.5], μ/π_old = 1.65 is not
     asym = correction_by_staleness(torch.full((1, 1), -0.5), torch.zeros(1, 1), torch.tensor([[5]]), 5,
                                    torch.ones(1, 1, dtype=torch.bool), None, (0.5, 1.5))

@@ -130,7 +130,11 @@ def correction_by_staleness(
     Returns:
         ``correction/{masked,truncated}_{fresh,stale}`` (fractions of the fresh / stale tokens),
         ``correction/{masked,truncated}_staleness_excess`` (stale minus fresh; with tokens of both
-        kinds), ``correction/stale_token_frac`` and ``correction/abs_log_ratio_max_{fresh,stale}``
+        kinds), ``correction/kl_{fresh,stale}`` (KL(μ‖π_old) per token, k3 estimator
+        ρ̂ - 1 - log ρ̂ over tokens sampled from μ: on fresh tokens the train/inference numerics
+        mismatch alone), ``correction/abs_log_ratio_p99_{fresh,stale}`` (the 99th percentile of
+        |log ρ̂|: the band half-width at which 1% of the group would fire), ``correction/stale_token_frac``
+        and ``correction/abs_log_ratio_max_{fresh,stale}``
         (the largest |log ρ̂| in each group: numerics alone on exact old logits, so on a backend whose
         rollout shares the trainer's numerics, 0 up to rounding exactly where the provider is exact).
     """
@@ -144,9 +148,12 @@ def correction_by_staleness(
     if is_threshold is not None:
         removed["truncated"] = log_rho > torch.log(torch.tensor(float(is_threshold)))
     out = {f"{PREFIX}correction/stale_token_frac": _masked_mean(groups["stale"], m)}
+    kl_k3 = torch.expm1(log_rho) - log_rho
     for name, group in groups.items():
         if group.any():
             out[f"{PREFIX}correction/abs_log_ratio_max_{name}"] = float(log_rho[group].abs().max())
+            out[f"{PREFIX}correction/kl_{name}"] = _masked_mean(kl_k3, group)
+            out[f"{PREFIX}correction/abs_log_ratio_p99_{name}"] = float(torch.quantile(log_rho[group].abs(), 0.99))
     for kind, hit in removed.items():
         for name, group in groups.items():
             if group.any():

@@ -70,10 +70,17 @@ def _filter_top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.
 
 class HFGenerationEngine:
     """Runs batches of ``GenerationRequest`` on a causal LM. Thread-safe: one batch at a time,
-    and weight loads wait for the running batch."""
+    and weight loads wait for the running batch.
 
-    def __init__(self, model: torch.nn.Module, eos_token_ids: Iterable[int], pad_token_id: int, seed: int = 0):
+    Args:
+        after_load: called after every ``load_weights`` under the lock (e.g. to round new weights
+            to a simulated rollout precision).
+    """
+
+    def __init__(self, model: torch.nn.Module, eos_token_ids: Iterable[int], pad_token_id: int, seed: int = 0,
+                 after_load: Callable[[], None] | None = None):
         self.model = model.eval()
+        self.after_load = after_load
         self.eos_token_ids = frozenset(int(t) for t in eos_token_ids)
         self.pad_token_id = int(pad_token_id)
         self.generator = torch.Generator().manual_seed(seed)
@@ -179,4 +186,6 @@ class HFGenerationEngine:
                 loaded += 1
             if unknown:
                 raise KeyError(f"hf rollout: the trainer sent weights the rollout model does not have: {unknown[:5]}")
+            if self.after_load is not None:
+                self.after_load()
         return loaded

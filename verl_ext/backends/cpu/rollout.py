@@ -38,6 +38,7 @@ from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 from verl.workers.rollout.utils import ensure_async_iterator
 
+from verl_ext.backends.cpu.fp8_rollout import Fp8Rollout
 from verl_ext.backends.cpu.hf_engine import GenerationRequest, HFGenerationEngine
 from verl_ext.backends.cpu.wire import WireTensor, named_from_wire, to_wire
 from verl_ext.old_logits.segment_log import ServedSegments
@@ -109,10 +110,12 @@ class HFRolloutServer(ServedSegments):
     Args:
         dtype: the precision to load the model in; None: ``config.dtype`` (``rollout_dtype``).
         device: where the model runs (the rollout server: the host CPU).
+        quantization: ``"fp8"`` simulates vLLM's online fp8 (``fp8_rollout``); ``"config"`` (the
+            default): ``config.quantization``, verl's ``actor_rollout_ref.rollout.quantization``.
     """
 
     def __init__(self, config: RolloutConfig, model_config: HFModelConfig, replica_rank: int,
-                 dtype: torch.dtype | None = None, device: str = "cpu") -> None:
+                 dtype: torch.dtype | None = None, device: str = "cpu", quantization: str | None = "config") -> None:
         from transformers import AutoModelForCausalLM, GenerationConfig
 
         config = omega_conf_to_dataclass(config)
@@ -136,7 +139,11 @@ class HFRolloutServer(ServedSegments):
         if tokenizer is not None and tokenizer.eos_token_id is not None:
             eos.add(tokenizer.eos_token_id)
         pad = tokenizer.pad_token_id if tokenizer is not None and tokenizer.pad_token_id is not None else 0
-        self.engine = HFGenerationEngine(model, eos, pad, seed=config.seed + replica_rank)
+        if quantization == "config":
+            quantization = config.quantization
+        fp8 = Fp8Rollout(model, quantization) if quantization is not None else None
+        self.engine = HFGenerationEngine(model, eos, pad, seed=config.seed + replica_rank,
+                                         after_load=fp8.requantize if fp8 is not None else None)
         self.max_batch = max(1, int(config.max_num_seqs or 64))
         self.global_steps: int | None = None
 
@@ -349,7 +356,8 @@ class HFOldLogitScorer(HFRolloutServer):
         dtype: torch.dtype = torch.float32,
         device: str = "cpu",
     ) -> None:
-        super().__init__(config=config, model_config=model_config, replica_rank=0, dtype=dtype, device=device)
+        super().__init__(config=config, model_config=model_config, replica_rank=0, dtype=dtype, device=device,
+                         quantization=None)
         self.servers = servers
         self.temperature = float(temperature)
         self.sync_timeout_s = sync_timeout_s
