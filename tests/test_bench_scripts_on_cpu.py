@@ -28,17 +28,6 @@ def test_the_plain_gigpo_loop_is_the_same_math_as_the_public_entry_point():
     assert row["n"] > 0 and row["vec"] > 0 and row["loop"] > 0
 
 
-def test_cpu_backend_section_is_computed_from_the_run_metrics():
-    timing = _script("cpu_backend_timing")
-    steps = {0: {"val-core/x": 1.0}}
-    for s, gen in ((1, 9.0), (2, 0.7), (3, 0.9), (4, 0.8)):
-        steps[s] = {"timing_s/gen": gen, "timing_s/step": gen + 1, "training/rollout_probs_diff_max": 1e-9 * s}
-    text = timing.section(steps, wall_s=120.0, load=3.0)
-    assert "| gen (hf rollout, 32 sequences) | 0.80 | 0.70-0.90 |" in text  # step 1 (warm-up) left out
-    assert "median over steps 2-4" in text and "1.0e-09 to 4.0e-09 over steps 1-4" in text
-    assert "took 2.0 minutes" in text
-
-
 def test_text_hybrid_study_statistics_and_rates_are_computed_from_the_metrics():
     study = _script("text_hybrid_study")
     mean, se, n = study.mean_and_se(np.array([1.0, 2.0, 3.0, np.nan]))
@@ -470,19 +459,3 @@ def test_snapshot_pinning_shapes_and_section_are_computed_from_the_rows(tmp_path
     assert "| qwen2.5-7b | one_buffer | 26.12 | 1.000 | 9.50 | 9.00 | 0.0020 | 0.0015 | 0.0100 | 26.2 (1.00x) |" in text
     assert "| qwen2.5-7b | per_tensor | 26.12 |" in text and "| 52.2 (2.00x) |" in text
     assert "qwen2.5-7b: one buffer holds 1.00x the weights' bytes against 2.00x per tensor" in text
-
-
-def test_tiny_model_step_times_every_attention_checkpointing_and_padding_case(tmp_path, capsys):
-    """scripts/bench/tiny_model_step.py on CPU at a toy size: one row per (attention, checkpointing, padded or
-    not), the padded rows as wide as asked, and the fastest row at 1.0x."""
-    import json
-
-    bench = _script("tiny_model_step")
-    out = tmp_path / "step.json"
-    assert bench.main(["--device", "cpu", "--width", "32", "--layers", "1", "--rows", "1", "--tokens", "40",
-                       "--padded-to", "64", "--repeats", "1", "--out", str(out)]) == 0
-    rows = json.loads(out.read_text())["rows"]
-    assert len(rows) == 8 and {r["width"] for r in rows} == {40, 64}
-    assert {(r["attention"], r["gradient_checkpointing"]) for r in rows} == {(a, g) for a in ("sdpa", "eager")
-                                                                         for g in (False, True)}
-    assert "| 1.0 |" in capsys.readouterr().out

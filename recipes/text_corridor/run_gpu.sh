@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # text_corridor on GPUs: FSDP2 or Megatron training + vLLM rollout (or the `hf` rollout), one node.
-# The GPU tests (tests/gpu) and the GPU benchmarks (scripts/bench/hook_cost_gpu.py, gpu_step_breakdown.py,
+# The GPU tests (tests/gpu) and the GPU benchmarks (scripts/bench/hook_cost_gpu.py,
 # old_logits_gpu_study.py) run this script unchanged; the "Run on GPUs" commands in docs/reference/compatibility.md are calls of it.
 #   bash recipes/text_corridor/run_gpu.sh [hydra overrides...]
 # Env (defaults in brackets):

@@ -39,6 +39,14 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
+def timed(seconds: list[float], call, *args):
+    """``call(*args)``, its wall time appended to ``seconds``."""
+    t0 = time.perf_counter()
+    result = call(*args)
+    seconds.append(time.perf_counter() - t0)
+    return result
+
+
 def latency(backend: str, n: int) -> dict[str, list[float]]:
     """Reset, GUI-step and tool-step latencies (seconds) on one env."""
     env = make_env(backend)
@@ -47,24 +55,14 @@ def latency(backend: str, n: int) -> dict[str, list[float]]:
         env.reset("mail_open" if backend == "minidesk" else "click-button", 0)  # warm-up: browser start
         for i in range(n):
             if backend == "minidesk":
-                t0 = time.perf_counter()
-                obs, info = env.reset("mail_star_sender", i)
-                out["reset"].append(time.perf_counter() - t0)
-                t0 = time.perf_counter()
-                env.step(GuiAction("click", element=obs.find("app-mail").id))
-                out["gui_step"].append(time.perf_counter() - t0)
+                obs, info = timed(out["reset"], env.reset, "mail_star_sender", i)
+                timed(out["gui_step"], env.step, GuiAction("click", element=obs.find("app-mail").id))
                 step = info["plans"]["tool"][0]
-                t0 = time.perf_counter()
-                env.step(ToolCall(step["tool"], step["args"]))
-                out["tool_step"].append(time.perf_counter() - t0)
+                timed(out["tool_step"], env.step, ToolCall(step["tool"], step["args"]))
             else:
-                t0 = time.perf_counter()
-                obs, _ = env.reset("click-checkboxes", i)
-                out["reset"].append(time.perf_counter() - t0)
+                obs, _ = timed(out["reset"], env.reset, "click-checkboxes", i)
                 box = next(e for e in obs.elements if e.role == "checkbox")
-                t0 = time.perf_counter()
-                env.step(GuiAction("click", element=box.id))
-                out["gui_step"].append(time.perf_counter() - t0)
+                timed(out["gui_step"], env.step, GuiAction("click", element=box.id))
     finally:
         env.close()
     return {k: v for k, v in out.items() if v}

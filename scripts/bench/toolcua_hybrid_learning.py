@@ -31,12 +31,12 @@ VAL_SUCCESS, VAL_TIR, VAL_FORMAT = VAL.format("success"), VAL.format("tool_ok"),
 VAL_STEPS, VAL_TOOL = VAL.format("num_steps"), VAL.format("used_tool")
 TRAIN_SUCCESS, TRAIN_TIR = "verl_ext/episode/accuracy", "verl_ext/episode/tir"
 SMOOTH = 5
-# name -> the recipe script's environment: estimator and loss
 TEMPLATES = {  # template -> tool_beneficial (the run script's default TEMPLATES)
     "mail_send": True, "files_rename": True, "calendar_add": True, "sheet_sort": True,
     "settings_theme": False, "settings_toggle": False, "sheet_set_cell": False, "calendar_delete_title": False,
 }
 EVAL_SEED0 = 2_000_000  # above the training (< 1e6) and validation (1e6-2e6) task seeds
+# name -> the recipe script's environment: estimator and loss
 CONFIGS = {
     "grpo + ppo_ewma": {"ADV": "grpo", "LOSS": "ppo_ewma"},
     "gigpo + ppo_ewma": {"ADV": "gigpo", "LOSS": "ppo_ewma"},

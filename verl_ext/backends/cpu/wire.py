@@ -4,9 +4,8 @@ Ray hands numpy arrays between processes without copying them through pickle (th
 out-of-band buffers of its object store), while a torch tensor is pickled. Qwen2.5-0.5B's shapes
 in bf16 (0.72 GB, 290 tensors) reached an actor in 2.54 s as torch tensors (0.28 GB/s, as slow as
 the ``dedicated`` scorer's weight sync measured on GPUs, 1.5-2.1 s per step) and in 0.11 s as
-``to_wire`` byte views, on one core of the dev machine (``scripts/bench/weight_wire.py``;
-docs/results.md, "Weights over Ray"). The ``hf`` rollout server and the ``dedicated``
-old-logit scorer receive their weights this way.
+``to_wire`` byte views, on one core of the dev machine (docs/results.md, "Weights over Ray").
+The ``hf`` rollout server and the ``dedicated`` old-logit scorer receive their weights this way.
 """
 
 from __future__ import annotations
