@@ -43,8 +43,8 @@ def test_paired_difference_uses_the_per_seed_differences():
     diff = stats.paired_difference(a, b)
     assert abs(diff.mean - d.mean()) < 1e-12 and abs(diff.se - se) < 1e-12 and diff.n == 4 and diff.exceeds_2se
     assert diff.low > 0  # the interval of the paired differences excludes 0; unpaired it would not
-    assert stats.paired_verdict(a, b) == f"{d.mean():+.3f} ± {se:.3f} (**exceeds 2 SE**)"
-    assert "within 2 SE" in stats.paired_verdict(a, a[::-1])
+    assert stats.paired_verdict(a, b) == f"{d.mean():+.3f} [{diff.low:+.3f}, {diff.high:+.3f}] (95% t, n=4; **excludes 0**)"
+    assert "includes 0" in stats.paired_verdict(a, a[::-1])
     assert stats.paired_verdict(a[:1], b[:1]) == "n/a"
     assert stats.paired_mean_and_se([1.0, np.nan, 3.0], [0.0, 1.0, 1.0])[2] == 2  # a seed missing in one arm drops out
 

@@ -395,6 +395,22 @@ def test_old_logit_study_batches_seeds_exactly_and_measures_against_exact_old_lo
     assert ewma["ewma_age_steps"][0].eq(0).all() and ewma["ewma_age_steps"][-1].gt(0).all()
     rows = study.study_rows({k: {key: v.tolist() for key, v in h.items()} for k, h in runs.items()}, 4)
     assert rows["snapshot"]["collapsed"].tolist() == [0.0, 0.0]
+    # the arm's own knobs: no correction masks nothing; the update's size is measured every step
+    bare = study.run_cell(study.EPS_ARMS["current, no correction"], [0, 1], steps=4, mean_staleness=2.0, bound=4,
+                          sigma=0.3, lr=3e-2, epochs=1, contexts=2)
+    assert bare["masked"].max() == 0 and bare["update_kl"].gt(0).all() and runs["current"]["update_kl"].gt(0).all()
+
+
+def test_eps_match_picks_the_snapshot_arm_by_update_size_alone():
+    study = _script("old_logits_experiment")
+
+    def row(kl: float, reward: float) -> dict[str, np.ndarray]:
+        return {"update_kl": np.array([kl, kl]), "final reward": np.array([reward, reward])}
+
+    rows = {"current": row(1e-3, 0.5), "snapshot": row(2e-4, 0.9), "snapshot, ε 0.5": row(8e-4, 0.1),
+            "snapshot, ε 0.8": row(3e-3, 0.9), "current, no band": row(1e-3, 0.5)}
+    assert study.eps_match(rows) == "snapshot, ε 0.5"  # nearest on a log scale, whatever its reward
+    assert study.eps_match({"current": row(1e-3, 0.5)}) is None
 
 
 def test_hook_cost_runs_side_by_side_one_per_card_each_run_once(tmp_path, monkeypatch):
@@ -437,25 +453,11 @@ def test_hook_cost_runs_side_by_side_one_per_card_each_run_once(tmp_path, monkey
     assert seen == []
 
 
-def test_snapshot_pinning_shapes_and_section_are_computed_from_the_rows(tmp_path):
-    """scripts/bench/snapshot_pinning_gpu.py: the 7B shapes hold exactly the bytes the hook-cost runs' snapshots
-    logged (26117281792, verl_ext/mem/snapshots/host_bytes at BOUND=1), and --results writes one table row per
-    (arch, allocation) from the measured rows."""
-    import json
+def test_qwen2_shapes_hold_the_bytes_the_hook_cost_runs_logged():
+    """scripts/bench/bench_ewma_gpu.py: the 7B shapes hold exactly the bytes the hook-cost runs' snapshots
+    logged (26117281792, verl_ext/mem/snapshots/host_bytes at BOUND=1)."""
     import math
 
-    bench = _script("snapshot_pinning_gpu")
-    assert sum(math.prod(s) for g in bench.qwen2_shapes("qwen2.5-7b", bench.VOCAB) for s in g) * 4 == 26117281792
-    row = {"arch": "qwen2.5-7b", "allocation": "one_buffer", "param_bytes": 26117281792, "tensors": 339, "saves": 6,
-           "load_s": 1.0, "first": {"host_s": 9.5, "stream_s": 9.5, "added_s": 9.0},
-           "later": {"host_s": 0.002, "stream_s": 0.0015, "added_s": 0.01}, "resident_bytes_added": 26117281792 + 10**8,
-           "card": "NVIDIA H200"}
-    results = tmp_path / "pinning.json"
-    results.write_text(json.dumps(row) + "\n" + json.dumps({**row, "allocation": "per_tensor",
-                                                            "resident_bytes_added": 2 * 26117281792}) + "\n")
-    doc = tmp_path / "bench.md"
-    bench.main(["--results", str(results), "--write", "--doc", str(doc), "--context", "test"])
-    text = doc.read_text()
-    assert "| qwen2.5-7b | one_buffer | 26.12 | 1.000 | 9.50 | 9.00 | 0.0020 | 0.0015 | 0.0100 | 26.2 (1.00x) |" in text
-    assert "| qwen2.5-7b | per_tensor | 26.12 |" in text and "| 52.2 (2.00x) |" in text
-    assert "qwen2.5-7b: one buffer holds 1.00x the weights' bytes against 2.00x per tensor" in text
+    bench = _script("bench_ewma_gpu")
+    vocab = 516  # the local tokenizer of the hook-cost runs' models (docs/bench_results/hook_cost_*)
+    assert sum(math.prod(s) for g in bench.qwen2_shapes("qwen2.5-7b", vocab) for s in g) * 4 == 26117281792

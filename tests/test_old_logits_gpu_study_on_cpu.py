@@ -120,7 +120,7 @@ def test_pilot_report_is_computed_from_the_stored_runs(tmp_path):
     assert f"| {masked:.4f} |" in row and masked > 0.1  # the baseline masks stale tokens: the failure shows
     snapshot = next(line for line in six_queued if line.startswith("| snapshot | 1 |"))
     assert "| 0.0000 | 0.0000 | 0.0000 |" in snapshot  # exact old logits: nothing masked for staleness
-    assert "no paired differences" in text and "exceeds 2 SE" not in text
+    assert "no paired differences" in text and "excludes 0" not in text
 
 
 def test_a_failed_run_is_started_again(tmp_path, monkeypatch, capsys):
@@ -134,7 +134,7 @@ def test_a_failed_run_is_started_again(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(study, "SCRIPT", str(fake))
     monkeypatch.setattr(study, "gpu_environment", lambda: {"card": "none"})  # no nvidia-smi here
     args = SimpleNamespace(steps=2, seeds=[0], arms=["current"], out=tmp_path / "out", kv_cache_bytes=1 << 30,
-                           engine_awake=False, setting="base",
+                           engine_awake=False, setting="base", warmups=[3, 6],
                            parallel=2, gpus=[], retries=1, budget_s=float("inf"), run_s=600.0, start_gap_s=0.0,
                            stagger_s=0.0, min_free_gb=0.0)
     for spec in study.all_specs(args):  # the tiny models exist: no make-tiny-model here
@@ -170,7 +170,7 @@ def test_keep_runs_copies_finished_runs_cut_to_what_the_report_reads(tmp_path):
     stored = write_run(out, "snapshot", 0, 4)
     stored_text = (stored / "metrics.jsonl").read_text()
     args = SimpleNamespace(out=out, steps=4, seeds=[0], arms=["current", "snapshot", "ewma"], kv_cache_bytes=0,
-                           engine_awake=False, setting="base")
+                           engine_awake=False, setting="base", warmups=[3, 6])
     assert study.keep_runs(source, args) == ["ewma warmup 3 seed 0"]
     kept = study.load_steps(out / "warmup3" / "ewma" / "seed0" / "metrics.jsonl")
     assert sorted(kept) == [1, 2, 3, 4] and kept[4] == {study.SUCCESS: 0.5, "old_logits/ewma/age_steps": 3.0}

@@ -23,12 +23,24 @@ from verl_ext.old_logits.ewma import EWMAShadow
 from verl_ext.old_logits.snapshot import SnapshotStore
 
 from scripts.bench.report import publish, script_parser, table, target
-from scripts.bench.snapshot_pinning_gpu import qwen2_shapes
 
 # Qwen2-1.5B / Qwen2-7B: the shapes of verl_ext.tiny_model's qwen2.5 architectures (the same as Qwen2's),
 # with the real vocabularies (config.json of Qwen/Qwen2-1.5B and Qwen/Qwen2-7B)
 QWEN2 = {"1.5B": ("qwen2.5-1.5b", 151936), "7B": ("qwen2.5-7b", 152064)}
 BETA = 8 / 9
+
+
+def qwen2_shapes(arch: str, vocab: int) -> list[list[tuple[int, ...]]]:
+    """Parameter shapes of a Qwen2 model of ``verl_ext.tiny_model.ARCHITECTURES[arch]``, grouped per
+    layer (the embedding, the final norm and an untied head in groups of their own)."""
+    from verl_ext.tiny_model import ARCHITECTURES
+
+    a = ARCHITECTURES[arch]
+    h, i, heads, kv = a["hidden_size"], a["intermediate_size"], a["num_attention_heads"], a["num_key_value_heads"]
+    kv_dim = kv * h // heads
+    layer = [(h, h), (h,), (kv_dim, h), (kv_dim,), (kv_dim, h), (kv_dim,), (h, h), (i, h), (i, h), (h, i), (h,), (h,)]
+    head = [] if a.get("tie_word_embeddings", True) else [[(vocab, h)]]
+    return [[(vocab, h)], *[layer] * a["num_hidden_layers"], [(h,)], *head]
 
 
 def time_ms(fn: Callable[[], None], warmup: int = 3, reps: int = 10) -> float:

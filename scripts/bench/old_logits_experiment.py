@@ -69,7 +69,9 @@ STUDY_DOC = ROOT / "docs" / "experiments" / "old_logit_mechanism_study.md"
 # mismatch as knobs. The providers see one flattened batch of S * bs rows; shared between the seeds of a
 # cell: the calibrated EWMA's target age (the mean over all rows) and the random draws' generator.
 STUDY_HEADING = "## Old-logit mechanism study"
-STUDY_ARMS = {  # label -> algorithm.old_logits (BOUND is replaced by the cell's staleness bound)
+# label -> algorithm.old_logits (BOUND is replaced by the cell's staleness bound), plus two knobs of the arm
+# itself: "clip" (PPO's ε, both sides; default CLIP) and "correction" (CORRECTIONS; default "tis+band")
+STUDY_ARMS = {
     "current": {"provider": "current"},
     "rollout": {"provider": "rollout"},
     "snapshot": {"provider": "snapshot"},
@@ -78,6 +80,19 @@ STUDY_ARMS = {  # label -> algorithm.old_logits (BOUND is replaced by the cell's
     "ewma com = bound (old default)": {"provider": "ewma", "ewma": {"com": "BOUND"}},
     "loglinear": {"provider": "loglinear"},
 }
+CLIP = 0.2
+CORRECTIONS = {"tis+band": ("token", "token_k1"), "tis": ("token", None), "none": (None, None)}
+# --eps-matched: does a correction matter at all (no band, no correction), and the exact anchor at the ε that
+# makes its update size (KL(π_new || π_old) per token and step) match current's: ε chosen by update size alone
+EPS_ARMS = {
+    "current": {"provider": "current"},
+    "current, no band": {"provider": "current", "correction": "tis"},
+    "current, no correction": {"provider": "current", "correction": "none"},
+    "snapshot": {"provider": "snapshot"},
+    **{f"snapshot, ε {eps}": {"provider": "snapshot", "clip": eps} for eps in (0.3, 0.5, 0.8)},
+    "ewma calibrated": {"provider": "ewma", "ewma": {"fresh_exact": True}},
+}
+EPS_HEADING = "## Old-logit mechanism study, ε-matched arms"
 BAND = (0.5, 2.0)  # token_k1 rejection band on rho (recipes/async_agentic); token TIS at TIS = 2
 MINIBATCHES = 2  # per epoch, as the text_hybrid study's two optimizer steps per step
 EVAL_EVERY, EVAL_SAMPLES = 10, 16
@@ -109,15 +124,26 @@ def logits(params: list[torch.Tensor], ctx: torch.Tensor, position: torch.Tensor
     return torch.tanh(pre + b1) @ w2 + b2
 
 
-def log_probs(params: list[torch.Tensor], ctx: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-    """``(S, bs, T)`` log π(token | context, prefix) for ``ctx (bs,)`` and ``tokens (S, bs, T)``."""
+def distributions(params: list[torch.Tensor], ctx: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """``(S, bs, T, VOCAB)`` log π(· | context, prefix) at every position of ``tokens (S, bs, T)``."""
     n_seeds, bs, _ = tokens.shape
     prev = torch.cat([torch.full((n_seeds, bs, 1), VOCAB), tokens[..., :-1]], dim=-1)
     flat = (n_seeds, bs * LENGTH)
     z = logits(params, ctx[:, None].expand(bs, LENGTH).reshape(-1).expand(flat),
                torch.arange(LENGTH).repeat(bs).expand(flat), prev.reshape(flat))
-    lp = torch.log_softmax(z, dim=-1).view(n_seeds, bs, LENGTH, VOCAB)
-    return lp.gather(-1, tokens[..., None]).squeeze(-1)
+    return torch.log_softmax(z, dim=-1).view(n_seeds, bs, LENGTH, VOCAB)
+
+
+def log_probs(params: list[torch.Tensor], ctx: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """``(S, bs, T)`` log π(token | context, prefix) for ``ctx (bs,)`` and ``tokens (S, bs, T)``."""
+    return distributions(params, ctx, tokens).gather(-1, tokens[..., None]).squeeze(-1)
+
+
+@torch.no_grad()
+def update_kl(new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
+    """``(S,)`` KL(π_new || π_old) per token, averaged over the batch's positions: the size of one
+    version's update. ``new``, ``old``: ``distributions`` after and before it."""
+    return (new.exp() * (new - old)).sum(-1).mean(dim=(1, 2))
 
 
 def mismatch_noise(shape: tuple[int, ...], sigma: float, g: torch.Generator, spike_p: float = SPIKE_P) -> torch.Tensor:
@@ -229,6 +255,8 @@ def run_cell(arm: dict, seeds: list[int], steps: int, mean_staleness: float, bou
     params = init_params(seeds)
     optim = torch.optim.Adam(params, lr=lr)
     raw = json.loads(json.dumps(arm).replace('"BOUND"', str(bound)))
+    clip = raw.pop("clip", CLIP)
+    rollout_is, rollout_rs = CORRECTIONS[raw.pop("correction", "tis+band")]
     config = OldLogitsConfig.from_config(raw, max_off_policy_threshold=bound)
     steps_per_version = setup.minibatches * epochs
     state = OldLogitWorkerState(config, params, updates_per_version=steps_per_version)
@@ -237,7 +265,7 @@ def run_cell(arm: dict, seeds: list[int], steps: int, mean_staleness: float, bou
     verl_loss = get_policy_loss_fn("ppo_ewma") if setup.verl_loss else None
     actor = omega_conf_to_dataclass(OmegaConf.create({  # what verl's ppo_ewma reads: clip 0.2 both sides
         "_target_": "verl.workers.config.ActorConfig", "strategy": "fsdp", "rollout_n": GROUP,
-        "ppo_micro_batch_size_per_gpu": 1, "clip_ratio_low": 0.2, "clip_ratio_high": 0.2,
+        "ppo_micro_batch_size_per_gpu": 1, "clip_ratio_low": clip, "clip_ratio_high": clip,
         "policy_loss": {"_target_": "verl_ext.losses.config.PPOEWMAPolicyLossConfig"}}))
 
     def log_prob_fn(batch: dict, rows: torch.Tensor) -> torch.Tensor:
@@ -265,9 +293,10 @@ def run_cell(arm: dict, seeds: list[int], steps: int, mean_staleness: float, bou
         provider.compute(host, batch, metrics)
         old = batch["old_log_probs"].view(n_seeds, bs, LENGTH)
         is_proto, rs_mask, _ = compute_rollout_correction_and_rejection_mask(
-            old.reshape(flat, LENGTH), mu.reshape(flat, LENGTH), mask, rollout_is="token",
-            rollout_is_threshold=TIS, rollout_rs="token_k1", rollout_rs_threshold=band)
-        is_w = is_proto.batch["rollout_is_weights"].view(n_seeds, bs, LENGTH)
+            old.reshape(flat, LENGTH), mu.reshape(flat, LENGTH), mask, rollout_is=rollout_is,
+            rollout_is_threshold=TIS, rollout_rs=rollout_rs, rollout_rs_threshold=band)
+        is_w = (is_proto.batch["rollout_is_weights"].view(n_seeds, bs, LENGTH) if is_proto is not None
+                else torch.ones(n_seeds, bs, LENGTH))
         kept = rs_mask.bool().view(n_seeds, bs, LENGTH)
         # --- what the band removes and why (against the exact old logits), and the provider's cost
         proxy_out = ratio_out_of_band(old - mu, *setup.band)
@@ -291,6 +320,7 @@ def run_cell(arm: dict, seeds: list[int], steps: int, mean_staleness: float, bou
         hist["old_logit_time_ms"].append(torch.full((n_seeds,), 1e3 * sum(v for k, v in metrics.items()
                                                                          if k.endswith("/time_s"))))
         # --- Adam steps on the ppo_ewma loss
+        before = distributions(params, ctx, tokens).detach()
         clipped, max_r = torch.zeros(n_seeds), torch.zeros(n_seeds)
         for _ in range(epochs):
             for mb in torch.randperm(bs, generator=g).chunk(setup.minibatches):
@@ -303,7 +333,7 @@ def run_cell(arm: dict, seeds: list[int], steps: int, mean_staleness: float, bou
                                                    config=actor, rollout_is_weights=is_w[0, mb])
                     clipfrac, log_ratio = torch.tensor([loss_metrics["actor/pg_clipfrac"]]), logp - old[:, mb]
                 else:
-                    out = decoupled_ppo_token_losses(logp, old[:, mb], adv[:, mb], is_w[:, mb], 0.2, 0.2, 3.0)
+                    out = decoupled_ppo_token_losses(logp, old[:, mb], adv[:, mb], is_w[:, mb], clip, clip, 3.0)
                     loss = per_seed_mean(out.losses, m).nan_to_num().sum()  # token-mean per seed
                     clipfrac, log_ratio = per_seed_mean(out.clipped.float(), m).nan_to_num(), out.log_ratio
                 optim.zero_grad()
@@ -313,6 +343,7 @@ def run_cell(arm: dict, seeds: list[int], steps: int, mean_staleness: float, bou
                 clipped += clipfrac / (epochs * setup.minibatches)
                 max_r = torch.maximum(max_r, log_ratio.detach().exp().amax(dim=(1, 2)))
         hist["clipfrac"].append(clipped)
+        hist["update_kl"].append(update_kl(distributions(params, ctx, tokens), before))
         hist["max_ratio"].append(max_r)
         engine[n + 1] = [p.detach().clone() for p in params]
         engine.pop(n - bound - 1, None)
@@ -404,7 +435,9 @@ def main() -> None:
     parser.add_argument("--partial", type=float, default=0.5)
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--study", action="store_true", help="the mechanism study instead")
-    parser.add_argument("--arms", nargs="+", default=list(STUDY_ARMS), help="--study: arms to run")
+    parser.add_argument("--eps-matched", action="store_true",
+                        help="with --study: EPS_ARMS on the base, lr x10 and 4-epoch cells, into their own section")
+    parser.add_argument("--arms", nargs="+", default=None, help="--study: arms to run (default: all of the study's)")
     parser.add_argument("--contexts", type=int, default=8, help="--study: contexts of the task used")
     parser.add_argument("--report-only", action="store_true", help="--study: report the cells in --json")
     args = parser.parse_args()
@@ -439,9 +472,11 @@ STUDY_BASE = {"staleness": 2.0, "sigma": 0.1, "lr_scale": 1, "epochs": 1}
 STUDY_VARIATIONS = {"staleness": [0.5, 4.0], "sigma": [0.0, 0.3], "lr_scale": [10], "epochs": [4]}
 
 
-def study_cells() -> list[dict]:
-    """The base cell, then each knob's other values with the rest at the base."""
-    return [STUDY_BASE] + [{**STUDY_BASE, knob: value} for knob, values in STUDY_VARIATIONS.items() for value in values]
+def study_cells(eps_matched: bool = False) -> list[dict]:
+    """The base cell, then each knob's other values with the rest at the base (``eps_matched``: the base
+    cell and the two large-update cells only)."""
+    cells = [STUDY_BASE] + [{**STUDY_BASE, knob: value} for knob, values in STUDY_VARIATIONS.items() for value in values]
+    return [c for c in cells if c["lr_scale"] > 1 or c["epochs"] > 1 or c == STUDY_BASE] if eps_matched else cells
 
 
 def cell_key(cell: dict) -> str:
@@ -453,20 +488,25 @@ def run_study(args: argparse.Namespace) -> dict:
     cells already in ``args.json`` (a cut-short study resumes)."""
     results = json.loads(args.json.read_text()) if args.json and args.json.exists() else {}
     seeds = list(range(args.seeds))
+    arms = study_arms(args)
     t0 = time.time()
-    for cell in study_cells():
+    for cell in study_cells(args.eps_matched):
         key = cell_key(cell)
-        for arm in args.arms:
+        for arm in args.arms or arms:
             if arm in results.get(key, {}):
                 continue
             bound = max(1, int(2 * cell["staleness"]))  # the staleness bound, twice the mean
-            out = run_cell(STUDY_ARMS[arm], seeds, args.steps, cell["staleness"], bound, cell["sigma"],
+            out = run_cell(arms[arm], seeds, args.steps, cell["staleness"], bound, cell["sigma"],
                            args.lr * cell["lr_scale"], cell["epochs"], args.contexts)
             results.setdefault(key, {})[arm] = {k: v.tolist() for k, v in out.items()}
             print(f"{key} | {arm}: {time.time() - t0:.0f} s", flush=True)
             if args.json:
                 args.json.write_text(json.dumps(results))
     return results
+
+
+def study_arms(args: argparse.Namespace) -> dict[str, dict]:
+    return EPS_ARMS if args.eps_matched else STUDY_ARMS
 
 
 def study_main(args: argparse.Namespace) -> None:
@@ -476,7 +516,7 @@ def study_main(args: argparse.Namespace) -> None:
     results = json.loads(args.json.read_text()) if args.report_only else run_study(args)
     if not args.report_only:
         meta = {"seconds": time.time() - t0, "seeds": args.seeds, "steps": args.steps, "lr": args.lr,
-                "contexts": args.contexts}
+                "contexts": args.contexts, "eps_matched": args.eps_matched}
         args.json.with_suffix(".meta.json").write_text(json.dumps(meta))
     study_report(results, json.loads(args.json.with_suffix(".meta.json").read_text()),
                  (args.doc or STUDY_DOC) if args.write else None)
@@ -505,8 +545,8 @@ def study_rows(runs: dict, steps: int) -> dict[str, dict[str, np.ndarray]]:
         row = {"final reward": final, "reward AUC": _per_seed(h["reward"], "mean"),
                "collapsed": collapsed(final, peak)}
         for key in ("masked", "masked_staleness", "masked_numerics", "tis_truncated", "ess", "clipfrac",
-                    "abs_error_stale", "token_age_steps", "ewma_age_steps"):
-            row[key] = _per_seed(h[key], "mean", half)
+                    "abs_error_stale", "token_age_steps", "ewma_age_steps", "update_kl"):
+            row[key] = _per_seed(h[key], "mean", half) if key in h else np.full(len(final), np.nan)
         row["max_rho"], row["max_ratio"] = _per_seed(h["max_rho"], "max", half), _per_seed(h["max_ratio"], "max", half)
         out[arm] = row
     return out
@@ -516,14 +556,27 @@ STUDY_COLUMNS = [  # (label, row key, digits)
     ("final reward", "final reward", 3), ("reward AUC", "reward AUC", 3), ("masked", "masked", 4),
     ("of which staleness", "masked_staleness", 4), ("numerics (exact old)", "masked_numerics", 4),
     ("TIS-truncated", "tis_truncated", 4), ("ESS", "ess", 3), ("max ρ", "max_rho", 1),
-    ("max r", "max_ratio", 2), ("clip frac", "clipfrac", 3), ("abs err vs exact (stale tokens)", "abs_error_stale", 3),
+    ("max r", "max_ratio", 2), ("clip frac", "clipfrac", 3), ("update KL", "update_kl", 5),
+    ("abs err vs exact (stale tokens)", "abs_error_stale", 3),
     ("collapses", "collapsed", 0),
 ]
 STUDY_PAIRS = [  # (a, b): paired differences reported in every cell
     ("snapshot", "current"), ("ewma calibrated", "current"), ("ewma com = bound (old default)", "current"),
     ("rollout", "current"), ("loglinear", "current"), ("ewma calibrated", "ewma com = bound (old default)"),
     ("ewma calibrated", "ewma calibrated, no fresh_exact"), ("snapshot", "ewma calibrated"),
+    ("current, no band", "current"), ("current, no correction", "current"),
 ]
+
+
+def eps_match(rows: dict[str, dict[str, np.ndarray]], anchor: str = "snapshot", reference: str = "current") -> str | None:
+    """The ``anchor`` arm (any ε) whose mean update KL is nearest ``reference``'s on a log scale: ε is
+    chosen by the size of the update alone, never by the outcome."""
+    target = np.nanmean(rows[reference]["update_kl"]) if reference in rows else np.nan
+    candidates = {arm: np.nanmean(row["update_kl"]) for arm, row in rows.items() if arm.split(",")[0] == anchor}
+    candidates = {arm: kl for arm, kl in candidates.items() if np.isfinite(kl) and kl > 0}
+    if not np.isfinite(target) or not candidates:
+        return None
+    return min(candidates, key=lambda arm: abs(np.log(candidates[arm] / target)))
 
 
 def study_checks(results: dict, meta: dict) -> list[str]:
@@ -536,7 +589,7 @@ def study_checks(results: dict, meta: dict) -> list[str]:
             lines.append(f"- Baseline failure, {key}: `current` masks {fmt_mean_se(rows['current']['masked_staleness'], 4)} "
                          f"of the tokens *because of staleness* (band on ρ̂ out, on exact ρ in); snapshot − current "
                          f"masked fraction: {paired_verdict(rows['snapshot']['masked'], rows['current']['masked'], 4)} "
-                         "(the failure is present where this difference exceeds 2 SE).")
+                         "(the failure is present where this interval excludes 0).")
     for key, runs in results.items():
         rows = study_rows(runs, meta["steps"])
         arm = rows.get("ewma calibrated, no fresh_exact")
@@ -552,11 +605,13 @@ def study_report(results: dict, meta: dict, doc: Path | None) -> None:
     """``## Old-logit mechanism study``, printed and written into ``doc`` with its learning-curve plot."""
     import platform
 
-    steps = meta["steps"]
-    command = (f"python -m scripts.bench.old_logits_experiment --study --seeds {meta['seeds']} --steps {steps} "
-               f"--lr {meta['lr']:g} --contexts {meta['contexts']} --json runs/old_logits_study.json --write")
+    steps, eps = meta["steps"], meta.get("eps_matched", False)
+    command = (f"python -m scripts.bench.old_logits_experiment --study{' --eps-matched' if eps else ''} "
+               f"--seeds {meta['seeds']} --steps {steps} --lr {meta['lr']:g} --contexts {meta['contexts']} "
+               f"--json runs/old_logits_study{'_eps' if eps else ''}.json --write")
+    heading = EPS_HEADING if eps else STUDY_HEADING
     # the design, the knobs and the checks' question are the page's own prose, above report.GENERATED
-    lines = [STUDY_HEADING, "",
+    lines = [heading, "",
              f"`{command}`: {meta['seconds'] / 60:.0f} min niced on the shared 2-core machine ({platform.machine()}, "
              f"Python {platform.python_version()}, torch {torch.__version__}; one thread); {meta['contexts']} contexts "
              f"x {GROUP} samples, {meta['seeds']} paired seeds per arm, {steps} steps, base lr {meta['lr']:g}.", ""]
@@ -566,18 +621,25 @@ def study_report(results: dict, meta: dict, doc: Path | None) -> None:
         lines += [f"### {key}", "", md_table(["arm", *(c for c, _, _ in STUDY_COLUMNS)],
                                               [[arm, *(fmt_mean_se(row[k], d) for _, k, d in STUDY_COLUMNS)]
                                                for arm, row in rows.items()])]
-        lines += ["", "Paired differences (final reward; reward AUC; masked fraction):", ""]
-        for a, b in STUDY_PAIRS:
+        lines += ["", "Paired differences, mean and t-based 95% interval over the seeds (final reward; reward AUC; "
+                  "masked fraction):", ""]
+        matched = eps_match(rows)
+        pairs = list(STUDY_PAIRS)
+        if matched is not None and matched != "snapshot":
+            pairs.insert(0, (matched, "current"))
+            lines.append(f"- ε-matched: `{matched}` (update KL {np.nanmean(rows[matched]['update_kl']):.2e} against "
+                         f"`current`'s {np.nanmean(rows['current']['update_kl']):.2e}; the nearest of the snapshot arms)")
+        for a, b in pairs:
             if a in rows and b in rows:
                 lines.append(f"- {a} − {b}: {paired_verdict(rows[a]['final reward'], rows[b]['final reward'])}; "
                              f"{paired_verdict(rows[a]['reward AUC'], rows[b]['reward AUC'])}; "
                              f"{paired_verdict(rows[a]['masked'], rows[b]['masked'])}")
         lines.append("")
-    image = ROOT / "docs" / "img" / "old_logits_study.png"
+    image = ROOT / "docs" / "img" / f"old_logits_study{'_eps' if eps else ''}.png"
     lines += [f"![old-logit mechanism study](../img/{image.name})", ""]
     if doc is not None:
         study_plot(results, image)
-    publish(doc, STUDY_HEADING, "\n".join(lines))
+    publish(doc, heading, "\n".join(lines))
 
 
 def study_plot(results: dict, path: Path) -> None:

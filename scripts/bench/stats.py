@@ -103,12 +103,13 @@ def paired_mean_and_se(a, b) -> tuple[float, float, int]:
 
 
 def paired_verdict(a, b, digits: int = 3) -> str:
-    """``a - b`` over paired seeds: mean ± SE of the per-seed differences and whether |mean| exceeds two SE."""
+    """``a - b`` over paired seeds: the mean of the per-seed differences, its t-based 95% interval and
+    whether the interval excludes 0."""
     d = paired_difference(a, b)
     if d.n < 2:
         return "n/a"
-    verdict = "**exceeds 2 SE**" if d.exceeds_2se else "within 2 SE"
-    return f"{d.mean:+.{digits}f} ± {d.se:.{digits}f} ({verdict})"
+    verdict = "**excludes 0**" if d.low > 0 or d.high < 0 else "includes 0"
+    return f"{d.mean:+.{digits}f} [{d.low:+.{digits}f}, {d.high:+.{digits}f}] (95% t, n={d.n}; {verdict})"
 
 
 def fmt_mean_se(values, digits: int = 2) -> str:

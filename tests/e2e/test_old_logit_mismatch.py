@@ -1,8 +1,9 @@
-"""Train/inference mismatch on the cpu backend: the ``hf`` rollout in bf16 against the fp32
-trainer (``actor_rollout_ref.rollout.dtype=bfloat16``, plugins/backend/cpu.yaml), verl's
-colocated-async trainer (every other step trains on tokens one version old), and verl's rollout
-correction with a token_k1 band tight enough for bf16 numerics to trip it now and then
-(|log ρ| > 0.002: ~2% of the tiny model's tokens; staleness moves most tokens by more).
+"""Train/inference mismatch on the cpu backend: the ``hf`` rollout in bf16 with vLLM's online fp8
+roundings (``actor_rollout_ref.rollout.quantization=fp8``: e4m3 weights per 128 x 128 block and
+activations per token group, ``verl_ext.backends.cpu.fp8_rollout``) against the fp32 trainer,
+verl's colocated-async trainer (every other step trains on tokens one version old), and verl's
+rollout correction with a token_k1 band tight enough for fp8 numerics to trip it now and then
+(|log ρ| > 0.01: a few % of the tiny model's tokens; staleness moves most tokens by more).
 
 The paper's failure, measured per provider on the same seed: with ``current`` the band on
 ρ̂ = π_old/μ fires on *staleness* (it removes far more stale tokens than fresh ones); with
@@ -21,12 +22,13 @@ pytestmark = pytest.mark.e2e
 
 MISMATCH = (
     "trainer.v1.trainer_mode=verl_ext_colocate_async", "trainer.val_before_train=false", "trainer.test_freq=-1",
-    "actor_rollout_ref.rollout.dtype=bfloat16",
+    "actor_rollout_ref.rollout.dtype=bfloat16", "actor_rollout_ref.rollout.quantization=fp8",
     "algorithm.rollout_correction.rollout_is=token", "algorithm.rollout_correction.rollout_is_threshold=2.0",
-    "algorithm.rollout_correction.rollout_rs=token_k1", "algorithm.rollout_correction.rollout_rs_threshold=0.998_1.002",
+    "algorithm.rollout_correction.rollout_rs=token_k1", "algorithm.rollout_correction.rollout_rs_threshold=0.99_1.01",
 )
 PROVIDERS = ("current", "snapshot")
-KEYS = ("masked_fresh", "masked_stale", "truncated_fresh", "truncated_stale")
+KEYS = ("masked_fresh", "masked_stale", "truncated_fresh", "truncated_stale", "kl_fresh", "kl_stale",
+        "abs_log_ratio_p99_fresh", "abs_log_ratio_p99_stale")
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +56,7 @@ def by_provider(runs) -> dict[str, dict[str, float]]:
         row["fresh_steps_kl"] = max(abs(m["rollout_corr/kl"]) for m in fresh) if fresh else float("nan")
         row["stale_steps"] = sum(m.get("old_logits/stale/version_gap_max", 0) >= 1 for m in steps.values())
         out[provider] = row
-    print("mismatch on the cpu backend (bf16 hf rollout vs fp32 trainer), per provider:", json.dumps(out, indent=1))
+    print("mismatch on the cpu backend (fp8 hf rollout vs fp32 trainer), per provider:", json.dumps(out, indent=1))
     return out
 
 
@@ -70,19 +72,24 @@ def test_colocate_async_trains_every_step_on_stale_samples_with_the_hooks_on(run
             assert_hook_metrics(m, ("step_metadata", "reward_postprocess", "failure_check"))
 
 
-def test_bf16_rollout_makes_a_real_mismatch(by_provider):
+def test_fp8_rollout_makes_a_real_mismatch(by_provider):
     for provider, row in by_provider.items():
         assert row["stale_steps"] >= 1, f"{provider}: no stale step: the async path was not exercised"
         # fresh tokens: every provider's old logits are the trainer's own, so what the band removes
-        # there is bf16 numerics, which fp32 on both sides never has (band removes 0, kl ~ 1e-9)
+        # there is fp8 numerics, which fp32 on both sides never has (band removes 0, kl ~ 1e-9)
         assert row["masked_fresh"] > 0.0, (provider, row)
-        assert row["fresh_steps_kl"] > 1e-7, (provider, row)
+        assert row["fresh_steps_kl"] > 1e-7 and row["kl_fresh"] > 1e-7, (provider, row)
+        # fp8's 3 mantissa bits: 1% of fresh tokens move by more than bf16's largest gap (2e-3)
+        assert row["abs_log_ratio_p99_fresh"] > 2e-3, (provider, row)
 
 
 def test_exact_old_logits_stop_the_band_firing_on_staleness(by_provider):
     current, snapshot = by_provider["current"], by_provider["snapshot"]
     # current: the band removes stale tokens for their staleness, far above the numerics rate
     assert current["masked_stale"] > 5 * current["masked_fresh"] + 0.1, current
-    # snapshot: stale tokens are removed at about the rate of fresh ones (numerics only)
+    # snapshot: stale tokens are removed at about the rate of fresh ones (numerics only), and their
+    # |log ρ̂| tail is the numerics tail; current's stale tail is staleness, an order larger
     assert snapshot["masked_stale"] < 3 * snapshot["masked_fresh"] + 0.05, snapshot
+    assert snapshot["abs_log_ratio_p99_stale"] < 2 * snapshot["abs_log_ratio_p99_fresh"], snapshot
+    assert current["abs_log_ratio_p99_stale"] > 5 * current["abs_log_ratio_p99_fresh"], current
     assert snapshot["masked_stale"] < current["masked_stale"] / 3, (snapshot, current)

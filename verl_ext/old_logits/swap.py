@@ -143,7 +143,7 @@ def host_buffers_like(
     One registered buffer instead of one pinned allocation per tensor: PyTorch's caching host
     allocator rounds every pinned allocation up to a power of two (Qwen2.5-7B's fp32 MLP matrices
     of 272 MB become 512 MB blocks), which held 49 GB for 26 GB of weights (1.89x, measured:
-    scripts/bench/snapshot_pinning_gpu.py) and never gives it back.
+    docs/results.md) and never gives it back.
     """
     dtypes = [t.dtype for t in tensors] if dtypes is None else list(dtypes)
     sizes = [t.numel() * d.itemsize for t, d in zip(tensors, dtypes, strict=True)]
