@@ -60,6 +60,11 @@ CASES: dict[tuple[str, str, str], tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("+plugins/loss=ppo_ewma", ASYNC, "algorithm.rollout_correction.rollout_is=null"),
         ("algorithm.rollout_correction.rollout_is=None", "loss_mode=ppo_ewma",
          "trainer.v1.trainer_mode=verl_ext_colocate_async", "set algorithm.rollout_correction.rollout_is=token")),
+    **{("loss", name, "rollout's log-probs"): (
+        (f"+plugins/loss={name}", SYNC, "actor_rollout_ref.actor.policy_loss.opsm_delta=0.5",
+         "actor_rollout_ref.rollout.calculate_log_probs=false"),
+        ("actor_rollout_ref.rollout.calculate_log_probs=False", "actor_rollout_ref.actor.policy_loss.opsm_delta=0.5",
+         f"loss_mode={name}", "set actor_rollout_ref.rollout.calculate_log_probs=true")) for name in ("opsm", "ppo_ewma")},
     **{("old_logit_provider", name, "verl-ext trainer mode"): (
         (f"+plugins/old_logits={name}", "trainer.v1.trainer_mode=colocate_async"),
         (f"algorithm.old_logits.provider={name} needs a verl-ext trainer", "trainer.v1.trainer_mode=colocate_async",
@@ -136,3 +141,13 @@ def test_a_precondition_is_checked_or_says_where_instead():
 
 def test_the_docs_section_is_the_rendered_declarations():
     assert section_of(DOCS_PAGE.read_text(), SECTION_HEADING) == render_section(), "run: python -m verl_ext.preconditions --write"
+
+
+@pytest.mark.parametrize("extra", [
+    ("+plugins/loss=opsm", "+plugins/old_logits=ewma", ASYNC),
+    ("+plugins/loss=opsm", SYNC, "actor_rollout_ref.actor.policy_loss.opsm_base_loss=gspo"),
+    ("+plugins/loss=ppo_ewma", "+plugins/old_logits=snapshot", ASYNC, "actor_rollout_ref.actor.policy_loss.opsm_delta=0.5",
+     "actor_rollout_ref.rollout.calculate_log_probs=true"),
+], ids=["opsm-ewma", "opsm-gspo", "ppo_ewma-snapshot"])
+def test_opsm_passes_the_start_up_checks_with_an_old_logit_provider_and_with_ppo_ewma(base, extra):
+    assert problems(*base, *extra) == []

@@ -16,6 +16,7 @@ import sys
 
 from verl_ext import patches
 from verl_ext._post_import import when_imported
+from verl_ext.losses import behaviour
 from verl_ext.registry import KIND_TRIGGERS, PLUGINS, load_module
 
 
@@ -24,6 +25,8 @@ def install_hooks() -> None:
         when_imported(KIND_TRIGGERS[spec.kind], lambda module=spec.module: load_module(module))
     # the driver's start-up validation, under every trainer mode (verl_ext.validation)
     when_imported(VALIDATE_CONFIG_MODULE, _validate_in_the_driver)
+    # the rows' rollout log-probs for OPSM's loss call (verl_ext.losses.behaviour; a no-op without opsm_delta)
+    when_imported(behaviour.TARGET_MODULE, lambda: behaviour.install(sys.modules[behaviour.TARGET_MODULE]))
 
 
 VALIDATE_CONFIG_MODULE = "verl.utils.config"  # main_ppo calls its validate_config before Ray starts

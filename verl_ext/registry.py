@@ -74,6 +74,7 @@ PLUGINS: tuple[PluginSpec, ...] = (
     PluginSpec("verl_ext_separate_async", "trainer", "verl_ext.trainer"),
     PluginSpec("dvreward", "reward_manager", "verl_ext.rewards.dvreward.registration", extra="judge"),
     PluginSpec("ppo_ewma", "policy_loss", "verl_ext.losses.registration"),
+    PluginSpec("opsm", "policy_loss", "verl_ext.losses.registration"),
     # its browser backends (verl_ext.envs): selenium + psutil drive Chromium, miniwob holds MiniWoB++'s
     # tasks, PIL turns screenshots into images for VL models; text_hybrid needs none of them
     PluginSpec("hybrid_gui_tool", "agent_loop", "verl_ext.agent_loops.registration", extra="gui",

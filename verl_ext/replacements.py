@@ -128,6 +128,16 @@ OTHERS: tuple[Replacement, ...] = (
         "tests/test_validation_on_cpu.py::test_case1_main_ppo_refuses_it_in_the_driver_before_ray",
         ("config", "use_reference_policy", "use_critic")),
     Replacement(
+        "verl.workers.engine_workers:ppo_loss",
+        "rebound by a post-import hook to a wrapper that calls verl's (with opsm_delta set, the rows' rollout "
+        "log-probs held for the loss function's call)",
+        "verl_ext/losses/behaviour.py (wrap_ppo_loss, installed by verl_ext/plugin.py)",
+        "verl's ppo_loss passes the loss function old_log_probs, advantages, response_mask and rollout_is_weights "
+        "only: off-policy sequence masking thresholds against the behaviour log-probs, which never reach it",
+        "rollout_log_probs passed to the PolicyLossFn",
+        "tests/losses/test_opsm_on_cpu.py::test_verls_ppo_loss_hands_the_rows_rollout_log_probs_to_the_opsm_loss",
+        ("config", "model_output", "data", "dp_group")),
+    Replacement(
         "verl.workers.rollout.replica:RolloutReplicaRegistry.register",
         "called to register verl-ext's counting vLLM replica as 'vllm' while the trainer builds (rollout-side "
         "providers), then verl's loader again",

@@ -19,6 +19,8 @@ and ``variant=clip``, tested):
     lowering the (detached) IS weight to cap / r where r·w would exceed it.
   * ``variant=kl``: Hilton's decoupled KL-penalty objective (the original's ``pi_kl`` term).
   * extra metrics: anchor lag, approx KL, IS masking and cap fractions.
+  * ``opsm_delta``: DeepSeek-V3.2's off-policy sequence masking on the per-token losses
+    (``verl_ext.losses.opsm``; π_old = μ where the rows carry rollout log-probs).
 Dual-clip (``clip_ratio_c``) is kept as in ``vanilla``.
 """
 
@@ -33,6 +35,7 @@ from verl.workers.config import ActorConfig
 
 from verl_ext.losses.config import PPOEWMAPolicyLossConfig
 from verl_ext.losses.decoupled_ppo import TokenLosses, decoupled_ppo_token_losses
+from verl_ext.losses.opsm_loss import apply_opsm
 
 
 def compute_policy_loss_ppo_ewma(
@@ -77,10 +80,12 @@ def compute_policy_loss_ppo_ewma(
         kl_coef=options.get("ppo_kl_coef", 0.0),
         imp_weight_cap=options.get("imp_weight_cap", PPOEWMAPolicyLossConfig.imp_weight_cap),
     )
+    opsm, opsm_metrics = apply_opsm(old_log_prob, log_prob, advantages, response_mask, config)
+    losses = out.losses if opsm is None else out.losses * opsm  # OPSM (opsm_delta): drop, keep the denominator
     pg_loss = agg_loss(
-        loss_mat=out.losses, loss_mask=response_mask, loss_agg_mode=loss_agg_mode, **config.global_batch_info
+        loss_mat=losses, loss_mask=response_mask, loss_agg_mode=loss_agg_mode, **config.global_batch_info
     )
-    return pg_loss, _metrics(out, response_mask)
+    return pg_loss, {**_metrics(out, response_mask), **opsm_metrics}
 
 
 def _metrics(out: TokenLosses, mask: torch.Tensor) -> dict[str, float]:

@@ -10,6 +10,8 @@ from verl_ext.preconditions import SELECTORS, TRAINER_MODE_KEY, Precondition
 KIND = "loss"
 LOSS_KEY = SELECTORS[KIND]
 ROLLOUT_IS_KEY = "algorithm.rollout_correction.rollout_is"
+OPSM_DELTA_KEY = "actor_rollout_ref.actor.policy_loss.opsm_delta"
+ROLLOUT_LOG_PROBS_KEY = "actor_rollout_ref.rollout.calculate_log_probs"
 
 
 def _importance_weights(config: Any) -> list[str]:
@@ -25,7 +27,24 @@ def _importance_weights(config: Any) -> list[str]:
             f"{ROLLOUT_IS_KEY}=token (plugins/loss/ppo_ewma.yaml sets it)"]
 
 
+def _rollout_log_probs(config: Any) -> list[str]:
+    """OPSM's π_old is the sampling policy: without the rollout's log-probs it would fall back to
+    old_log_probs and no longer see the train/inference mismatch."""
+    if select(config, OPSM_DELTA_KEY) is None or select(config, ROLLOUT_LOG_PROBS_KEY):
+        return []
+    return [f"{ROLLOUT_LOG_PROBS_KEY}={select(config, ROLLOUT_LOG_PROBS_KEY)} with {OPSM_DELTA_KEY}="
+            f"{select(config, OPSM_DELTA_KEY)} ({LOSS_KEY}={select(config, LOSS_KEY)}): off-policy sequence masking "
+            f"thresholds the mean log(pi_old/pi_theta) with pi_old the sampling policy, the rollout's log-probs, which "
+            f"the rows then do not carry (old_log_probs would stand in, blind to the train/inference mismatch): set "
+            f"{ROLLOUT_LOG_PROBS_KEY}=true (plugins/loss/opsm.yaml sets it), or {OPSM_DELTA_KEY}=null"]
+
+
+_OPSM_CONDITION = (f"with `{OPSM_DELTA_KEY}` set, the rollout's log-probs (`{ROLLOUT_LOG_PROBS_KEY}=true`): "
+                   "off-policy sequence masking measures each sequence's drift from the sampling policy")
+
 PRECONDITIONS: tuple[Precondition, ...] = (
+    Precondition(KIND, "opsm", _OPSM_CONDITION, (OPSM_DELTA_KEY, ROLLOUT_LOG_PROBS_KEY), _rollout_log_probs),
+    Precondition(KIND, "ppo_ewma", _OPSM_CONDITION, (OPSM_DELTA_KEY, ROLLOUT_LOG_PROBS_KEY), _rollout_log_probs),
     Precondition(KIND, "ppo_ewma", f"under an async trainer mode (stale tokens), verl's rollout correction "
                  f"(`{ROLLOUT_IS_KEY}` token or sequence): it carries the decoupled objective's weight π_prox/μ",
                  (ROLLOUT_IS_KEY, TRAINER_MODE_KEY), _importance_weights),
