@@ -53,6 +53,7 @@ from scripts.bench.stats import collapsed, fmt_mean_se, last_finite, paired_verd
 from verl_ext.old_logits import OldLogitsConfig, OldLogitWorkerState, build_provider
 from verl_ext.old_logits.local_host import LocalPolicyHost
 from verl_ext.losses.ppo_ewma import decoupled_ppo_token_losses
+from verl_ext.losses.opsm import opsm_mask
 from verl_ext.old_logits.metrics import ratio_out_of_band
 
 CONTEXTS, LENGTH, VOCAB, HIDDEN, GROUP = 16, 6, 8, 64, 8
@@ -70,7 +71,8 @@ STUDY_DOC = ROOT / "docs" / "experiments" / "old_logit_mechanism_study.md"
 # cell: the calibrated EWMA's target age (the mean over all rows) and the random draws' generator.
 STUDY_HEADING = "## Old-logit mechanism study"
 # label -> algorithm.old_logits (BOUND is replaced by the cell's staleness bound), plus two knobs of the arm
-# itself: "clip" (PPO's ε, both sides; default CLIP) and "correction" (CORRECTIONS; default "tis+band")
+# itself: "clip" (PPO's ε, both sides; default CLIP), "correction" (CORRECTIONS; default "tis+band") and "opsm"
+# (DeepSeek-V3.2's off-policy sequence masking against μ at this δ, verl_ext.losses.opsm; default off)
 STUDY_ARMS = {
     "current": {"provider": "current"},
     "rollout": {"provider": "rollout"},
@@ -91,6 +93,7 @@ EPS_ARMS = {
     "snapshot": {"provider": "snapshot"},
     **{f"snapshot, ε {eps}": {"provider": "snapshot", "clip": eps} for eps in (0.3, 0.5, 0.8)},
     "ewma calibrated": {"provider": "ewma", "ewma": {"fresh_exact": True}},
+    "current, OPSM δ 0.05": {"provider": "current", "opsm": 0.05},
 }
 EPS_HEADING = "## Old-logit mechanism study, ε-matched arms"
 BAND = (0.5, 2.0)  # token_k1 rejection band on rho (recipes/async_agentic); token TIS at TIS = 2
@@ -257,6 +260,7 @@ def run_cell(arm: dict, seeds: list[int], steps: int, mean_staleness: float, bou
     raw = json.loads(json.dumps(arm).replace('"BOUND"', str(bound)))
     clip = raw.pop("clip", CLIP)
     rollout_is, rollout_rs = CORRECTIONS[raw.pop("correction", "tis+band")]
+    opsm_delta = raw.pop("opsm", None)
     config = OldLogitsConfig.from_config(raw, max_off_policy_threshold=bound)
     steps_per_version = setup.minibatches * epochs
     state = OldLogitWorkerState(config, params, updates_per_version=steps_per_version)
@@ -334,7 +338,13 @@ def run_cell(arm: dict, seeds: list[int], steps: int, mean_staleness: float, bou
                     clipfrac, log_ratio = torch.tensor([loss_metrics["actor/pg_clipfrac"]]), logp - old[:, mb]
                 else:
                     out = decoupled_ppo_token_losses(logp, old[:, mb], adv[:, mb], is_w[:, mb], clip, clip, 3.0)
-                    loss = per_seed_mean(out.losses, m).nan_to_num().sum()  # token-mean per seed
+                    losses = out.losses
+                    if opsm_delta is not None:  # the sequence's mean log(μ/π_θ) against δ, on negative advantages
+                        flat_mb = (n_seeds * len(mb), LENGTH)
+                        keep = opsm_mask(mu[:, mb].reshape(flat_mb), logp.reshape(flat_mb), adv[:, mb].reshape(flat_mb),
+                                         torch.ones(flat_mb), opsm_delta).mask
+                        losses = losses * keep.view_as(losses)
+                    loss = per_seed_mean(losses, m).nan_to_num().sum()  # token-mean per seed
                     clipfrac, log_ratio = per_seed_mean(out.clipped.float(), m).nan_to_num(), out.log_ratio
                 optim.zero_grad()
                 loss.backward()

@@ -61,6 +61,7 @@ SETTINGS: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {  # name -> (env,
     # vLLM's online fp8 (verl's rollout.quantization=fp8) against the bf16 trainer: a numerics mismatch
     # that fires the band on fresh tokens, which bf16 alone never did (masked fresh 0.0000 above)
     "fp8_rollout": ({"ROLLOUT_QUANT": "fp8"}, ()),
+    "bf16_rollout": ({"ROLLOUT_QUANT": "none"}, ()),  # the fp8 settings' control, run beside them
     "fp8_rollout_kv": ({"ROLLOUT_QUANT": "fp8_kv"}, ()),
 }
 ARMS: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {  # label -> (env, extra overrides)

@@ -8,7 +8,9 @@ rollout correction with a token_k1 band tight enough for fp8 numerics to trip it
 The paper's failure, measured per provider on the same seed: with ``current`` the band on
 ρ̂ = π_old/μ fires on *staleness* (it removes far more stale tokens than fresh ones); with
 ``snapshot`` (exact old logits) it removes stale tokens at the numerics rate of fresh ones.
-The numbers printed here are the ones quoted in docs/howto/choose_old_logit_provider.md."""
+The numbers printed here are the ones quoted in docs/howto/choose_old_logit_provider.md. Both arms
+train with verl's loss under off-policy sequence masking (``+plugins/loss=opsm``), which the last
+test checks reaches verl's actor worker with the rollout log-probs."""
 
 from __future__ import annotations
 
@@ -25,6 +27,8 @@ MISMATCH = (
     "actor_rollout_ref.rollout.dtype=bfloat16", "actor_rollout_ref.rollout.quantization=fp8",
     "algorithm.rollout_correction.rollout_is=token", "algorithm.rollout_correction.rollout_is_threshold=2.0",
     "algorithm.rollout_correction.rollout_rs=token_k1", "algorithm.rollout_correction.rollout_rs_threshold=0.99_1.01",
+    # both arms' loss: verl's, with off-policy sequence masking against the rollout's log-probs
+    "+plugins/loss=opsm", "actor_rollout_ref.actor.policy_loss.opsm_delta=0.001",
 )
 PROVIDERS = ("current", "snapshot")
 KEYS = ("masked_fresh", "masked_stale", "truncated_fresh", "truncated_stale", "kl_fresh", "kl_stale",
@@ -93,3 +97,14 @@ def test_exact_old_logits_stop_the_band_firing_on_staleness(by_provider):
     assert snapshot["abs_log_ratio_p99_stale"] < 2 * snapshot["abs_log_ratio_p99_fresh"], snapshot
     assert current["abs_log_ratio_p99_stale"] > 5 * current["abs_log_ratio_p99_fresh"], current
     assert snapshot["masked_stale"] < current["masked_stale"] / 3, (snapshot, current)
+
+
+def test_opsm_gets_the_rollout_log_probs_inside_verls_actor_worker(runs):
+    """`+plugins/loss=opsm` in verl's real trainer: the wrapper of verl's ppo_loss in the actor worker
+    hands the loss the rows' rollout log-probs (μ, not old_log_probs) on every step, and the masking
+    metrics reach verl's logger."""
+    for provider, steps in runs.items():
+        for step, m in steps.items():
+            assert_finite(m, ["actor/opsm/seq_kl_mean", "actor/opsm/masked_seq_frac", "actor/opsm/masked_token_frac"])
+            assert m["actor/opsm/behaviour_is_rollout"] == 1.0, (provider, step)
+            assert 0.0 <= m["actor/opsm/masked_seq_frac"] <= 1.0, (provider, step)

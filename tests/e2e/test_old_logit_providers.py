@@ -96,19 +96,3 @@ def test_ppo_ewma_with_the_ewma_provider_trains_and_resumes_after_a_kill_mid_ste
     # the EWMA's age came back with the checkpoint (a restart would report 0)
     assert resumed[5]["old_logits/ewma/age_steps"] > 0.5
 
-
-def test_opsm_gets_the_rollout_log_probs_inside_verls_actor_worker(tmp_path):
-    """`+plugins/loss=opsm` in verl's real colocated-async trainer: the wrapper of verl's ppo_loss in
-    the actor worker hands the loss the rows' rollout log-probs (μ, not old_log_probs) on every step,
-    and the masking metrics reach verl's logger. δ = 0: any negative-advantage sequence the policy has
-    drifted from at all is dropped."""
-    opsm = ("+plugins/loss=opsm", "actor_rollout_ref.actor.policy_loss.opsm_delta=0.0")
-    run_recipe("quickstart/run_cpu.sh", tmp_path, *ASYNC, *opsm, steps=3)
-    metrics = read_metrics(tmp_path / "metrics.jsonl")
-    assert {1, 2, 3} <= set(metrics), f"steps logged: {sorted(metrics)}"
-    for step in (1, 2, 3):
-        m = metrics[step]
-        assert_finite(m, ["actor/pg_loss", "actor/opsm/seq_kl_mean", "actor/opsm/masked_seq_frac",
-                          "actor/opsm/masked_token_frac"])
-        assert m["actor/opsm/behaviour_is_rollout"] == 1.0, (step, m)
-        assert 0.0 <= m["actor/opsm/masked_seq_frac"] <= 1.0
