@@ -637,8 +637,11 @@ def study_report(results: dict, meta: dict, doc: Path | None) -> None:
         pairs = list(STUDY_PAIRS)
         if matched is not None and matched != "snapshot":
             pairs.insert(0, (matched, "current"))
+            snapshot_kls = [np.nanmean(row["update_kl"]) for arm, row in rows.items() if arm.split(",")[0] == "snapshot"]
             lines.append(f"- ε-matched: `{matched}` (update KL {np.nanmean(rows[matched]['update_kl']):.2e} against "
-                         f"`current`'s {np.nanmean(rows['current']['update_kl']):.2e}; the nearest of the snapshot arms)")
+                         f"`current`'s {np.nanmean(rows['current']['update_kl']):.2e}; the nearest of the snapshot arms, "
+                         f"whose update KL spans {min(snapshot_kls):.2e}-{max(snapshot_kls):.2e}: where that span is "
+                         "narrow, ε hardly sets the step and the match is weak)")
         for a, b in pairs:
             if a in rows and b in rows:
                 lines.append(f"- {a} − {b}: {paired_verdict(rows[a]['final reward'], rows[b]['final reward'])}; "
