@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from scripts.bench import launch, learning_runs, report, stats
+from verl_ext.doc_sections import GENERATED
 
 
 @pytest.mark.parametrize("df, expected", [(1, 12.7062), (2, 4.3027), (4, 2.7764), (10, 2.2281), (30, 2.0423),
@@ -67,9 +68,9 @@ def test_publish_prints_and_writes_only_with_a_doc(tmp_path, capsys):
     assert doc.read_text() == "# Results\n\n## A\n\nnewer\n\n### A.1\n\nother script's\n\n## B\n\nkept\n"
     report.write_section(doc, "## C", "## C\n\nappended")
     assert doc.read_text().endswith("## B\n\nkept\n\n## C\n\nappended\n\n")
-    doc.write_text(f"# Results\n\n## A\n\nprose of the page\n\n{report.GENERATED}\n\nold table\n\n## B\n\nkept\n")
+    doc.write_text(f"# Results\n\n## A\n\nprose of the page\n\n{GENERATED}\n\nold table\n\n## B\n\nkept\n")
     report.write_section(doc, "## A", "## A\n\nnew table\n")  # the prose above the marker stays
-    assert doc.read_text() == (f"# Results\n\n## A\n\nprose of the page\n\n{report.GENERATED}\n\nnew table\n\n"
+    assert doc.read_text() == (f"# Results\n\n## A\n\nprose of the page\n\n{GENERATED}\n\nnew table\n\n"
                                "## B\n\nkept\n")
     report.write_section(doc, "## A", "## A\n\nnew table\n")  # rewriting is idempotent
     assert "prose of the page" in doc.read_text() and doc.read_text().count("new table") == 1

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from verl_ext import bundle
-from verl_ext.bundle import BundleError, Resolved
+from verl_ext_bundle import bundle
+from verl_ext_bundle.bundle import BundleError, Resolved
 
 from .conftest import cannot_run_here
 from .venvs import layered_venv, run_ok
@@ -241,7 +241,7 @@ def test_bundle_for_this_machine_installs_into_a_fresh_venv_and_doctor_passes(tm
 
     site = tmp_path / "site"
     run_ok(["bash", str(out / "install.sh"), "--target", str(site)], cwd=tmp_path, env=env)
-    assert (site / "verl_ext/bundle.py").is_file()
+    assert (site / "verl_ext_bundle/bundle.py").is_file()
     assert f'export PYTHONPATH="{site}' in (site / "env.sh").read_text()
 
 
@@ -273,7 +273,7 @@ def test_preinstalled_bundle_untars_into_a_target_without_pip(tmp_path: Path, ca
     assert bundle.main(["install", "--bundle", str(out), "--venv", str(tmp_path / "venv")]) == 1
     assert "built with --preinstall" in capsys.readouterr().err
     assert bundle.main(["install", "--bundle", str(out), "--target", str(site)]) == 0
-    assert (site / "verl_ext/bundle.py").is_file()
+    assert (site / "verl_ext_bundle/bundle.py").is_file()
     assert (site / "bin/verl-ext").read_text().startswith("#!/usr/bin/env python3\n")
     assert 'export PYTHONPATH="' in capsys.readouterr().out
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from verl_ext import bundle, megatron_checks, megatron_stack, validation
+from verl_ext import megatron_checks, validation
+from verl_ext_bundle import bundle, megatron_stack
 
 REPO = Path(__file__).resolve().parents[1]
 # What `import transformer_engine.pytorch` printed on the H200 (torch 2.11.0+cu130, nvidia-cublas

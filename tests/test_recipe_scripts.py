@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from omegaconf import DictConfig, OmegaConf
 
-from verl_ext import validation
+from verl_ext import fragment_overrides, validation
 
 from .conftest import cannot_run_here
 from .main_ppo_job import main_ppo_job
@@ -99,8 +99,8 @@ def dry_run(tmp_path_factory):
         args = args_file.read_text().split("\0")[:-1]
         args_file.unlink()
         run.last_args = args
-        # a fragment and a plain setting of the same selector on one command line (verl_ext.validation)
-        assert validation.fragment_conflicts(args) == [], f"{script}: {validation.fragment_conflicts(args)}"
+        # a fragment and a plain setting of the same selector on one command line (verl_ext.fragment_overrides)
+        assert fragment_overrides.fragment_conflicts(args) == [], f"{script}: {fragment_overrides.fragment_conflicts(args)}"
         return main_ppo_job(args)  # what `python -m verl.trainer.main_ppo` runs
 
     run.root = root

@@ -41,8 +41,7 @@ def test_every_private_verl_trainer_method_the_verl_ext_trainers_override_is_lis
 def test_every_patch_is_listed_with_the_name_it_rebinds():
     from verl_ext import patches
 
-    every = (*patches.PATCHES, *patches.ENGINE_PATCHES, *patches.VLLM_PATCHES, *patches.TRAINER_PATCHES)
-    assert {(p.name, p.replaces) for p in every} == {(r.patch, r.target) for r in replacements.inventory() if r.patch}
+    assert {(p.name, p.replaces) for p in patches.ALL} == {(r.patch, r.target) for r in replacements.inventory() if r.patch}
 
 
 def test_on_another_verl_the_trainer_guard_names_each_changed_target(monkeypatch):

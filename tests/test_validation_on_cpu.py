@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from verl_ext import doctor, validation
+from verl_ext import doctor, fragment_overrides, validation
 from verl_ext.compose import compose
 from verl_ext.trainer_modes import TRAINER_MODE_KEY
 
@@ -107,7 +107,7 @@ exec {sys.executable} "$@"
 
 def test_case2_a_fragment_and_a_scripts_setting_that_disagree_are_refused_naming_both(tmp_path):
     args = _script_args("text_corridor/run_cpu.sh", "+plugins/advantage=hgpo", tmp_path=tmp_path)
-    found = validation.fragment_conflicts(args)
+    found = fragment_overrides.fragment_conflicts(args)
     assert len(found) == 1
     assert_names(found[0], "plugins/advantage=hgpo", "algorithm.adv_estimator=gigpo", "Drop one of the two")
     code, _, err = main_ppo_job(args)  # the driver: refused before Ray (the run would start otherwise)
@@ -118,7 +118,7 @@ def test_case3_no_fragment_picks_the_trainer_mode():
     fragments = sorted((REPO / "verl_ext" / "plugins").glob("*/*.yaml"))
     assert fragments
     for fragment in fragments:
-        leaves = validation.fragment_leaves(f"plugins/{fragment.parent.name}", fragment.stem)
+        leaves = fragment_overrides.fragment_leaves(f"plugins/{fragment.parent.name}", fragment.stem)
         assert leaves, fragment  # read as the command line names it
         assert TRAINER_MODE_KEY not in leaves, fragment
 

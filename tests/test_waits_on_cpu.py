@@ -115,7 +115,7 @@ def test_the_hf_server_adapter_stops_waiting_for_a_hung_weight_update(hung):
 def test_the_dedicated_scorer_sync_wait_counts_a_hung_rollout_server(hung, tiny_model_dir, caplog):
     from verl.workers.config import HFModelConfig
 
-    from verl_ext.backends.cpu.rollout import HFOldLogitScorer
+    from verl_ext.backends.cpu.old_logit_scorer import HFOldLogitScorer
 
     scorer = HFOldLogitScorer(config=RolloutConfig(name="hf", prompt_length=8, response_length=8, dtype="float32"),
                               model_config=HFModelConfig(path=tiny_model_dir), servers=[hung], temperature=1.0,

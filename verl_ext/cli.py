@@ -26,7 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "eval-sft": ("verl_ext.datasets.demos:main", "greedy function-call rate of an SFT model on held-out transcripts"),
     "dv-questions": ("verl_ext.rewards.dvreward.questions:main", "decompose prompts into yes/no questions"),
     "judge-server": ("verl_ext.rewards.dvreward.judge_server:main", "serve a local OpenAI-compatible judge"),
-    "bundle": ("verl_ext.bundle:main", "build (or install) an offline install bundle for another machine"),
+    "bundle": ("verl_ext_bundle.bundle:main", "build (or install) an offline install bundle for another machine"),
 }
 
 

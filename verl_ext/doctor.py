@@ -102,7 +102,7 @@ def main(argv: list[str]) -> int:
             print(f"  [{extra}] {requirement.name:<16} {state}")
     print("\npatches (the first ones on the cpu backend only, logprob_row_blocks and separate_async_log_flush"
           " everywhere, weight_socket_* wherever vLLM runs; 'applied' counts this process only):")
-    for patch in (*patches.PATCHES, *patches.ENGINE_PATCHES, *patches.TRAINER_PATCHES, *patches.VLLM_PATCHES):
+    for patch in patches.ALL:
         state = "applied" if patch.name in patches.APPLIED else patches.SKIPPED.get(patch.name, "not applied")
         try:
             needed = "still needed" if patch.snippet_in_module_file() else "target changed: review the patch"

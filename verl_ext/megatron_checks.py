@@ -6,7 +6,7 @@ Here the import of ``transformer_engine.pytorch`` is tried in a child process (a
 leaves half-imported CUDA libraries behind) and its error is turned into one sentence: the
 package, the cause (missing module, library or symbol) and the command that fixes it
 (``verl-ext bundle --extras megatron``, whose TransformerEngine pairs with the machine's cuBLAS:
-``verl_ext.megatron_stack.te_version_for_cublas``).
+``verl_ext_bundle.megatron_stack.te_version_for_cublas``, the rule the bundle follows).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import sys
 from typing import Any
 
 from verl_ext.gpu_checks import installed_version, select
-from verl_ext.megatron_stack import MEGATRON_WHEELS, TE_TORCH, te_version_for_cublas
+from verl_ext_bundle.megatron_stack import MEGATRON_WHEELS, TE_TORCH, te_version_for_cublas
 
 TE_IMPORT = "transformer_engine.pytorch"
 # an add-on to the GPU machine's base bundle (README "Offline install bundle"), with its extras so

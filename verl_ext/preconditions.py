@@ -33,7 +33,7 @@ SELECTORS: dict[str, str] = {
     "old_logit_provider": "algorithm.old_logits.provider",
 }
 DECLARING_MODULES = ("verl_ext.advantages.preconditions", "verl_ext.losses.preconditions",
-                     "verl_ext.old_logits.providers")
+                     "verl_ext.old_logits.preconditions")
 DOCS_PAGE = DOCS / "reference" / "validation.md"
 SECTION_HEADING = "## Preconditions"
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from verl_ext.gpu_checks import select
+from verl_ext.trainer_modes import VERL_EXT_TRAINERS
 
 logger = logging.getLogger("verl_ext")
 
@@ -69,9 +70,7 @@ PLUGINS: tuple[PluginSpec, ...] = (
     PluginSpec("fsdp2@cpu", "engine", "verl_ext.backends.cpu.engines"),
     PluginSpec("hf", "rollout", "verl_ext.backends.cpu.registration"),
     PluginSpec("host_memory", "checkpoint_engine", "verl_ext.backends.host_memory"),
-    PluginSpec("verl_ext_sync", "trainer", "verl_ext.trainer"),
-    PluginSpec("verl_ext_colocate_async", "trainer", "verl_ext.trainer"),
-    PluginSpec("verl_ext_separate_async", "trainer", "verl_ext.trainer"),
+    *(PluginSpec(name, "trainer", "verl_ext.trainer") for name in VERL_EXT_TRAINERS),
     PluginSpec("dvreward", "reward_manager", "verl_ext.rewards.dvreward.registration", extra="judge"),
     PluginSpec("ppo_ewma", "policy_loss", "verl_ext.losses.registration"),
     PluginSpec("opsm", "policy_loss", "verl_ext.losses.registration"),

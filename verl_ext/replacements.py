@@ -71,12 +71,6 @@ def _patches() -> tuple[Replacement, ...]:
         for scope, group in scopes.items() for p in group)
 
 
-def _all_patches() -> tuple:
-    from verl_ext import patches
-
-    return (*patches.PATCHES, *patches.ENGINE_PATCHES, *patches.VLLM_PATCHES, *patches.TRAINER_PATCHES)
-
-
 OTHERS: tuple[Replacement, ...] = (
     Replacement(
         "verl.trainer.ppo.v1.trainer_base:compute_advantage_for_multi_trajectories",
@@ -182,7 +176,9 @@ def resolve(target: str) -> object:
 def problem(replacement: Replacement) -> str | None:
     """Why ``replacement``'s guard fails against the installed verl (None: it holds)."""
     if replacement.patch is not None:  # the verl source line it exists because of
-        patch = next(p for p in _all_patches() if p.name == replacement.patch)
+        from verl_ext import patches
+
+        patch = next(p for p in patches.ALL if p.name == replacement.patch)
         try:
             return None if patch.snippet_in_module_file() else f"{replacement.target}: the line {patch.name} patches is gone"
         except OSError as exc:

@@ -51,7 +51,6 @@ import contextlib
 import logging
 import os
 
-import numpy as np
 import transfer_queue as tq
 from omegaconf import open_dict
 from verl.trainer.ppo.v1 import trainer_base
@@ -61,6 +60,7 @@ from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
 from verl_ext import faults, replacements, validation
+from verl_ext.advantage_step import exclude_invalid_rewards, step_aware_estimator, uniform_reward_groups
 from verl_ext.rewards.env_rewards import training_batch_metrics
 from verl_ext.old_logits.rollout_client import VersionedFullyAsyncLLMServerClient, VersionedLLMServerClient
 from verl_ext.timing import accumulate, hook_timer, step_metrics, timed
@@ -287,15 +287,15 @@ class VerlExtTrainerMixin:
             real_rows = [f for f, tag in zip(extra_fields, batch.tags) if not tag.get("is_padding")]
             metrics.update(training_batch_metrics(real_rows))
             metrics.update(dvreward_metrics(real_rows))
-        estimate = _step_aware(extra_fields) if step_aware else trainer_base.compute_advantage_for_multi_trajectories
+        estimate = step_aware_estimator(extra_fields) if step_aware else trainer_base.compute_advantage_for_multi_trajectories
 
         def compute(data, *args, **kwargs):
             # group-level reward post-processors first: every estimator sees their rewards
             with timed("reward_postprocess"):
                 metrics.update(postprocess.apply(data, extra_fields, algorithm, validity_key))
-                invalid = _exclude_invalid_rewards(data, extra_fields, validity_key, step_aware, metrics, self.config)
+                invalid = exclude_invalid_rewards(data, extra_fields, validity_key, step_aware, metrics, self.config)
                 if not step_aware:  # verl's estimators group by uid: a group of equal rewards has no signal
-                    metrics.update(_uniform_reward_groups(data))
+                    metrics.update(uniform_reward_groups(data))
             with timed("advantages" if step_aware else None):  # verl's own estimators are verl's time
                 advantages = estimate(data, *args, **kwargs)
             with timed("reward_postprocess"):
@@ -392,61 +392,6 @@ def _count_agent_loop_failures(config) -> None:
         agent = config.actor_rollout_ref.rollout.agent
         if not agent.get("agent_loop_manager_class"):
             agent.agent_loop_manager_class = MANAGER_CLASS
-
-
-def _exclude_invalid_rewards(data, extra_fields: list[dict], key: str | None, nan_scores: bool, metrics: dict,
-                            config=None):
-    """Rows whose episode faulted (step metadata ``valid=False``) or whose reward the manager flagged
-    as a fault (``reward_extra_info[key] == 0``) leave their group and the loss
-    (``verl_ext.advantages.validity``); returns their mask for ``zero_out``. When every row is
-    such a row the run stops with the reasons (``validity.check_trainable``)."""
-    from verl_ext.advantages import validity
-    from verl_ext.rewards.dvreward.startup import describe_judge
-
-    uids = [str(u) for u in data.non_tensor_batch["uid"]]
-    invalid = validity.invalid_rows(uids, extra_fields, key)
-    validity.check_trainable(uids, extra_fields, invalid, key, describe_judge(config))
-    validity.exclude(data, invalid, nan_scores)
-    if key is not None or invalid.any():
-        metrics.update(validity.metrics(uids, invalid))
-    return invalid
-
-
-def _uniform_reward_groups(data) -> dict[str, float]:
-    """``verl_ext/groups/uniform_reward_share``: the share of the batch's rollout groups (``uid``, two or
-    more rows) whose rows all got the same reward (after post-processing and fault exclusion), i.e.
-    whose advantages a group-relative estimator sets to 0; ``verl_ext/groups/count``: those groups."""
-    from verl_ext.advantages import grouping
-
-    scores = data.batch["token_level_rewards"].sum(dim=-1).float().cpu().numpy()
-    codes, uniques = grouping.factorize(np.asarray([str(u) for u in data.non_tensor_batch["uid"]], dtype=object))
-    share, groups = grouping.uniform_group_share(scores, codes, len(uniques))
-    if groups == 0:  # one sample per prompt: no group to speak of
-        return {}
-    return {"verl_ext/groups/uniform_reward_share": share, "verl_ext/groups/count": float(groups)}
-
-
-def _step_aware(extra_fields: list[dict]):
-    """A stand-in for verl's ``compute_advantage_for_multi_trajectories`` (same signature) that
-    computes step-aware token advantages from the rows' step metadata."""
-    from verl_ext.advantages.verl_glue import compute_token_advantages
-
-    def compute(data, batch_keys, adv_estimator, gamma, lam, num_repeat, norm_adv_by_std_in_grpo, config):
-        advantages, returns = compute_token_advantages(
-            adv_estimator,
-            response_mask=data.batch["response_mask"],
-            extra_fields=extra_fields,
-            uids=[str(u) for u in data.non_tensor_batch["uid"]],
-            scores=data.batch["token_level_rewards"].sum(dim=-1),
-            algo_config=config,
-            row_keys=list(batch_keys),
-            values=data.batch["values"] if "values" in data.batch.keys() else None,
-        )
-        data.batch["advantages"] = advantages
-        data.batch["returns"] = returns
-        return data
-
-    return compute
 
 
 @contextlib.contextmanager

@@ -16,15 +16,14 @@ import logging
 import os
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from verl_ext import VERL_VERSION, gpu_checks, registry
 from verl_ext.config_data import AGENT_LOOP_FILE_KEY, agent_loop_file, agent_loops, data_files, env_backends
+from verl_ext.fragment_overrides import fragment_conflicts
 from verl_ext.gpu_checks import select
 from verl_ext.preconditions import precondition_problems
-from verl_ext.registry import CONFIG_KEYS, PLUGINS, importable, load_all, named_plugins, registered_names
+from verl_ext.registry import PLUGINS, importable, load_all, named_plugins, registered_names
 from verl_ext.trainer_modes import base_trainer_mode, needs_verl_ext_trainer
 
 logger = logging.getLogger("verl_ext")
@@ -33,9 +32,6 @@ logger = logging.getLogger("verl_ext")
 # plugin table is where they are listed)
 BROWSER_BACKENDS = frozenset(backend for spec in PLUGINS for backend, modules in spec.backend_requires.items()
                              if "selenium" in modules)
-# Keys whose value *is* a plugin fragment's choice: a command-line value for one of them next to
-# the fragment on the same command line drops the fragment's choice but keeps its settings.
-SELECTOR_KEYS = tuple(key for _, key in CONFIG_KEYS) + ("reward.reward_manager.name",)
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
 
 Check = Callable[[Any], list[str]]
@@ -178,7 +174,7 @@ def preconditions(config: Any) -> list[str]:
 def old_logits_settings(config: Any) -> list[str]:
     """``algorithm.old_logits.*`` parses (unknown keys, ``beta`` with ``com``, bad choices) and names
     a registered provider; the provider's own conditions are its preconditions."""
-    from verl_ext.old_logits.providers import configured_provider
+    from verl_ext.old_logits.preconditions import configured_provider
 
     try:
         configured_provider(config)
@@ -411,80 +407,6 @@ def machine_problems(config: Any) -> list[str]:
         reason = chromium_missing_reason()
         if reason:
             found.append(f"agent loop hybrid_gui_tool on {sorted(env_backends(config) & BROWSER_BACKENDS)} needs Chromium: {reason}")
-    return found
-
-
-# ------------------------------------------------------------------ fragment vs explicit setting
-
-
-@dataclass(frozen=True)
-class _Override:
-    key: str
-    value: Any
-    is_fragment: bool
-
-
-# Hydra's own options that take a value (main_ppo's argv); everything else not starting with "-" is an override
-_HYDRA_OPTIONS = {"--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd", "--cfg", "-c",
-                  "--package", "-p", "--experimental-rerun"}
-
-
-def _parse(command_line: list[str]) -> list[_Override]:
-    """The overrides of ``command_line`` (Hydra's ``overrides.task``, or main_ppo's whole argv)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    overrides, skip = [], False
-    for arg in command_line:
-        if skip or arg.startswith("-"):
-            skip = not skip and arg in _HYDRA_OPTIONS
-            continue
-        overrides.append(arg)
-    parsed = []
-    for override in OverridesParser.create().parse_overrides(overrides):
-        if override.is_delete():
-            continue
-        key = override.key_or_group
-        parsed.append(_Override(key, override.value(), key.startswith("plugins/")))
-    return parsed
-
-
-def fragment_leaves(group: str, option: str) -> dict[str, Any]:
-    """``{dotted key: value}`` a shipped fragment (``plugins/<kind>/<option>.yaml``) sets."""
-    import yaml
-
-    path = Path(__file__).parent / group / f"{option}.yaml"  # group: plugins/<kind>, as the command line says
-    if not path.exists():
-        return {}
-
-    def leaves(tree: dict, prefix: str = "") -> Iterator[tuple[str, Any]]:
-        for key, value in tree.items():
-            dotted = f"{prefix}.{key}" if prefix else str(key)
-            if isinstance(value, dict) and value:
-                yield from leaves(value, dotted)
-            else:
-                yield dotted, value
-
-    return dict(leaves(yaml.safe_load(path.read_text()) or {}))
-
-
-def fragment_conflicts(command_line: list[str]) -> list[str]:
-    """A plugin fragment and a plain override on the same command line that pick different values for
-    the fragment's selector key (``algorithm.adv_estimator``, ``algorithm.old_logits.provider``, ...).
-    Hydra applies plain overrides after every fragment, so the fragment's choice would be dropped while
-    its settings stay: e.g. ``algorithm.adv_estimator=gigpo`` from a recipe script and a user's
-    ``+plugins/advantage=hgpo`` train gigpo. Both are explicit; the run is refused naming both."""
-    overrides = _parse(command_line)
-    plain = {o.key.lstrip("+"): o.value for o in overrides if not o.is_fragment}
-    found = []
-    for fragment in (o for o in overrides if o.is_fragment):
-        for option in fragment.value if isinstance(fragment.value, list) else [fragment.value]:
-            for key, value in fragment_leaves(fragment.key, str(option)).items():
-                if key in SELECTOR_KEYS and key in plain and plain[key] != value:
-                    found.append(
-                        f"{key}: the command line sets both {fragment.key}={option} (which sets {key}={value}) and "
-                        f"{key}={plain[key]}; Hydra would apply {key}={plain[key]} and keep the fragment's other "
-                        "settings. Drop one of the two (a recipe script's own setting, e.g. ADV=..., picks it there)"
-                    )
     return found
 
 

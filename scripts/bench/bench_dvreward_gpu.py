@@ -126,7 +126,7 @@ def model_only(model_dir: str, artifact: str, repeats: int, batch_sizes=(1, 8, 6
     client), ``max(64, b)`` questions in batches of ``b``."""
     import torch
 
-    from verl_ext.rewards.dvreward.judge_server import ChatRequest, HFBackend
+    from verl_ext.rewards.dvreward.judge_backends import ChatRequest, HFBackend
 
     backend = HFBackend(model_dir, device="cuda")
 

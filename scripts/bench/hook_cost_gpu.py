@@ -260,7 +260,7 @@ def table(folders: list[Path], warmup: int) -> str:
     """The docs section: what every run is, then each results folder (one machine and code version) in turn."""
     lines = [
         HEADING, "",
-        # what the arms run and what the columns mean are the page's own prose, above report.GENERATED
+        # what the arms run and what the columns mean are the page's own prose, above doc_sections.GENERATED
         f"`python -m scripts.bench.hook_cost_gpu --results ...`: shares over the steps after step {warmup}.",
     ]
     missed: list[str] = []

@@ -414,7 +414,7 @@ def plot(tables: dict[str, dict], providers: list[str], stalenesses: list[int], 
 
 
 def markdown(tables: dict[str, dict], stalenesses: list[int], args: argparse.Namespace, seconds: float) -> str:
-    # the task, the correction and the columns' meaning are the page's own prose, above report.GENERATED
+    # the task, the correction and the columns' meaning are the page's own prose, above doc_sections.GENERATED
     lines = [HEADING, "",
              f"`python -m scripts.bench.old_logits_experiment --seeds {args.seeds} --steps {args.steps} --write` "
              f"(CPU, one thread, {seconds / 60:.0f} min): {int(args.partial * 100)}% partial rollouts, "
@@ -620,7 +620,7 @@ def study_report(results: dict, meta: dict, doc: Path | None) -> None:
                f"--seeds {meta['seeds']} --steps {steps} --lr {meta['lr']:g} --contexts {meta['contexts']} "
                f"--json runs/old_logits_study{'_eps' if eps else ''}.json --write")
     heading = EPS_HEADING if eps else STUDY_HEADING
-    # the design, the knobs and the checks' question are the page's own prose, above report.GENERATED
+    # the design, the knobs and the checks' question are the page's own prose, above doc_sections.GENERATED
     lines = [heading, "",
              f"`{command}`: {meta['seconds'] / 60:.0f} min niced on the shared 2-core machine ({platform.machine()}, "
              f"Python {platform.python_version()}, torch {torch.__version__}; one thread); {meta['contexts']} contexts "

@@ -235,7 +235,7 @@ def report(args: argparse.Namespace) -> str:
              + ("" if args.setting == "base" else f" --setting {args.setting}")
              + f"`: {card.get('card', 'card not recorded')}; torch {card.get('torch')}, "
              f"vLLM {card.get('vllm')}, verl {card.get('verl')}, transformers {card.get('transformers')}. "
-             # the recipe, the arms' loss and correction are the page's own prose, above report.GENERATED
+             # the recipe, the arms' loss and correction are the page's own prose, above doc_sections.GENERATED
              f"lr {lr}{''.join(f', `{o}`' for o in setting_extra)}. "
              + (f"Run context: {args.context} " if args.context else "")
              + (f"{len(walls)} runs, {np.mean(walls) / 60:.0f} min each on average (several share the card)."

@@ -10,11 +10,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
+from verl_ext import doc_sections
+
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "docs" / "results.md"
-# Between a section's heading and this line sits the page's own prose (what does not depend on the run's
-# numbers); ``write_section`` rewrites only what follows it.
-GENERATED = "<!-- generated: --write rewrites from here to the next section -->"
 
 
 def script_parser(module_doc: str, doc: Path | None = RESULTS, context: bool = False) -> argparse.ArgumentParser:
@@ -44,24 +43,11 @@ def publish(doc: Path | None, heading: str, section: str, until: str = "\n## ") 
 
 
 def write_section(doc: Path, heading: str, section: str, until: str = "\n## ") -> None:
-    """Replace the section under ``heading`` in ``doc`` (up to the next ``until``: a ``## `` heading, or
-    ``"\n#"`` to keep the subsections other scripts write under it), or append it. Where the section
-    holds a ``GENERATED`` line, only what follows that line is replaced."""
-    heading = heading.rstrip("\n")
-    text = doc.read_text() if doc.exists() else "# Results\n"
-    section = section.rstrip("\n") + "\n\n"  # one blank line before the next section
-    start = text.find(heading + "\n")  # the whole heading line: one heading may begin another
-    if start < 0:
-        text = text.rstrip("\n") + "\n\n" + section
-    else:
-        end = text.find(until, start + len(heading))
-        end = len(text) if end < 0 else end + 1
-        marker = text.find(GENERATED, start, end)
-        if marker >= 0:  # the heading and the page's prose stay; the section's own heading line is dropped
-            start = marker + len(GENERATED) + 1
-            section = "\n" + section.removeprefix(heading).lstrip("\n")
-        text = text[:start] + section + text[end:]
-    doc.write_text(text)
+    """``verl_ext.doc_sections.write_section`` as the benchmarks write: one blank line after the section,
+    and a missing ``doc`` starts as an empty results page."""
+    if not doc.exists():
+        doc.write_text("# Results\n")
+    doc_sections.write_section(doc, heading.rstrip("\n"), section.rstrip("\n") + "\n\n", until)
 
 
 def table(header: Sequence[str], rows: Iterable[Sequence[object]], align: str = "") -> str:

@@ -295,7 +295,7 @@ def report(results: dict[str, dict[str, Runs]], steps: int, command: str, runs_i
     walls = [i["wall_s"] for i in runs_info]
     lines = [
         HEADING, "",
-        # the recipe, the goal of (b) and the design of (c) are the page's own prose, above report.GENERATED
+        # the recipe, the goal of (b) and the design of (c) are the page's own prose, above doc_sections.GENERATED
         f"{machine_line({'all': runs_info})} `{command}`. "
         + (f"Wall time per run {np.mean(walls):.0f} s (min {min(walls):.0f}, max {max(walls):.0f}, "
            f"{len(walls)} runs timed here)." if walls else "Wall times not recorded (runs reused)."),

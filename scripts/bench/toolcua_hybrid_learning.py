@@ -84,7 +84,7 @@ def report(results: dict[str, Runs], steps: int, runs_info: dict[str, list[dict]
     lines = [
         HEADING, "",
         machine_line(runs_info),
-        # the recipe, the env and the budget are the page's own prose, above report.GENERATED
+        # the recipe, the env and the budget are the page's own prose, above doc_sections.GENERATED
         f"`python -m scripts.bench.toolcua_hybrid_learning --steps {steps} --seeds {' '.join(map(str, seeds))}`.",
         "",
         "**Validation success rate** (64 held-out task instances, one sampled episode each at temperature 1; "

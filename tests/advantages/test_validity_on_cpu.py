@@ -36,10 +36,10 @@ def _batch(uids: list[str], scores: list[float], lengths: list[int], values: tor
 
 def _through_trainer_hook(data, extra_fields, estimate, nan_scores=False):
     """What the verl-ext trainer runs around verl's one estimator call (see VerlExtTrainerMixin)."""
-    from verl_ext.trainer import _exclude_invalid_rewards
+    from verl_ext.advantage_step import exclude_invalid_rewards
 
     metrics: dict = {}
-    invalid = _exclude_invalid_rewards(data, extra_fields, "dv_valid", nan_scores, metrics)
+    invalid = exclude_invalid_rewards(data, extra_fields, "dv_valid", nan_scores, metrics)
     return validity.zero_out(estimate(data), invalid), metrics
 
 
@@ -170,7 +170,7 @@ def test_env_faults_leave_grpo_groups_without_a_flagging_reward_manager():
     from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
 
     from verl_ext.steps import StepMetadata
-    from verl_ext.trainer import _exclude_invalid_rewards
+    from verl_ext.advantage_step import exclude_invalid_rewards
 
     def meta(valid: bool) -> dict:
         return StepMetadata(traj_uid=f"t{valid}", step_idx=[0], anchor=["a"], step_reward=[0.0], valid=valid,
@@ -180,7 +180,7 @@ def test_env_faults_leave_grpo_groups_without_a_flagging_reward_manager():
     assert validity.invalid_rows(["g"] * 4, fields, None).tolist() == [False, False, False, True]
     data = _batch(["g"] * 4, [1.0, 0.5, 0.0, 0.0], [3, 4, 5, 6])
     metrics: dict = {}
-    invalid = _exclude_invalid_rewards(data, fields, None, False, metrics)
+    invalid = exclude_invalid_rewards(data, fields, None, False, metrics)
     keys = [f"g_{i}_0" for i in range(4)]
     data = validity.zero_out(compute_advantage_for_multi_trajectories(
         data, batch_keys=keys, adv_estimator="grpo", num_repeat=4), invalid)
@@ -192,7 +192,7 @@ def test_env_faults_leave_grpo_groups_without_a_flagging_reward_manager():
 
 def test_a_batch_with_every_row_excluded_stops_naming_the_reasons_and_the_judge():
     # a judge where nothing listens used to run to the end: excluded_fraction 1.0, grad norm 0, exit 0
-    from verl_ext.trainer import _exclude_invalid_rewards
+    from verl_ext.advantage_step import exclude_invalid_rewards
 
     judge_failed = {"reward_extra_info": {"dv_valid": 0, "dv_fail_reason": "judge_failed:connect"}}
     env_fault = {"verl_ext": {"valid": False, "invalid_reason": "env_fault:timeout"}}
@@ -200,7 +200,7 @@ def test_a_batch_with_every_row_excluded_stops_naming_the_reasons_and_the_judge(
     config = OmegaConf.create({"reward": {"reward_manager": {"name": "dvreward"},
                                           "reward_kwargs": {"dvreward": {"judge_url": "http://127.0.0.1:9/v1"}}}})
     with pytest.raises(validity.NothingToLearnError) as info:
-        _exclude_invalid_rewards(data, [judge_failed, judge_failed, env_fault, None], "dv_valid", False, {}, config)
+        exclude_invalid_rewards(data, [judge_failed, judge_failed, env_fault, None], "dv_valid", False, {}, config)
     assert str(info.value) == (
         "verl-ext: all 3 rows of this training batch were excluded as faults (judge_failed:connect x2, "
         "trajectory_invalid:env_fault:timeout x1); stopping instead of training on nothing. "
@@ -208,5 +208,5 @@ def test_a_batch_with_every_row_excluded_stops_naming_the_reasons_and_the_judge(
     )
     # one row left to learn from: the step trains on it
     data = _batch(["a", "a"], [0.0, 1.0], [2, 2])
-    invalid = _exclude_invalid_rewards(data, [judge_failed, _flag(True)], "dv_valid", False, {}, config)
+    invalid = exclude_invalid_rewards(data, [judge_failed, _flag(True)], "dv_valid", False, {}, config)
     assert invalid.tolist() == [True, False]

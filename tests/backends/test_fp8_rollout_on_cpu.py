@@ -17,7 +17,8 @@ from verl_ext.backends.cpu.fp8_rollout import (
     fake_quantize_weight,
     quantized_linears,
 )
-from verl_ext.backends.cpu.rollout import HFOldLogitScorer, HFRolloutServer
+from verl_ext.backends.cpu.old_logit_scorer import HFOldLogitScorer
+from verl_ext.backends.cpu.rollout import HFRolloutServer
 from verl_ext.backends.cpu.wire import named_to_wire
 
 # e4m3 keeps 3 mantissa bits: a normal value rounds to within 2^-4 of itself

@@ -490,7 +490,7 @@ class RuleJudge:
         self.seen: list[tuple[dict, str]] = []
 
     def complete(self, batch):
-        from verl_ext.rewards.dvreward.judge_server import Completion
+        from verl_ext.rewards.dvreward.judge_backends import Completion
 
         out = []
         for request in batch:

@@ -24,7 +24,7 @@ import pytest
 
 from verl_ext.gpu_checks import installed_version
 from verl_ext.megatron_checks import cublas_version, megatron_stack_problems
-from verl_ext.megatron_stack import te_version_for_cublas
+from verl_ext_bundle.megatron_stack import te_version_for_cublas
 
 from ..e2e.conftest import assert_finite, read_metrics
 from .conftest import assert_clean_end, run_script, worker_gpus

@@ -8,7 +8,8 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from verl_ext.rewards.dvreward.judge_server import FakeBackend, ServerThread
+from verl_ext.rewards.dvreward.judge_backends import FakeBackend
+from verl_ext.rewards.dvreward.judge_server import ServerThread
 
 # the DVReward golden example (JunyiWuCode/AlphaGRPO, alpha_grpo/rewards/rewards.py): 3 questions with p = 0.9 / 0.3 / 0.8 give geometric 0.6929,
 # mean 0.7000, sum_mean 0.6667. Only semantic = (0.9, 0.3), quality = (0.8,) reproduces all three:

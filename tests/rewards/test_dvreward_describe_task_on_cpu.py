@@ -10,7 +10,7 @@ import pytest
 
 from verl_ext.rewards.dvreward.describe_task import OBJECTS, compute_score, describe_rows
 from verl_ext.rewards.dvreward.judge import Artifact
-from verl_ext.rewards.dvreward.judge_server import ChatRequest, FakeBackend
+from verl_ext.rewards.dvreward.judge_backends import ChatRequest, FakeBackend
 from verl_ext.rewards.dvreward.question_set import from_extra_info, question_problem
 
 ANSWERS = Path(__file__).resolve().parents[2] / "recipes/dvreward_judge/cpu_judge_answers.json"

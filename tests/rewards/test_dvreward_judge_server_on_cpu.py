@@ -12,7 +12,8 @@ import httpx
 import pytest
 
 from verl_ext.rewards.dvreward.judge import Artifact, JudgeOptions, OpenAIJudge
-from verl_ext.rewards.dvreward.judge_server import Batcher, ChatRequest, FakeBackend, spawn
+from verl_ext.rewards.dvreward.judge_backends import ChatRequest, FakeBackend
+from verl_ext.rewards.dvreward.judge_server import Batcher, spawn
 from verl_ext.rewards.dvreward.transport import Endpoint
 
 

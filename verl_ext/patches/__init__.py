@@ -373,6 +373,10 @@ TRAINER_PATCHES: tuple[Patch, ...] = (
     ),
 )
 
+# Every patch, whatever its scope: the cpu backend's first, then every backend's, then vLLM's
+# (doctor lists them in this order).
+ALL: tuple[Patch, ...] = (*PATCHES, *ENGINE_PATCHES, *TRAINER_PATCHES, *VLLM_PATCHES)
+
 
 def cpu_backend_active() -> bool:
     return os.environ.get("VERL_PLATFORM", "").strip().lower() == "cpu"

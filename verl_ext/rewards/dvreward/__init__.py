@@ -8,7 +8,8 @@ Modules, cheapest first:
 * ``transport``: one OpenAI-compatible endpoint: POST with timeouts, retries, a rate limiter.
 * ``judge``: async OpenAI-compatible judge client (httpx), cache, concurrency limit, metrics.
 * ``questions``: ``verl-ext dv-questions``, the offline question builder.
-* ``judge_server``: ``verl-ext judge-server``, a local judge (transformers or a fake map).
+* ``judge_server``: ``verl-ext judge-server``, a local judge; ``judge_backends``: what answers its
+  requests (transformers or a fake map).
 * ``manager`` / ``registration``: the verl reward-loop manager ``dvreward``.
 
 Importing this package imports none of them.

@@ -604,7 +604,7 @@ def _stack_module(bundle_dir: Path):  # noqa: ANN202 - a module
     """``megatron_stack``: the copy in the bundle (this file runs there as its installer), else the package's."""
     shipped = bundle_dir / STACK_MODULE
     if not shipped.is_file():
-        from verl_ext import megatron_stack
+        from verl_ext_bundle import megatron_stack
 
         return megatron_stack
     spec = importlib.util.spec_from_file_location("bundle_megatron_stack", shipped)
