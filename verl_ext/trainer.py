@@ -24,6 +24,9 @@ Hooks added on top of verl:
 - step-aware advantages: for the estimators in ``verl_ext.advantages`` the advantage step
   fetches each row's step metadata (``extra_fields``) from TransferQueue and computes token
   advantages with ``verl_ext.advantages.verl_glue``; verl's own estimators run unchanged;
+  ``trainer.v1.verl_ext.dump_advantages_dir`` writes each step's estimator inputs (response mask,
+  scores, critic values, the rows' step metadata) and token advantages/returns to
+  ``<dir>/step_<n>.pt`` (``torch.load``), to audit an estimator on real rows;
 - agent-loop failures: when most runs since the last batch failed, the run stops with the first
   error and the count (``verl_ext.agent_loops.failures``) instead of training on what is left;
 - group-level reward post-processors (``verl_ext.rewards.postprocess``, e.g.
@@ -287,7 +290,10 @@ class VerlExtTrainerMixin:
             real_rows = [f for f, tag in zip(extra_fields, batch.tags) if not tag.get("is_padding")]
             metrics.update(training_batch_metrics(real_rows))
             metrics.update(dvreward_metrics(real_rows))
-        estimate = _step_aware(extra_fields) if step_aware else trainer_base.compute_advantage_for_multi_trajectories
+        dump_dir = self.verl_ext_config.get("dump_advantages_dir")
+        dump = os.path.join(dump_dir, f"step_{self.global_steps}.pt") if dump_dir else None
+        estimate = (_step_aware(extra_fields, dump) if step_aware
+                    else trainer_base.compute_advantage_for_multi_trajectories)
 
         def compute(data, *args, **kwargs):
             # group-level reward post-processors first: every estimator sees their rewards
@@ -426,24 +432,31 @@ def _uniform_reward_groups(data) -> dict[str, float]:
     return {"verl_ext/groups/uniform_reward_share": share, "verl_ext/groups/count": float(groups)}
 
 
-def _step_aware(extra_fields: list[dict]):
+def _step_aware(extra_fields: list[dict], dump: str | None = None):
     """A stand-in for verl's ``compute_advantage_for_multi_trajectories`` (same signature) that
-    computes step-aware token advantages from the rows' step metadata."""
+    computes step-aware token advantages from the rows' step metadata; with ``dump`` (a file path)
+    it also saves the inputs and outputs there."""
     from verl_ext.advantages.verl_glue import compute_token_advantages
+    from verl_ext.steps import EXTRA_FIELDS_KEY
 
     def compute(data, batch_keys, adv_estimator, gamma, lam, num_repeat, norm_adv_by_std_in_grpo, config):
-        advantages, returns = compute_token_advantages(
-            adv_estimator,
+        inputs = dict(
             response_mask=data.batch["response_mask"],
             extra_fields=extra_fields,
             uids=[str(u) for u in data.non_tensor_batch["uid"]],
             scores=data.batch["token_level_rewards"].sum(dim=-1),
-            algo_config=config,
             row_keys=list(batch_keys),
             values=data.batch["values"] if "values" in data.batch.keys() else None,
         )
+        advantages, returns = compute_token_advantages(adv_estimator, algo_config=config, **inputs)
         data.batch["advantages"] = advantages
         data.batch["returns"] = returns
+        if dump is not None:
+            import torch
+
+            os.makedirs(os.path.dirname(dump), exist_ok=True)
+            inputs["extra_fields"] = [{EXTRA_FIELDS_KEY: (f or {}).get(EXTRA_FIELDS_KEY)} for f in extra_fields]
+            torch.save({**inputs, "estimator": adv_estimator, "advantages": advantages, "returns": returns}, dump)
         return data
 
     return compute
