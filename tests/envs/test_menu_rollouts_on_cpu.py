@@ -173,3 +173,12 @@ def test_loop_plan_execute_records_roles_and_subgoals(tokenizer):  # noqa: F811
 def test_loop_refuses_a_rollout_outside_the_menu(tokenizer):  # noqa: F811
     with pytest.raises(ValueError, match="action_format=menu"):
         make_loop(tokenizer, ScriptedServer(tokenizer, []), rollout="semi_online")
+
+
+def test_semi_online_without_a_reference_answer_any_option_matches_and_no_option_is_patched(env):  # noqa: F811
+    obs, info = env.reset("file_manager", 3)
+    for text, match in (("T", True), ("??", False)):
+        player = make_player("semi_online", info, patch_threshold=-1)
+        player.reference = []  # as past the reference's last decision
+        turn = player.turn(text, obs)
+        assert turn.match is match and turn.action is not None and player.patches == (not match)

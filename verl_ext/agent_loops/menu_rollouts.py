@@ -172,10 +172,11 @@ class SemiOnlinePlay(FreePlay):
         if 0 <= self.patch_threshold < self.patches:
             return MenuTurn(None, mode is not None, f"{said} (off the reference)", stop="patch_threshold",
                             reward=score, match=False)
-        action = self.menu.action(reference, obs)
-        self._patched = _LETTER[reference]
-        return MenuTurn(action, mode is not None, f"{said} -> patched {reference}: {describe(action)}",
-                        decision=self.menu.advance(reference), reward=score, match=False)
+        patch = reference or "gui"  # past the last decision any answer is "done"
+        action = self.menu.action(patch, obs)
+        self._patched = _LETTER[patch]
+        return MenuTurn(action, mode is not None, f"{said} -> patched {patch}: {describe(action)}",
+                        decision=self.menu.advance(patch), reward=score, match=False)
 
     def feedback(self, obs: Observation) -> str:
         patched = f"Your answer was replaced by the reference answer {self._patched}.\n" if self._patched else ""
