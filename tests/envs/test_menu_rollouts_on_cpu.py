@@ -117,11 +117,16 @@ def test_plan_execute_a_planner_turn_per_subgoal_then_its_steps(env, template): 
             assert set(keys[a:b]) == {f"subgoal {k}"}
 
 
-def test_plan_execute_a_turn_without_an_option_ends_the_episode(env):  # noqa: F811
+def test_plan_execute_a_turn_without_an_option_is_wasted_and_asked_again(env):  # noqa: F811
     start = _reset(env, "file_manager", 3, "plan_execute")
-    _, player, _ = start
-    turns, _, _ = _play(env, start, lambda i, p: "T" if i == 0 else "xx")
-    assert [(t.role, t.stop) for t in turns] == [("planner", ""), ("executor", "no_valid_choice")]
+    info, player, _ = start
+    answers = ["xx", "T", "xx", "xx"]  # a wasted planner turn, a plan, two wasted executor turns, then T
+    turns, step_info, counts = _play(env, start, lambda i, p: answers[i] if i < len(answers) else "T")
+    assert step_info["success"] and counts["steps"] == len(info["plans"]["tool"])
+    assert [(t.role, t.valid_format, t.action is None) for t in turns[:5]] == [
+        ("planner", False, True), ("planner", True, True), ("executor", False, True), ("executor", False, True),
+        ("executor", True, False)]
+    assert {t.subgoal for t in turns[:5]} == {"subgoal 1"} and not any(t.stop for t in turns)
 
 
 def test_rollouts_other_than_free_need_text_hybrids_decisions():

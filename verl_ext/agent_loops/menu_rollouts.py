@@ -27,12 +27,15 @@ without a trainer. The loop owns the tokens and the env; a player owns what a tu
   GUI), which ``plan_segment`` splits into the plan's steps. Then one *executor* turn per step of
   that plan: the observation shows the step, an answer naming an option takes it. Each turn is
   recorded with its ``role`` and its subgoal key (``StepMetadata.role``/``subgoal``); the planner
-  turn and the executor turns of one subgoal form one segment. An answer that names no option ends
-  the episode in either role (the menu's format rule). Departures: HiMAC's macro policy writes the
+  turn and the executor turns of one subgoal form one segment. An answer that names no option
+  wastes the turn in either role (recorded with ``action_valid`` False, the env not stepped, the
+  same question asked again), as an invalid action of ``TextCorridor`` does: a plan takes a dozen
+  turns, and ending the episode at the first slip (the free menu's format rule) would leave a
+  random model no finished episode to learn from. Departures: HiMAC's macro policy writes the
   whole blueprint in one turn and HiPER's turns carry a KEEP/SWITCH flag; here a new segment starts
   exactly when the previous subgoal's plan is used up, and the subgoals come in the instruction's
   order, so the planner chooses how, not what. On the menu an executor's only choice is to take
-  the shown step or to end the episode; grounding is the plan's.
+  the shown step or to waste the turn; grounding is the plan's.
 """
 
 from __future__ import annotations
@@ -197,11 +200,12 @@ class PlanExecutePlay:
         mode = parse_choice(text)
         if not self.pending:
             return self._plan(mode)
-        action = plan_step_action(self.pending[0], obs) if mode else None
-        if action is None:  # no option named, or the step's element is not on the page
-            return MenuTurn(None, False, f"{mode or ''}: {describe(action)}".strip(": "),
-                            stop="no_valid_choice" if mode is None else "plan_step_unavailable",
-                            role="executor", subgoal=self.subgoal)
+        if mode is None:  # a wasted turn: the same step is asked for again
+            return MenuTurn(None, False, "no option", role="executor", subgoal=self.subgoal)
+        action = plan_step_action(self.pending[0], obs)
+        if action is None:  # the step's element is not on the page: the plan cannot go on
+            return MenuTurn(None, False, f"{mode}: unavailable", stop="plan_step_unavailable", role="executor",
+                            subgoal=self.subgoal)
         self.pending.pop(0)
         self.shown.pop(0)
         return MenuTurn(action, True, f"{mode}: {describe(action)}", role="executor", subgoal=self.subgoal)
@@ -209,9 +213,11 @@ class PlanExecutePlay:
     def _plan(self, mode: str | None) -> MenuTurn:
         key = f"subgoal {self.menu.decision + 1}"
         done_by = self.menu.done_by(mode) if mode else None
-        if done_by is None:  # no option named (or no subgoal left: the env did not end the episode)
-            return MenuTurn(None, False, f"plan {key}: {mode or 'no option'}", stop="no_valid_choice",
-                            role="planner", subgoal=key)
+        if mode is None:  # a wasted turn: the subgoal is asked for again
+            return MenuTurn(None, False, f"plan {key}: no option", role="planner", subgoal=key)
+        if done_by is None:  # no subgoal left, yet the env did not end the episode
+            return MenuTurn(None, False, f"plan {key}: none left", stop="no_subgoal_left", role="planner",
+                            subgoal=key)
         steps, decision = self.menu.commit(mode)
         self.pending, self.shown, self.subgoal = steps, plan_segment(done_by, steps), key
         return MenuTurn(None, True, f"plan {key}: {done_by}, {len(steps)} steps", decision=decision,
