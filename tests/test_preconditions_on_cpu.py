@@ -151,3 +151,34 @@ def test_the_docs_section_is_the_rendered_declarations():
 ], ids=["opsm-ewma", "opsm-gspo", "ppo_ewma-snapshot"])
 def test_opsm_passes_the_start_up_checks_with_an_old_logit_provider_and_with_ppo_ewma(base, extra):
     assert problems(*base, *extra) == []
+
+
+@pytest.fixture(scope="module")
+def text_hybrid_data(tmp_path_factory) -> list[str]:
+    """Overrides for text_hybrid data: rows name the hybrid_gui_tool loop."""
+    from verl_ext.data import main as prepare_data
+
+    data = tmp_path_factory.mktemp("text_hybrid_data")
+    prepare_data(["text_hybrid", str(data), "--train-size", "4", "--val-size", "2"])
+    return [f"data.train_files={data}/train.parquet", f"data.val_files={data}/val.parquet"]
+
+
+@pytest.mark.parametrize(("estimator", "field", "rollout"), [("step_grouped", "action_match", "semi_online"),
+                                                             ("himac", "role", "plan_execute"),
+                                                             ("hiper", "role", "plan_execute")])
+def test_the_hybrid_loop_feeds_an_estimator_with_the_rollout_that_records_its_field(
+        estimator, field, rollout, base, text_hybrid_data, tmp_path):
+    def refusals(loop_rollout: str) -> list[str]:
+        loops = tmp_path / f"{loop_rollout}.yaml"
+        loops.write_text("- name: hybrid_gui_tool\n  _target_: verl_ext.agent_loops.hybrid_gui_tool.HybridGuiToolAgentLoop\n"
+                         f"  action_format: menu\n  rollout: {loop_rollout}\n")
+        config = compose([*base, *text_hybrid_data, SYNC, _estimator(estimator),
+                          f"actor_rollout_ref.rollout.agent.agent_loop_config_path={loops}"], None, "ppo_trainer")
+        return [p for c in declared() if c.plugin == estimator and f"StepMetadata.{field}" in c.condition
+                for p in c.check(config)]
+
+    assert refusals(rollout) == []
+    found = refusals("free")
+    assert len(found) == 1
+    assert_names(found[0], f"algorithm.adv_estimator={estimator}", "'hybrid_gui_tool'", f"records no {field}",
+                 f"rollout: {rollout}")

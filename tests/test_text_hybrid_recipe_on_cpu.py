@@ -99,3 +99,19 @@ def test_the_vanilla_loss_keeps_the_rollout_correction(fair_arm):
     for key, value in ppo_ewma.items():
         if key.startswith("algorithm.rollout_correction."):
             assert vanilla[key] == value, key
+
+
+@pytest.mark.parametrize(("adv", "rollout"), [("step_grouped", "semi_online"), ("himac", "plan_execute"),
+                                              ("hiper", "plan_execute")])
+def test_the_estimators_of_a_special_rollout_get_it(adv, rollout, dry_run):  # noqa: F811
+    code, out, err = dry_run(SCRIPT, [], ADV=adv)
+    assert code == 0, err[-4000:]
+    config = OmegaConf.create(out)
+    check_config(config)
+    assert config.algorithm.adv_estimator == adv and adv in config.algorithm  # the fragment, with its keys
+    loops = OmegaConf.load(config.actor_rollout_ref.rollout.agent.agent_loop_config_path)
+    assert loops[0].action_format == "menu" and loops[0].rollout == rollout
+    assert loops[0].max_steps == config.algorithm.path_length_reward.max_steps
+    assert bool(config.critic.get("enable")) == (adv == "hiper")
+    if rollout == "plan_execute":  # a turn per plan step: the longest GUI plan (15) + a planner turn per decision (6)
+        assert config.actor_rollout_ref.rollout.multi_turn.max_assistant_turns >= 21

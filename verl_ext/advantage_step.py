@@ -7,6 +7,8 @@ share of groups with one reward for all rows, and the step-aware estimators in i
 
 from __future__ import annotations
 
+import os
+
 from collections.abc import Callable
 from typing import Any
 
@@ -45,24 +47,31 @@ def uniform_reward_groups(data: Any) -> dict[str, float]:
     return {"verl_ext/groups/uniform_reward_share": share, "verl_ext/groups/count": float(groups)}
 
 
-def step_aware_estimator(extra_fields: list[dict]) -> Callable[..., Any]:
+def step_aware_estimator(extra_fields: list[dict], dump: str | None = None) -> Callable[..., Any]:
     """A stand-in for verl's ``compute_advantage_for_multi_trajectories`` (same signature) that
-    computes step-aware token advantages from the rows' step metadata."""
+    computes step-aware token advantages from the rows' step metadata; with ``dump`` (a file path)
+    it also saves the inputs and outputs there (``trainer.v1.verl_ext.dump_advantages_dir``)."""
     from verl_ext.advantages.verl_glue import compute_token_advantages
+    from verl_ext.steps import EXTRA_FIELDS_KEY
 
     def compute(data, batch_keys, adv_estimator, gamma, lam, num_repeat, norm_adv_by_std_in_grpo, config):
-        advantages, returns = compute_token_advantages(
-            adv_estimator,
+        inputs = dict(
             response_mask=data.batch["response_mask"],
             extra_fields=extra_fields,
             uids=[str(u) for u in data.non_tensor_batch["uid"]],
             scores=data.batch["token_level_rewards"].sum(dim=-1),
-            algo_config=config,
             row_keys=list(batch_keys),
             values=data.batch["values"] if "values" in data.batch.keys() else None,
         )
+        advantages, returns = compute_token_advantages(adv_estimator, algo_config=config, **inputs)
         data.batch["advantages"] = advantages
         data.batch["returns"] = returns
+        if dump is not None:
+            import torch
+
+            os.makedirs(os.path.dirname(dump), exist_ok=True)
+            inputs["extra_fields"] = [{EXTRA_FIELDS_KEY: (f or {}).get(EXTRA_FIELDS_KEY)} for f in extra_fields]
+            torch.save({**inputs, "estimator": adv_estimator, "advantages": advantages, "returns": returns}, dump)
         return data
 
     return compute

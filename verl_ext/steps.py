@@ -115,12 +115,18 @@ class StepMetadata:
 
     @classmethod
     def of_row(cls, traj_uid: str, step: int | None, *, anchors: list[str], step_rewards: list[float],
-               spans: list[list[int]], action_valid: list[bool], **trajectory: Any) -> StepMetadata:
+               spans: list[list[int]], action_valid: list[bool], action_match: list[bool] | None = None,
+               role: list[str] | None = None, subgoal: list[str] | None = None, **trajectory: Any) -> StepMetadata:
         """What an agent loop writes on one row of an episode: all steps with their token spans
         (``step=None``, one row per trajectory) or only step ``step`` without spans (one row per
-        turn). ``trajectory``: the trajectory-level fields (``valid``, ``truncated``, ``extras``,
-        ...), the same on every row of the episode."""
+        turn). ``action_match``, ``role``, ``subgoal``: the optional per-step fields, None when the
+        loop does not record them. ``trajectory``: the trajectory-level fields (``valid``,
+        ``truncated``, ``extras``, ...), the same on every row of the episode."""
         pick = range(len(anchors)) if step is None else [step]
+
+        def picked(values: list[Any] | None) -> list[Any] | None:
+            return None if values is None else [values[i] for i in pick]
+
         return cls(
             traj_uid=traj_uid,
             step_idx=list(pick),
@@ -128,6 +134,9 @@ class StepMetadata:
             step_reward=[step_rewards[i] for i in pick],
             spans=spans if step is None else None,
             action_valid=[action_valid[i] for i in pick],
+            action_match=picked(action_match),
+            role=picked(role),
+            subgoal=picked(subgoal),
             **trajectory,
         )
 

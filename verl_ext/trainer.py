@@ -24,6 +24,9 @@ Hooks added on top of verl:
 - step-aware advantages: for the estimators in ``verl_ext.advantages`` the advantage step
   fetches each row's step metadata (``extra_fields``) from TransferQueue and computes token
   advantages with ``verl_ext.advantages.verl_glue``; verl's own estimators run unchanged;
+  ``trainer.v1.verl_ext.dump_advantages_dir`` writes each step's estimator inputs (response mask,
+  scores, critic values, the rows' step metadata) and token advantages/returns to
+  ``<dir>/step_<n>.pt`` (``torch.load``), to audit an estimator on real rows;
 - agent-loop failures: when most runs since the last batch failed, the run stops with the first
   error and the count (``verl_ext.agent_loops.failures``) instead of training on what is left;
 - group-level reward post-processors (``verl_ext.rewards.postprocess``, e.g.
@@ -287,7 +290,10 @@ class VerlExtTrainerMixin:
             real_rows = [f for f, tag in zip(extra_fields, batch.tags) if not tag.get("is_padding")]
             metrics.update(training_batch_metrics(real_rows))
             metrics.update(dvreward_metrics(real_rows))
-        estimate = step_aware_estimator(extra_fields) if step_aware else trainer_base.compute_advantage_for_multi_trajectories
+        dump_dir = self.verl_ext_config.get("dump_advantages_dir")
+        dump = os.path.join(dump_dir, f"step_{self.global_steps}.pt") if dump_dir else None
+        estimate = (step_aware_estimator(extra_fields, dump) if step_aware
+                    else trainer_base.compute_advantage_for_multi_trajectories)
 
         def compute(data, *args, **kwargs):
             # group-level reward post-processors first: every estimator sees their rewards

@@ -4,8 +4,12 @@
 # apps, with the tiny random model answering one T/G decision per subgoal, trained by verl's own
 # `python -m verl.trainer.main_ppo` on the cpu backend. A few minutes on 2 cores.
 #   bash recipes/text_hybrid/run_cpu.sh [hydra overrides...]
-#   SEED=0 STEPS=30 ADV=grpo|gigpo|hgpo LOSS=vanilla|ppo_ewma MODE=sync|colocate_async \
-#   PROVIDER=current|snapshot|ewma|... OUT=runs/... bash recipes/text_hybrid/run_cpu.sh
+#   SEED=0 STEPS=30 ADV=grpo|gigpo|hgpo|step_grouped|himac|hiper LOSS=vanilla|ppo_ewma \
+#   MODE=sync|colocate_async PROVIDER=current|snapshot|ewma|... OUT=runs/... bash recipes/text_hybrid/run_cpu.sh
+# ADV picks the menu's rollout too: step_grouped plays UI-S1's semi-online rollout against the
+# oracle (agent_loops_cpu_semi_online.yaml), himac and hiper planner/executor turns
+# (agent_loops_cpu_plan_execute.yaml; hiper adds verl's critic, the tiny model again); the others
+# play the menu freely (agent_loops_cpu.yaml).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -19,6 +23,23 @@ PROVIDER=${PROVIDER:-$([ "$LOSS" = ppo_ewma ] && echo ewma || echo current)}
 OUT=${OUT:-$PWD/runs/text_hybrid/$MODE-$ADV-$LOSS-$PROVIDER-seed$SEED}
 MAX_STEPS=24                         # = max_steps in agent_loops_cpu.yaml (env steps, S_max)
 MAX_TURNS=7                          # one turn per decision: 4-6 decisions, plus one spare
+RESPONSE_LENGTH=512
+LOOPS=agent_loops_cpu.yaml
+ADV_ARGS=(algorithm.adv_estimator="$ADV")
+case "$ADV" in
+  step_grouped)
+    LOOPS=agent_loops_cpu_semi_online.yaml
+    ADV_ARGS=(plugins/advantage=step_grouped) ;;   # the fragment: UI-S1's per-step scores as they are
+  himac|hiper)
+    LOOPS=agent_loops_cpu_plan_execute.yaml
+    MAX_TURNS=24                     # a planner turn per decision + an executor turn per env step
+    RESPONSE_LENGTH=3072
+    ADV_ARGS=(plugins/advantage="$ADV") ;;
+esac
+if [ "$ADV" = hiper ]; then          # HiPER's per-step values: verl's critic (the tiny model, a value head)
+    ADV_ARGS+=(critic.enable=true critic.model.path="$OUT/model" critic.ppo_mini_batch_size=4
+               critic.ppo_micro_batch_size_per_gpu=16 critic.optim.lr=1e-3)
+fi
 export VERL_PLATFORM=cpu             # the cpu platform is picked per process, before config is read
 export RAY_DEDUP_LOGS=0
 export RAY_health_check_failure_threshold=${RAY_health_check_failure_threshold:-60}  # loaded 2-core machines
@@ -53,7 +74,7 @@ verl-ext prepare-data text_hybrid "$OUT/data" --train-size 512 --val-size 64 --s
 # (verl-ext stops a run at a step without learning signal by default).
 python -m verl.trainer.main_ppo --config-dir "$RECIPES/toolcua_hybrid" +plugins/backend=cpu \
     "${MODE_ARGS[@]}" "${LOSS_ARGS[@]}" "${PROVIDER_ARGS[@]}" \
-    algorithm.adv_estimator="$ADV" \
+    "${ADV_ARGS[@]}" \
     algorithm.hgpo.history_length=$((MAX_TURNS - 1)) \
     algorithm.path_length_reward.max_steps=$MAX_STEPS \
     reward.custom_reward_function.reward_kwargs.max_steps=$MAX_STEPS \
@@ -61,7 +82,7 @@ python -m verl.trainer.main_ppo --config-dir "$RECIPES/toolcua_hybrid" +plugins/
     data.val_files="$OUT/data/val.parquet" \
     data.train_batch_size=8 \
     data.max_prompt_length=512 \
-    data.max_response_length=512 \
+    data.max_response_length=$RESPONSE_LENGTH \
     data.seed="$SEED" \
     actor_rollout_ref.model.path="$OUT/model" \
     actor_rollout_ref.actor.optim.lr=3e-3 \
@@ -69,7 +90,7 @@ python -m verl.trainer.main_ppo --config-dir "$RECIPES/toolcua_hybrid" +plugins/
     actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16 \
     actor_rollout_ref.rollout.n=4 \
     actor_rollout_ref.rollout.multi_turn.max_assistant_turns=$MAX_TURNS \
-    actor_rollout_ref.rollout.agent.agent_loop_config_path="$HERE/agent_loops_cpu.yaml" \
+    actor_rollout_ref.rollout.agent.agent_loop_config_path="$HERE/$LOOPS" \
     actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=32 \
     actor_rollout_ref.rollout.val_kwargs.do_sample=true \
     actor_rollout_ref.rollout.val_kwargs.temperature=1.0 \

@@ -7,7 +7,7 @@ The agent-loop conditions read which loops a run uses (``verl_ext.config_data.ag
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from verl_ext.advantages import ESTIMATORS
@@ -19,11 +19,27 @@ ESTIMATOR_KEY = SELECTORS[KIND]
 N_KEY = "actor_rollout_ref.rollout.n"
 LOOP_KEYS = ("actor_rollout_ref.rollout.agent.default_agent_loop", "agent_name of data.train_files",
              "actor_rollout_ref.rollout.agent.agent_loop_config_path")
-# The shipped agent loops (by class) that write verl_ext.steps.StepMetadata, and the per-step fields
-# they leave out.
-STEP_METADATA_LOOPS: dict[str, frozenset[str]] = {
-    "verl_ext.agent_loops.hybrid_gui_tool.HybridGuiToolAgentLoop": frozenset({"role", "action_match"}),
-    "verl_ext.agent_loops.text_env.TextEnvAgentLoop": frozenset({"role", "action_match"}),
+OPTIONAL_STEP_FIELDS = frozenset({"role", "action_match"})  # what a loop may or may not record per step
+
+
+def _hybrid_gui_tool_leaves_out(loop_kwargs: dict[str, Any]) -> frozenset[str]:
+    from verl_ext.agent_loops.menu_rollouts import recorded_fields
+
+    return OPTIONAL_STEP_FIELDS - recorded_fields(loop_kwargs)
+
+
+# The shipped agent loops (by class) that write verl_ext.steps.StepMetadata: the per-step fields
+# they leave out, given their kwargs (the agent_loop_config_path entry).
+STEP_METADATA_LOOPS: dict[str, Callable[[dict[str, Any]], frozenset[str]]] = {
+    "verl_ext.agent_loops.hybrid_gui_tool.HybridGuiToolAgentLoop": _hybrid_gui_tool_leaves_out,
+    "verl_ext.agent_loops.text_env.TextEnvAgentLoop": lambda loop_kwargs: OPTIONAL_STEP_FIELDS,
+}
+# How to make hybrid_gui_tool record each optional field (named in the refusals).
+RECORDING_ROLLOUT = {
+    "action_match": "the hybrid_gui_tool loop records it with rollout: semi_online (action_format: menu, text_hybrid "
+                    "tasks; recipes/text_hybrid/run_cpu.sh ADV=step_grouped)",
+    "role": "the hybrid_gui_tool loop records it with rollout: plan_execute (action_format: menu, text_hybrid "
+            "tasks; recipes/text_hybrid/run_cpu.sh ADV=himac or ADV=hiper)",
 }
 
 # What a group of one (rollout.n = 1) leaves of each group estimator's advantage.
@@ -62,6 +78,28 @@ def _loops(config: Any) -> Iterator[tuple[str, str, str]]:
             yield name, target, source
 
 
+def _loop_kwargs(config: Any) -> dict[str, dict[str, Any]]:
+    """The constructor kwargs of each agent loop named in ``agent_loop_config_path`` (none unset)."""
+    from omegaconf import OmegaConf
+
+    from verl_ext.config_data import agent_loop_file
+
+    try:
+        entries = agent_loop_file(config)
+    except Exception:  # noqa: BLE001 - agent_loop_settings reports an unreadable file
+        return {}
+    return {str(e.name): OmegaConf.to_container(e, resolve=True) for e in entries if "name" in e}
+
+
+def _left_out(config: Any) -> Iterator[tuple[str, str, frozenset[str]]]:
+    """``(loop name, where it is set, optional per-step fields it leaves out)`` of each shipped
+    step-metadata loop the run uses."""
+    kwargs = _loop_kwargs(config)
+    for loop, target, source in _loops(config):
+        if target in STEP_METADATA_LOOPS:
+            yield loop, source, STEP_METADATA_LOOPS[target](kwargs.get(loop, {}))
+
+
 def _step_metadata(name: str) -> Precondition:
     def check(config: Any) -> list[str]:
         return [f"{ESTIMATOR_KEY}={name} needs per-step metadata, but agent loop {loop!r} ({source}) is verl's own "
@@ -80,16 +118,17 @@ def _per_step_field(name: str, field: str, need: str, fix: str) -> Precondition:
     """A per-step field the shipped step-aware loops do not record (``STEP_METADATA_LOOPS``)."""
 
     def check(config: Any) -> list[str]:
-        return [f"{ESTIMATOR_KEY}={name} needs {need}, but agent loop {loop!r} ({source}) records no {field}: {fix}"
-                for loop, target, source in _loops(config) if field in STEP_METADATA_LOOPS.get(target, ())]
+        return [f"{ESTIMATOR_KEY}={name} needs {need}, but agent loop {loop!r} ({source}) records no {field}: "
+                f"{RECORDING_ROLLOUT[field]}; {fix}"
+                for loop, source, left_out in _left_out(config) if field in left_out]
 
-    return Precondition(KIND, name, f"{need}: an agent loop that sets `StepMetadata.{field}` (text_env and "
-                        f"hybrid_gui_tool do not); checked again at run time on every step", LOOP_KEYS, check)
+    return Precondition(KIND, name, f"{need}: an agent loop that sets `StepMetadata.{field}` (text_env does not; "
+                        f"{RECORDING_ROLLOUT[field]}); checked again at run time on every step", LOOP_KEYS, check)
 
 
 def _roles(name: str) -> Precondition:
     return _per_step_field(name, "role", "role=planner/executor on every step",
-                           "use an agent loop that sets StepMetadata.role (docs/plugins/advantages.md), or "
+                           "or an agent loop of your own that sets StepMetadata.role (docs/plugins/advantages.md), or "
                            "gigpo/hgpo/step_grouped")
 
 
@@ -110,8 +149,8 @@ PRECONDITIONS: tuple[Precondition, ...] = (
     _per_step_field("step_grouped", "action_match", "action_match on every step (whether its action matched the "
                     "reference trajectory the rollouts are aligned to; returns are cut there)",
                     "without it every action counts as matching and the step term groups unrelated states by their "
-                    "index. Use an agent loop that sets StepMetadata.action_match (docs/plugins/advantages.md), or "
-                    "gigpo/hgpo"),
+                    "index. Or an agent loop of your own that sets StepMetadata.action_match "
+                    "(docs/plugins/advantages.md), or gigpo/hgpo"),
     _roles("himac"),
     _roles("hiper"),
     Precondition(KIND, "hiper", "a critic (`critic.enable=true`): HiPER's two-level GAE reads its per-step values; "

@@ -27,6 +27,13 @@ Two action formats (constructor ``action_format``):
   An answer that names no available option ends the episode, as a reply without a function
   call does in ``tool_call`` mode.
 
+Three rollouts of the menu (constructor ``rollout``; ``verl_ext.agent_loops.menu_rollouts``):
+``free`` (default, as above); ``semi_online`` (UI-S1: plays against text_hybrid's oracle, records
+``action_match`` per step and patches mismatched answers with the reference answer, up to
+``patch_threshold`` times: for the ``step_grouped`` estimator); ``plan_execute`` (a planner turn
+per subgoal writes its plan, executor turns take its steps; records ``role`` and ``subgoal`` per
+step: for ``himac`` and ``hiper``).
+
 Dataset row (``extra_info``): ``env`` = {``backend``: minidesk|miniwob, ``task``, ``seed``} (or flat
 ``env_backend`` / ``task`` / ``seed`` keys). Output ``extra_fields["verl_ext"]`` is a
 ``verl_ext.steps.StepMetadata`` whose ``extras`` carry success, counts, the tool-beneficial label,
@@ -50,6 +57,7 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutp
 from verl.experimental.agent_loop.tool_parser import ToolParser
 from verl.utils.profiler import simple_timer
 
+from verl_ext.agent_loops import menu_rollouts
 from verl_ext.envs import menu
 from verl_ext.envs.core import ActionError, EnvFault, Observation, action_from_call
 from verl_ext.envs.policies import SYSTEM_PROMPT
@@ -84,6 +92,11 @@ class _Episode:
     server_fields: dict[str, Any] = field(default_factory=dict)  # the first reply's extra_fields
     decisions: list[dict[str, str]] = field(default_factory=list)  # {choice, better} per decision (text_hybrid)
     follower: menu.DecisionFollower | None = None  # tool_call format: which decisions the calls take
+    matches: list[bool] = field(default_factory=list)  # per step: action_match (rollout=semi_online)
+    roles: list[str] = field(default_factory=list)  # per step: role (rollout=plan_execute)
+    subgoals: list[str | None] = field(default_factory=list)  # per step: subgoal key (rollout=plan_execute)
+    recorded: frozenset[str] = frozenset()  # which of the three lists above go into StepMetadata
+    counts_extra: dict[str, int] = field(default_factory=dict)  # rollout-specific counts for extras
 
 
 @dataclass
@@ -125,12 +138,17 @@ class HybridGuiToolAgentLoop(AgentLoopBase):
         max_action_tokens: ``menu`` only: ``max_tokens`` of each model turn.
         env_options: further constructor options of the env backend (e.g. text_hybrid's ``show_todo``:
             set it as the SFT demonstrations and decision rows were built).
+        rollout: ``menu`` only: ``free``, ``semi_online`` or ``plan_execute`` (see above; the last two
+            need text_hybrid).
+        patch_threshold: ``semi_online`` only: patched answers allowed per trajectory, the next
+            mismatch ends it (UI-S1's script: 2; -1: no limit).
     """
 
     def __init__(self, *args: Any, tools: Any = None, max_envs: int = 4, max_steps: int = 30,
                  layout: str = "trajectory", history_window: int = 4, screenshots: bool = False,
                  artifact_screenshot: bool = False, action_format: str = "tool_call", max_action_tokens: int = 4,
-                 env_options: dict[str, Any] | None = None, **kwargs: Any):
+                 env_options: dict[str, Any] | None = None, rollout: str = "free", patch_threshold: int = 2,
+                 **kwargs: Any):
         # ``tools`` (verl's multi_turn.tool_config_path tools) is accepted and not used: each
         # episode's env defines its own tool list (task apps + distractors).
         super().__init__(*args, **kwargs)
@@ -141,6 +159,11 @@ class HybridGuiToolAgentLoop(AgentLoopBase):
             raise ValueError(f"hybrid_gui_tool action_format must be one of {ACTION_FORMATS}, got {action_format!r}")
         if action_format == "menu" and layout != "trajectory":
             raise ValueError("hybrid_gui_tool action_format=menu supports layout=trajectory only")
+        if rollout not in menu_rollouts.ROLLOUTS:
+            raise ValueError(f"hybrid_gui_tool rollout must be one of {menu_rollouts.ROLLOUTS}, got {rollout!r}")
+        if rollout != "free" and action_format != "menu":
+            raise ValueError(f"hybrid_gui_tool rollout={rollout} is played on the T/G menu: set action_format=menu "
+                             "(with layout=trajectory)")
         multi_turn = self.rollout_config.multi_turn
         self.max_turns = min(max_steps, multi_turn.max_assistant_turns or max_steps)
         self.max_envs = max_envs
@@ -152,6 +175,8 @@ class HybridGuiToolAgentLoop(AgentLoopBase):
         self.action_format = action_format
         self.max_action_tokens = max_action_tokens
         self.env_options = dict(env_options or {})
+        self.rollout = rollout
+        self.patch_threshold = int(patch_threshold)
         self.tool_parser = ToolParser.get_tool_parser(multi_turn.format, self.tokenizer)
         self.max_tool_response_length = multi_turn.max_tool_response_length
         self.response_length = self.rollout_config.response_length
@@ -246,9 +271,10 @@ class HybridGuiToolAgentLoop(AgentLoopBase):
         return rows
 
     async def _play_menu(self, env: Any, sampling_params: dict[str, Any], episode: _Episode) -> list[_Row]:
-        plans = menu.make_menu(episode.reset_info)
+        player = menu_rollouts.make_player(self.rollout, episode.reset_info, self.patch_threshold)
+        episode.recorded = menu_rollouts.RECORDED_FIELDS[self.rollout]
         messages = [{"role": "system", "content": menu.SYSTEM_PROMPT},
-                    {"role": "user", "content": plans.first_message(episode.obs)}]
+                    {"role": "user", "content": player.first_message(episode.obs)}]
         row = _Row(await self.ct_build_initial_tokens(messages), [], [], TurnTokens())
         sampling_params = {**sampling_params, "max_tokens": self.max_action_tokens}
         request_id = uuid4().hex
@@ -258,32 +284,35 @@ class HybridGuiToolAgentLoop(AgentLoopBase):
                 episode.stop_reason, episode.truncated = "response_length", True
                 break
             text = self.tokenizer.decode(output.token_ids, skip_special_tokens=True)
-            mode = menu.parse_choice(text)
-            action = plans.action(mode, episode.obs) if mode else None
+            turn = player.turn(text, episode.obs)
             episode.spans.append([start, len(row.response_mask)])
             episode.anchors.append(anchor_key(episode.obs.page_text()))
-            episode.valid_format.append(action is not None)
-            episode.actions.append(f"{mode}: {menu.describe(action)}" if mode else "")
-            episode.rewards.append(0.0)
-            if action is None:  # as in tool_call mode (ToolCUA's format rule): no valid choice ends it
-                episode.stop_reason = "no_valid_choice"
+            episode.valid_format.append(turn.valid_format)
+            episode.actions.append(turn.description)
+            episode.rewards.append(turn.reward)  # the env's rewards for the turn's steps are added to it
+            episode.matches.append(bool(turn.match))
+            episode.roles.append(turn.role)
+            episode.subgoals.append(turn.subgoal)
+            if turn.decision is not None:
+                episode.decisions.append(turn.decision)
+            if turn.stop:
+                episode.stop_reason = turn.stop
                 break
-            decision = plans.advance(mode)
-            if decision is not None:
-                episode.decisions.append(decision)
-            if await self._menu_steps(env, plans, action, episode):
+            if turn.action is not None and await self._menu_steps(env, player, turn.action, episode):
                 break
             messages.append({"role": "assistant", "content": text})
             previous = list(messages)
-            messages.append({"role": "user", "content": plans.feedback(episode.obs)})
+            messages.append({"role": "user", "content": player.feedback(episode.obs)})
             if await self._observation(row, previous, messages):
                 episode.stop_reason, episode.truncated = "response_length", True
                 break
         else:
             episode.stop_reason, episode.truncated = "max_turns", True
+        if isinstance(player, menu_rollouts.SemiOnlinePlay):
+            episode.counts_extra = {"patches": player.patches}
         return [row]
 
-    async def _menu_steps(self, env: Any, plans: menu.Menu, action: Any, episode: _Episode) -> bool:
+    async def _menu_steps(self, env: Any, plans: menu_rollouts.Player, action: Any, episode: _Episode) -> bool:
         """Take ``action`` and the rest of the answer's steps (``plans.follow_up``) on the env,
         adding their rewards to the turn's; True when the episode is over."""
         while action is not None:
@@ -434,6 +463,9 @@ def write_step_metadata(episode: _Episode, traj_uid: str, step: int | None = Non
     return StepMetadata.of_row(
         traj_uid, step, anchors=episode.anchors, step_rewards=episode.rewards, spans=episode.spans,
         action_valid=episode.valid_format,
+        action_match=episode.matches if "action_match" in episode.recorded else None,
+        role=episode.roles if "role" in episode.recorded else None,
+        subgoal=episode.subgoals if "subgoal" in episode.recorded else None,
         valid=episode.fault is None,
         invalid_reason=f"env_fault:{episode.fault['kind']}" if episode.fault else "",
         truncated=episode.truncated,
@@ -455,6 +487,7 @@ def write_step_metadata(episode: _Episode, traj_uid: str, step: int | None = Non
             "artifact": episode.artifact,
             "dv_questions": episode.reset_info.get("dv_questions"),  # DVReward questions (MiniDesk)
             "decisions": episode.decisions,  # text_hybrid: {choice, better} per decision (menu answers, or calls)
+            **episode.counts_extra,  # rollout=semi_online: patches
         },
     )
 

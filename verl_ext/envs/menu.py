@@ -102,10 +102,10 @@ class PlanMenu:
 
     def feedback(self, obs: Observation) -> str:
         """The observation after a step: how the last action went, then the new options."""
-        return f"Step {obs.step}: {_outcome(obs)}\nOptions: {self.render(obs)}"
+        return f"Step {obs.step}: {outcome(obs)}\nOptions: {self.render(obs)}"
 
 
-def _outcome(obs: Observation) -> str:
+def outcome(obs: Observation) -> str:
     """How the last action went: ``ok`` or the env's error message, cut short."""
     if obs.last_result and not obs.last_result.get("success", True):
         return "error: " + str(obs.last_result.get("error_message", ""))[:MAX_DESCRIPTION_CHARS]
@@ -134,6 +134,21 @@ class DecisionMenu:
     def _option(self) -> dict[str, Any] | None:
         return self._table[self._decision][self._view] if self._decision < len(self._table) else None
 
+    @property
+    def decision(self) -> int:
+        """Index of the next decision (= the number of decisions made)."""
+        return self._decision
+
+    @property
+    def n_decisions(self) -> int:
+        return len(self._table)
+
+    def done_by(self, mode: str) -> str | None:
+        """How answer ``mode`` would do the current decision (``tool``/``gui``); None once every
+        decision is made."""
+        option = self._option()
+        return None if option is None else self._done_by(mode, option)
+
     @staticmethod
     def _done_by(mode: str, option: dict[str, Any]) -> str:
         """How answer ``mode`` does the decision: by tool only where a tool does this subgoal."""
@@ -150,17 +165,23 @@ class DecisionMenu:
         return GuiAction("done") if steps is None else plan_step_action(steps[0], obs)
 
     def advance(self, mode: str) -> dict[str, str] | None:
-        """Commit ``mode`` for the current decision (its first step is being taken); returns
-        ``{"choice": the mode done, "better": the shorter one from here}``."""
+        """Commit ``mode`` for the current decision (its first step is being taken, the rest come
+        from ``follow_up``); returns ``{"choice": the mode done, "better": the shorter one from here}``."""
+        steps, record = self.commit(mode)
+        self._queue = steps[1:]
+        return record
+
+    def commit(self, mode: str) -> tuple[list[dict[str, Any]], dict[str, str] | None]:
+        """Commit ``mode`` for the current decision without taking any of its steps; returns the
+        plan steps it stands for (the caller takes them) and the decision record (as ``advance``)."""
         option = self._option()
         if option is None:
-            return None
+            return [], None
         done = self._done_by(mode, option)
-        self._queue = list(option[done][1:])
         if done == "gui":
             self._view = option["after"]
         self._decision += 1
-        return {"choice": done, "better": option["better"]}
+        return list(option[done]), {"choice": done, "better": option["better"]}
 
     def resync(self, state: tuple[int, int] | None) -> bool:
         """Drop any committed answer and stand at ``state`` = ``(decision, view)``, where the env says
@@ -186,12 +207,12 @@ class DecisionMenu:
         return f"T) {tool} | G) {n_gui} GUI steps"
 
     def first_message(self, obs: Observation) -> str:
-        return f"Task: {obs.instruction}\n{self._header()}Options: {self.render(obs)}"
+        return f"Task: {obs.instruction}\n{self.header()}Options: {self.render(obs)}"
 
     def feedback(self, obs: Observation) -> str:
-        return f"Step {obs.step}: {_outcome(obs)}\n{self._header()}Options: {self.render(obs)}"
+        return f"Step {obs.step}: {outcome(obs)}\n{self.header()}Options: {self.render(obs)}"
 
-    def _header(self) -> str:
+    def header(self) -> str:
         return f"Decision {self._decision + 1}/{len(self._table)}\n" if self._decision < len(self._table) else ""
 
 
