@@ -50,8 +50,11 @@ SHARED_OVERRIDES = (
     # TransferQueue storage units (0.38 GB each, Ray's figures on the H200) serve a 32-row batch with 2.
     "reward.num_workers=2", "transfer_queue.backend.SimpleStorage.num_data_storage_units=2",
 )
+# STOP_ON_ZERO_SIGNAL: the corridor saturates, and a step where every group succeeds carries no signal;
+# the study trains on through it (run_gpu.sh would stop there, given a MODEL). VLLM_USE_DEEP_GEMM=0:
+# vLLM's fp8 path otherwise warms up DeepGEMM's kernels for ~5 min per engine before the first step.
 SHARED_ENV = {"MODE": "colocate_async", "ADV": "hgpo", "LOSS": "ppo_ewma", "ROLLOUT": "vllm", "LR": "3e-3",
-              "GPU_MEM": "0.1"}
+              "GPU_MEM": "0.1", "STOP_ON_ZERO_SIGNAL": "false", "VLLM_USE_DEEP_GEMM": "0"}
 # How far the policy moves per version. `base` is the corridor at the cpu runs' learning rate, which every
 # arm solves; `large_steps` is the mechanism study's lr x10 with 4 epochs, where on CPU `current` lost
 # 0.06 final reward against `snapshot` : the regime the repair is for.
