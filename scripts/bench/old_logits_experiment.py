@@ -523,12 +523,15 @@ def study_main(args: argparse.Namespace) -> None:
     if args.json is None:
         raise SystemExit("--study needs --json PATH (results are saved there after every run, and reused)")
     t0 = time.time()
+    meta_file = args.json.with_suffix(".meta.json")
+    resumed = args.json.exists() and meta_file.exists()  # run_study reuses the cells done: count their time too
     results = json.loads(args.json.read_text()) if args.report_only else run_study(args)
     if not args.report_only:
-        meta = {"seconds": time.time() - t0, "seeds": args.seeds, "steps": args.steps, "lr": args.lr,
+        earlier = json.loads(meta_file.read_text())["seconds"] if resumed else 0.0
+        meta = {"seconds": earlier + time.time() - t0, "seeds": args.seeds, "steps": args.steps, "lr": args.lr,
                 "contexts": args.contexts, "eps_matched": args.eps_matched}
-        args.json.with_suffix(".meta.json").write_text(json.dumps(meta))
-    study_report(results, json.loads(args.json.with_suffix(".meta.json").read_text()),
+        meta_file.write_text(json.dumps(meta))
+    study_report(results, json.loads(meta_file.read_text()),
                  (args.doc or STUDY_DOC) if args.write else None)
 
 

@@ -8,6 +8,7 @@ it on the step's tokens. Slow: one trainer run of 1-3 minutes per estimator."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +23,7 @@ from .conftest import REPO, assert_finite, read_metrics, run_recipe
 pytestmark = pytest.mark.e2e
 
 STEPS = 2
+REFERENCE_POLICY = ("actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=16")
 GAMMA = 0.95  # the toolcua_hybrid recipe's algorithm.gamma; algorithm.lam is verl's 1.0
 
 
@@ -73,21 +75,33 @@ def _recompute(dump: dict, name: str) -> tuple[list[tuple[int, int, int]], np.nd
     return where, advantages, returns
 
 
-@pytest.fixture(scope="module", params=["step_grouped", "himac", "hiper"])
-def run(request, tmp_path_factory) -> tuple[str, Path]:
-    name = request.param
-    out = tmp_path_factory.mktemp(f"text_hybrid_{name}")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("ADV", name)
-        run_recipe("text_hybrid/run_cpu.sh", out, "data.train_batch_size=4",
-                   "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=16", "trainer.test_freq=-1",
-                   "trainer.val_before_train=false", f"+trainer.v1.verl_ext.dump_advantages_dir={out}/advantages",
-                   steps=STEPS)
-    return name, out
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> Callable[[str], Path]:
+    """``runs(name)``: the output folder of a 2-step text_hybrid run with estimator ``name``, trained
+    once per module whichever tests ask for it."""
+    done: dict[str, Path] = {}
+
+    def train(name: str) -> Path:
+        if name not in done:
+            out = tmp_path_factory.mktemp(f"text_hybrid_{name}")
+            # hiper's run also keeps verl's reference policy (a KL loss): with its critic, the cpu
+            # backend's critic and reference workers run in verl's trainer here
+            reference = REFERENCE_POLICY if name == "hiper" else ()
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setenv("ADV", name)
+                run_recipe("text_hybrid/run_cpu.sh", out, "data.train_batch_size=4",
+                           "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=16", "trainer.test_freq=-1",
+                           "trainer.val_before_train=false",
+                           f"+trainer.v1.verl_ext.dump_advantages_dir={out}/advantages", *reference, steps=STEPS)
+            done[name] = out
+        return done[name]
+
+    return train
 
 
-def test_the_estimators_advantages_on_real_rows_are_the_pure_functions_of_their_metadata(run):
-    name, out = run
+@pytest.mark.parametrize("name", ["step_grouped", "himac", "hiper"])
+def test_the_estimators_advantages_on_real_rows_are_the_pure_functions_of_their_metadata(runs, name):
+    out = runs(name)
     metrics = read_metrics(out / "metrics.jsonl")
     steps_seen = 0
     for step in range(1, STEPS + 1):
@@ -121,3 +135,13 @@ def test_the_estimators_advantages_on_real_rows_are_the_pure_functions_of_their_
             assert dump["values"] is not None
             assert_finite(metrics[step], ["critic/vf_loss", "critic/values/mean"])
     assert steps_seen > 0
+
+
+def test_hipers_run_trains_verls_critic_and_reference_policy(runs):
+    """The cpu backend's critic and reference-policy workers inside verl's trainer (hiper's run): the
+    critic trains, and the KL to the reference is 0 before the first update and positive after it
+    (one update per step here)."""
+    metrics = read_metrics(runs("hiper") / "metrics.jsonl")
+    for step in (1, 2):
+        assert_finite(metrics[step], ["critic/vf_loss", "critic/values/mean", "actor/kl_loss", "actor/pg_loss"])
+    assert metrics[1]["actor/kl_loss"] == 0.0 and metrics[2]["actor/kl_loss"] > 0.0
