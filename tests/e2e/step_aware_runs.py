@@ -1,14 +1,11 @@
-"""``step_grouped``, ``himac`` and ``hiper`` trained by verl's real ``main_ppo`` on the cpu backend,
-each fed by the ``hybrid_gui_tool`` rollout that records what it needs (``recipes/text_hybrid/run_cpu.sh
-ADV=<name>``: ``semi_online`` writes ``action_match``, ``plan_execute`` writes ``role`` and
-``subgoal``; ``hiper`` adds verl's critic). The trainer dumps each step's rows
-(``trainer.v1.verl_ext.dump_advantages_dir``); the test recomputes every step's advantage from the
-rows' step metadata with the pure estimator (``verl_ext.advantages.compute_with_returns``) and finds
-it on the step's tokens. Slow: one trainer run of 1-3 minutes per estimator."""
+"""What the per-estimator trainer-run tests share (``test_step_grouped_e2e.py``,
+``test_himac_e2e.py``, ``test_hiper_e2e.py``): a short ``recipes/text_hybrid/run_cpu.sh ADV=<name>``
+run that dumps each step's rows (``trainer.v1.verl_ext.dump_advantages_dir``), and the check that
+every step's advantage is the pure estimator (``verl_ext.advantages.compute_with_returns``) of the
+rows' step metadata. One file per estimator, so pytest-xdist can put the runs on different workers."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -20,10 +17,6 @@ from verl_ext.advantages import compute_with_returns
 
 from .conftest import REPO, assert_finite, read_metrics, run_recipe
 
-pytestmark = pytest.mark.e2e
-
-STEPS = 2
-REFERENCE_POLICY = ("actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=16")
 GAMMA = 0.95  # the toolcua_hybrid recipe's algorithm.gamma; algorithm.lam is verl's 1.0
 
 
@@ -75,36 +68,23 @@ def _recompute(dump: dict, name: str) -> tuple[list[tuple[int, int, int]], np.nd
     return where, advantages, returns
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> Callable[[str], Path]:
-    """``runs(name)``: the output folder of a 2-step text_hybrid run with estimator ``name``, trained
-    once per module whichever tests ask for it."""
-    done: dict[str, Path] = {}
-
-    def train(name: str) -> Path:
-        if name not in done:
-            out = tmp_path_factory.mktemp(f"text_hybrid_{name}")
-            # hiper's run also keeps verl's reference policy (a KL loss): with its critic, the cpu
-            # backend's critic and reference workers run in verl's trainer here
-            reference = REFERENCE_POLICY if name == "hiper" else ()
-            with pytest.MonkeyPatch.context() as patch:
-                patch.setenv("ADV", name)
-                run_recipe("text_hybrid/run_cpu.sh", out, "data.train_batch_size=4",
-                           "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=16", "trainer.test_freq=-1",
-                           "trainer.val_before_train=false",
-                           f"+trainer.v1.verl_ext.dump_advantages_dir={out}/advantages", *reference, steps=STEPS)
-            done[name] = out
-        return done[name]
-
-    return train
+def train(name: str, out: Path, steps: int, *overrides: str) -> Path:
+    """A ``steps``-step run of the text_hybrid recipe with estimator ``name`` into ``out``."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ADV", name)
+        run_recipe("text_hybrid/run_cpu.sh", out, "data.train_batch_size=4",
+                   "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=16", "trainer.test_freq=-1",
+                   "trainer.val_before_train=false", f"+trainer.v1.verl_ext.dump_advantages_dir={out}/advantages",
+                   *overrides, steps=steps)
+    return out
 
 
-@pytest.mark.parametrize("name", ["step_grouped", "himac", "hiper"])
-def test_the_estimators_advantages_on_real_rows_are_the_pure_functions_of_their_metadata(runs, name):
-    out = runs(name)
+def check_advantages(name: str, out: Path, steps: int) -> None:
+    """Every step's advantages and returns on the dumped rows are the pure estimator's of their
+    metadata (1e-5), tokens outside steps train nothing, and the rollout recorded its fields."""
     metrics = read_metrics(out / "metrics.jsonl")
     steps_seen = 0
-    for step in range(1, STEPS + 1):
+    for step in range(1, steps + 1):
         assert_finite(metrics[step], ["critic/advantages/mean", "actor/pg_loss", "critic/score/mean"])
         dump = torch.load(out / "advantages" / f"step_{step}.pt", weights_only=False)
         assert dump["estimator"] == name
@@ -135,13 +115,3 @@ def test_the_estimators_advantages_on_real_rows_are_the_pure_functions_of_their_
             assert dump["values"] is not None
             assert_finite(metrics[step], ["critic/vf_loss", "critic/values/mean"])
     assert steps_seen > 0
-
-
-def test_hipers_run_trains_verls_critic_and_reference_policy(runs):
-    """The cpu backend's critic and reference-policy workers inside verl's trainer (hiper's run): the
-    critic trains, and the KL to the reference is 0 before the first update and positive after it
-    (one update per step here)."""
-    metrics = read_metrics(runs("hiper") / "metrics.jsonl")
-    for step in (1, 2):
-        assert_finite(metrics[step], ["critic/vf_loss", "critic/values/mean", "actor/kl_loss", "actor/pg_loss"])
-    assert metrics[1]["actor/kl_loss"] == 0.0 and metrics[2]["actor/kl_loss"] > 0.0
