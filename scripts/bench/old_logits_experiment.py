@@ -581,12 +581,16 @@ STUDY_PAIRS = [  # (a, b): paired differences reported in every cell
 ]
 
 
+def update_kls(rows: dict[str, dict[str, np.ndarray]], anchor: str) -> dict[str, float]:
+    """Mean update KL of each arm of ``anchor`` (any ε)."""
+    return {arm: float(np.nanmean(row["update_kl"])) for arm, row in rows.items() if arm.split(",")[0] == anchor}
+
+
 def eps_match(rows: dict[str, dict[str, np.ndarray]], anchor: str = "snapshot", reference: str = "current") -> str | None:
     """The ``anchor`` arm (any ε) whose mean update KL is nearest ``reference``'s on a log scale: ε is
     chosen by the size of the update alone, never by the outcome."""
     target = np.nanmean(rows[reference]["update_kl"]) if reference in rows else np.nan
-    candidates = {arm: np.nanmean(row["update_kl"]) for arm, row in rows.items() if arm.split(",")[0] == anchor}
-    candidates = {arm: kl for arm, kl in candidates.items() if np.isfinite(kl) and kl > 0}
+    candidates = {arm: kl for arm, kl in update_kls(rows, anchor).items() if np.isfinite(kl) and kl > 0}
     if not np.isfinite(target) or not candidates:
         return None
     return min(candidates, key=lambda arm: abs(np.log(candidates[arm] / target)))
@@ -640,7 +644,7 @@ def study_report(results: dict, meta: dict, doc: Path | None) -> None:
         pairs = list(STUDY_PAIRS)
         if matched is not None and matched != "snapshot":
             pairs.insert(0, (matched, "current"))
-            snapshot_kls = [np.nanmean(row["update_kl"]) for arm, row in rows.items() if arm.split(",")[0] == "snapshot"]
+            snapshot_kls = update_kls(rows, "snapshot").values()
             lines.append(f"- ε-matched: `{matched}` (update KL {np.nanmean(rows[matched]['update_kl']):.2e} against "
                          f"`current`'s {np.nanmean(rows['current']['update_kl']):.2e}; the nearest of the snapshot arms, "
                          f"whose update KL spans {min(snapshot_kls):.2e}-{max(snapshot_kls):.2e}: where that span is "

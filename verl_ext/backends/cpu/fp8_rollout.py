@@ -26,6 +26,13 @@ BLOCK = 128  # vLLM's weight block and activation group (verl's FP8_BLOCK_QUANT_
 SUPPORTED = ("fp8",)
 
 
+def _round_e4m3(blocks: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
+    """Round fp32 ``blocks`` to e4m3, each block (the values sharing ``dims``) scaled so that its
+    absmax maps to e4m3's largest value, and scale back."""
+    scale = blocks.abs().amax(dim=dims, keepdim=True).clamp(min=1e-12) / E4M3_MAX
+    return (blocks / scale).to(torch.float8_e4m3fn).float() * scale
+
+
 def fake_quantize_weight(weight: torch.Tensor, block: int = BLOCK) -> torch.Tensor:
     """Round a linear layer's weight to e4m3 in ``block x block`` tiles, each scaled by its absmax.
 
@@ -38,9 +45,7 @@ def fake_quantize_weight(weight: torch.Tensor, block: int = BLOCK) -> torch.Tens
     rows, cols = weight.shape
     padded = F.pad(weight.float(), (0, -cols % block, 0, -rows % block))
     tiles = padded.reshape(padded.shape[0] // block, block, padded.shape[1] // block, block)
-    scale = tiles.abs().amax(dim=(1, 3), keepdim=True).clamp(min=1e-12) / E4M3_MAX
-    rounded = (tiles / scale).to(torch.float8_e4m3fn).float() * scale
-    return rounded.reshape(padded.shape)[:rows, :cols].to(weight.dtype)
+    return _round_e4m3(tiles, (1, 3)).reshape(padded.shape)[:rows, :cols].to(weight.dtype)
 
 
 def fake_quantize_activation(x: torch.Tensor, group: int = BLOCK) -> torch.Tensor:
@@ -54,15 +59,10 @@ def fake_quantize_activation(x: torch.Tensor, group: int = BLOCK) -> torch.Tenso
         The dequantized activations, same shape and dtype.
     """
     width = x.shape[-1]
-    if width <= group:  # one group per token: no padding (the scale of a zero pad is the same)
-        values = x.float()
-        scale = values.abs().amax(dim=-1, keepdim=True).clamp(min=1e-12) / E4M3_MAX
-        return ((values / scale).to(torch.float8_e4m3fn).float() * scale).to(x.dtype)
+    group = min(group, width)  # a row narrower than a group is one group: no padding to scale
     padded = F.pad(x.float(), (0, -width % group))
     groups = padded.reshape(*padded.shape[:-1], padded.shape[-1] // group, group)
-    scale = groups.abs().amax(dim=-1, keepdim=True).clamp(min=1e-12) / E4M3_MAX
-    rounded = (groups / scale).to(torch.float8_e4m3fn).float() * scale
-    return rounded.reshape(padded.shape)[..., :width].to(x.dtype)
+    return _round_e4m3(groups, (-1,)).reshape(padded.shape)[..., :width].to(x.dtype)
 
 
 def quantized_linears(model: torch.nn.Module) -> list[torch.nn.Linear]:
