@@ -90,9 +90,16 @@ LONG_TEST_TIMEOUT_S = 1800
 @pytest.hookimpl(trylast=True)  # after tests/gpu/conftest.py marks its tests gpu
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        trainer_run = item.get_closest_marker("e2e") or item.get_closest_marker("gpu")
-        if trainer_run and item.get_closest_marker("timeout") is None:
+        if _is_trainer_run(item) and item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(LONG_TEST_TIMEOUT_S))
+    # Trainer runs first: with ``--dist loadfile --no-loadscope-reorder`` the workers take files in
+    # this order, so the minutes-long runs overlap each other and the many short tests fill the end,
+    # instead of one worker finishing a trainer run alone while the other idles.
+    items.sort(key=lambda item: not _is_trainer_run(item))
+
+
+def _is_trainer_run(item: pytest.Item) -> bool:
+    return bool(item.get_closest_marker("e2e") or item.get_closest_marker("gpu"))
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

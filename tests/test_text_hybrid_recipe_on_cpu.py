@@ -101,13 +101,15 @@ def test_the_vanilla_loss_keeps_the_rollout_correction(fair_arm):
             assert vanilla[key] == value, key
 
 
+@pytest.mark.parametrize("script", ["run_cpu.sh", "run_gpu.sh"])
 @pytest.mark.parametrize(("adv", "rollout"), [("step_grouped", "semi_online"), ("himac", "plan_execute"),
                                               ("hiper", "plan_execute")])
-def test_the_estimators_of_a_special_rollout_get_it(adv, rollout, dry_run):  # noqa: F811
-    code, out, err = dry_run(SCRIPT, [], ADV=adv)
+def test_the_estimators_of_a_special_rollout_get_it(adv, rollout, script, dry_run):  # noqa: F811
+    code, out, err = dry_run(SCRIPT.parent / script, [], ADV=adv)
     assert code == 0, err[-4000:]
     config = OmegaConf.create(out)
     check_config(config)
+    assert config.actor_rollout_ref.rollout.name == ("hf" if script == "run_cpu.sh" else "vllm")
     assert config.algorithm.adv_estimator == adv and adv in config.algorithm  # the fragment, with its keys
     loops = OmegaConf.load(config.actor_rollout_ref.rollout.agent.agent_loop_config_path)
     assert loops[0].action_format == "menu" and loops[0].rollout == rollout

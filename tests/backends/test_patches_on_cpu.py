@@ -74,7 +74,10 @@ def test_offload_policy_patch_never_pins_and_keeps_the_type():
         module.CPUOffloadPolicy = original
 
 
-def test_valuehead_patch_loads_a_value_model_without_flash_attention(tiny_model_dir):
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+def test_valuehead_patch_loads_the_attention_the_config_names(tiny_model_dir, attention):
+    """verl hard-codes flash-attention 2; the patch loads what the config carries (verl's
+    HFModelConfig sets it from ``override_config.attn_implementation``)."""
     import torch
     from transformers import AutoConfig, AutoModelForTokenClassification
 
@@ -83,10 +86,10 @@ def test_valuehead_patch_loads_a_value_model_without_flash_attention(tiny_model_
     descriptor = AutoModelForTokenClassification.__dict__.get("from_pretrained")
     try:
         patches._patch_valuehead_attention(module)
-        config = AutoConfig.from_pretrained(tiny_model_dir)
+        config = AutoConfig.from_pretrained(tiny_model_dir, attn_implementation=attention)
         config.num_labels = 1
         model = module.load_valuehead_model(tiny_model_dir, torch.float32, config, False)
-        assert model.config._attn_implementation == "sdpa"
+        assert model.config._attn_implementation == attention
         assert AutoModelForTokenClassification.__dict__.get("from_pretrained") is descriptor  # restored
     finally:
         module.load_valuehead_model = original
@@ -132,7 +135,7 @@ def engine(model_type, forward_only):
 ref = engine("language_model", True)  # offload_no_pin_memory: verl asks for pinned memory here
 policy = ref.module._get_fsdp_state()._fsdp_param_group.offload_policy
 assert getattr(type(policy), "_verl_ext_patched", False) and policy.pin_memory is False, policy
-critic = engine("value_model", False)  # valuehead_sdpa: verl asks for flash-attention 2 here
+critic = engine("value_model", False)  # valuehead_sdpa: verl asks for flash-attention 2 here, the config for sdpa
 assert critic.module.config._attn_implementation == "sdpa"
 # model_copy_to_host: separate_async's window anchor, as DetachActorWorker saves and restores it
 from verl.utils import fsdp_utils

@@ -162,8 +162,10 @@ def test_bad_actions_are_results_not_exceptions(env):
         assert not obs.last_result["success"] and message in obs.last_result["error_message"], (action, obs.last_result)
         assert not (terminated or truncated) and info["fault"] is None
     assert env.counts["invalid"] == 7  # every action but the failed tool call (a tool result, not an invalid action)
+    assert (env.counts["tool"], env.counts["tool_succeeded"]) == (3, 0)  # three tool calls, none the app carried out
     obs, *_ = env.step(ToolCall("contacts_find", {"name": "a"}))
     assert obs.last_result["success"] and obs.last_result["result"][0]["id"] >= 100
+    assert (env.counts["tool"], env.counts["tool_succeeded"]) == (4, 1)
     obs, _, terminated, _, _ = env.step(GuiAction("done"))
     assert terminated
 

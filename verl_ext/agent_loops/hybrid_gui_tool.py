@@ -473,6 +473,7 @@ def write_step_metadata(episode: _Episode, traj_uid: str, step: int | None = Non
             "success": episode.success,
             "num_steps": counts.get("steps", 0),
             "num_tool_calls": counts.get("tool", 0),
+            "num_tool_calls_ok": counts.get("tool_succeeded", 0),
             "num_gui_steps": counts.get("gui", 0),
             "num_invalid_actions": counts.get("invalid", 0),
             "format_ok": bool(episode.anchors) and all(episode.valid_format),

@@ -295,6 +295,7 @@ def held_out_call_rates(model_path: str, data_file: str, max_new_tokens: int = 1
 
     The model is loaded in fp32 whatever its config says: verl's SFT checkpoint declares bf16, but the
     cpu backend trains and rolls out in fp32 (plugins/backend/cpu.yaml), so this is the model RL starts from.
+    It decodes on the first CUDA device where there is one.
     """
     import pandas as pd
     import torch
@@ -310,11 +311,13 @@ def held_out_call_rates(model_path: str, data_file: str, max_new_tokens: int = 1
     if not any(turns_of(_decoded(row["messages"])) for row in rows):
         raise UserError(f"{data_file} holds no assistant turn to score: there is no call rate to report")
     tokenizer = AutoTokenizer.from_pretrained(model_path)
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
+    device = "cuda" if torch.cuda.is_available() else "cpu"  # greedy decoding of long transcripts: minutes on a CPU
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).to(device).eval()
 
     def generate(prompt: list[int]) -> list[int]:
         with torch.no_grad():
-            out = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+            out = model.generate(torch.tensor([prompt], device=device),
+                                 attention_mask=torch.ones(1, len(prompt), dtype=torch.long, device=device),
                                  max_new_tokens=max_new_tokens, do_sample=False,
                                  eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
         return out[0, len(prompt):].tolist()

@@ -59,7 +59,7 @@ class BrowserEnv(ABC):
         self._fault: dict[str, str] | None = None
         self._done = False
         self._last_obs: Observation | None = None
-        self.counts = {"steps": 0, "gui": 0, "tool": 0, "invalid": 0}
+        self.counts = {"steps": 0, "gui": 0, "tool": 0, "tool_succeeded": 0, "invalid": 0}
         self.browser_restarts = 0
         self._started = False
 
@@ -112,7 +112,7 @@ class BrowserEnv(ABC):
               seed: int | None = None) -> tuple[Observation, dict[str, Any]]:
         self.task = TaskSpec.parse(task, seed)
         self._fault, self._done = None, False
-        self.counts = {"steps": 0, "gui": 0, "tool": 0, "invalid": 0}
+        self.counts = {"steps": 0, "gui": 0, "tool": 0, "tool_succeeded": 0, "invalid": 0}
         try:
             self.ensure_browser()
             info = self._load(self.task)
@@ -141,6 +141,8 @@ class BrowserEnv(ABC):
                     action = action_from_call(action.name, action.arguments)  # a GUI action in call form
                 self.counts["gui" if isinstance(action, GuiAction) else "tool"] += 1
                 result = self._perform(action)
+                if isinstance(action, ToolCall) and result["success"]:
+                    self.counts["tool_succeeded"] += 1  # an app tool call whose arguments the app took
             except ActionError as err:
                 self.counts["invalid"] += 1
                 result = tool_result(False, None, str(err))

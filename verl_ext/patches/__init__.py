@@ -4,6 +4,7 @@
 fallback, which runs wherever flash-attn's cross-entropy is missing: every CPU, and GPUs without
 flash-attn such as the offline bundle's); ``VLLM_PATCHES`` wherever verl imports its vLLM rollout
 (GPUs): verl's colocated weight-transfer socket named per Ray cluster; ``TRAINER_PATCHES`` everywhere:
+the critic's value model loaded with the configured attention (verl hard-codes flash-attention 2), and
 verl's separate_async trainer started without colocated replicas.
 
 Each patch is version-guarded (verl 0.9.1 exactly), idempotent, applied by a post-import hook on
@@ -109,22 +110,24 @@ def _patch_valuehead_attention(module: object) -> None:
     import transformers
 
     def load_valuehead_model(local_path, torch_dtype, model_config, trust_remote_code):
-        # verl hard-codes attn_implementation="flash_attention_2"; on CPU use sdpa instead by
-        # making from_pretrained ignore that argument for the duration of the call.
+        # verl hard-codes attn_implementation="flash_attention_2"; use the attention the critic's
+        # config asks for (critic.model.override_config.attn_implementation, which verl's
+        # HFModelConfig put into model_config) by rewriting that argument for the duration of the call.
+        configured = getattr(model_config, "_attn_implementation", None) or "flash_attention_2"
         auto_classes = (transformers.AutoModelForTokenClassification, transformers.AutoModelForCausalLM)
         own = {cls: cls.__dict__.get("from_pretrained") for cls in auto_classes}
 
-        def with_sdpa(bound_from_pretrained):
+        def with_configured_attention(bound_from_pretrained):
             def from_pretrained(_cls, *args, **kwargs):
                 if kwargs.get("attn_implementation") == "flash_attention_2":
-                    kwargs["attn_implementation"] = "sdpa"
+                    kwargs["attn_implementation"] = configured
                 return bound_from_pretrained(*args, **kwargs)
 
             return classmethod(from_pretrained)
 
         try:
             for cls in auto_classes:
-                cls.from_pretrained = with_sdpa(cls.from_pretrained)
+                cls.from_pretrained = with_configured_attention(cls.from_pretrained)
             return original(local_path, torch_dtype, model_config, trust_remote_code)
         finally:
             for cls, descriptor in own.items():
@@ -176,14 +179,6 @@ PATCHES: tuple[Patch, ...] = (
         snippet='f"cpu:gloo,{get_device_name()}:{get_nccl_backend()}"',
         apply=_patch_init_process_group,
         replaces="torch.distributed:init_process_group",
-    ),
-    Patch(
-        name="valuehead_sdpa",
-        module="verl.utils.model",
-        target="load_valuehead_model",
-        snippet='attn_implementation="flash_attention_2"',
-        apply=_patch_valuehead_attention,
-        replaces="verl.utils.model:load_valuehead_model",
     ),
     Patch(
         name="offload_no_pin_memory",
@@ -363,6 +358,14 @@ def _patch_separate_async_log(module: object) -> None:
 
 
 TRAINER_PATCHES: tuple[Patch, ...] = (
+    Patch(
+        name="valuehead_sdpa",
+        module="verl.utils.model",
+        target="load_valuehead_model",
+        snippet='attn_implementation="flash_attention_2"',
+        apply=_patch_valuehead_attention,
+        replaces="verl.utils.model:load_valuehead_model",
+    ),
     Patch(
         name="separate_async_log_flush",
         module="verl.trainer.ppo.v1.trainer_separate_async",

@@ -36,7 +36,8 @@ def reward_components(extras: dict[str, Any], valid: bool, max_steps: int = DEFA
     """The per-sample components of one episode, as floats (verl stores them as reward extras).
 
     Keys: ``success`` (R_acc), ``format_ok`` (R_fmt), ``tool_ok`` (R_tool), ``len_gain``,
-    ``num_steps`` (s), ``num_tool_calls`` (c), ``used_tool``, ``tool_beneficial`` (1 when tools
+    ``num_steps`` (s), ``num_tool_calls`` (c), ``num_tool_calls_ok`` (the app tool calls the app
+    carried out: their ratio of means is the share of tool calls with arguments the app took), ``used_tool``, ``tool_beneficial`` (1 when tools
     help, else 0: verl averages every extra into ``val-aux/<source>/<key>/mean@N``, so this reads
     as the share of tool-beneficial tasks; ToolCUA's ``t_b`` is ``+1``/``-1`` for the same label),
     ``valid``, ``valid_call_rate`` (share of the model's turns that held exactly one parseable
@@ -60,6 +61,7 @@ def reward_components(extras: dict[str, Any], valid: bool, max_steps: int = DEFA
         "len_gain": float(success) * max(0.0, 1.0 - steps / max_steps),
         "num_steps": float(steps),
         "num_tool_calls": float(calls),
+        "num_tool_calls_ok": float(extras.get("num_tool_calls_ok") or 0),
         "used_tool": float(calls > 0),
         "tool_beneficial": float(beneficial),
         "valid": float(valid),
