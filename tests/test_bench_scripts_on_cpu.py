@@ -461,3 +461,66 @@ def test_qwen2_shapes_hold_the_bytes_the_hook_cost_runs_logged():
     bench = _script("bench_ewma_gpu")
     vocab = 516  # the local tokenizer of the hook-cost runs' models (docs/bench_results/hook_cost_*)
     assert sum(math.prod(s) for g in bench.qwen2_shapes("qwen2.5-7b", vocab) for s in g) * 4 == 26117281792
+
+
+def test_estimator_study_arms_share_seeds_and_take_their_advantages_from_the_registered_estimators(monkeypatch):
+    import torch
+    from verl.trainer.ppo.core_algos import get_adv_estimator_fn
+
+    from verl_ext.advantages import compute
+    from verl_ext.advantages.verl_glue import estimator_params
+
+    study = _script("estimator_study")
+    calls = []
+    token_advantages = study.token_advantages
+
+    def recording(arm, config, batch, fields, values):
+        advantages, returns = token_advantages(arm, config, batch, fields, values)
+        calls.append((config, batch, advantages))
+        return advantages, returns
+
+    monkeypatch.setattr(study, "token_advantages", recording)
+    seeds = (0, 1)
+    runs = {arm: [study.run_arm(arm, seed, 1) for seed in seeds] for arm in study.ARMS}
+    first_batches = {(arm, seed): calls[len(seeds) * a + s]
+                     for a, arm in enumerate(study.ARMS) for s, seed in enumerate(seeds)}
+    assert all(len(r.success) == 1 for arm_runs in runs.values() for r in arm_runs)
+    for seed in (0, 1):
+        batches = [first_batches[(arm, seed)][1] for arm in study.ARMS]
+        # paired seeds: every arm's first rollouts are the same episodes of the same tasks
+        assert all(np.array_equal(b.state, batches[0].state) and np.array_equal(b.action, batches[0].action)
+                   for b in batches)
+    assert not np.array_equal(first_batches[("grpo", 0)][1].state, first_batches[("grpo", 1)][1].state)
+    config, batch, grpo = first_batches[("grpo", 0)]
+    # the environment's bookkeeping: a return is the finished subgoals' share, success all of them
+    assert set(np.round(batch.returns * study.SUBGOALS, 6)) <= set(range(study.SUBGOALS + 1))
+    assert np.array_equal(batch.success, np.isclose(batch.returns, 1.0))
+    planner_rows = batch.mask & batch.planner
+    next_subgoal = study.make_tasks(0).order[batch.task[:, None], batch.state % study.SUBGOALS]
+    assert np.array_equal(batch.match[planner_rows], (batch.subgoal == next_subgoal)[planner_rows])
+    mask = torch.from_numpy(batch.mask).float()
+    token_rewards = torch.zeros_like(mask)
+    token_rewards[torch.arange(len(batch.length)), torch.from_numpy(batch.length - 1)] = \
+        torch.from_numpy(batch.returns).float()
+    expected, _ = get_adv_estimator_fn("grpo")(token_level_rewards=token_rewards, response_mask=mask,
+                                               index=np.array([f"task{t}" for t in batch.task], dtype=object))
+    torch.testing.assert_close(grpo, expected)
+    rows, turns = np.nonzero(batch.mask)
+    seen = {}
+    for arm in study.ARMS[1:]:
+        config, batch, advantages = first_batches[(arm, 0)]
+        params, _ = estimator_params(arm, config)
+        direct = compute(
+            arm, uid=batch.task[rows].astype(str), traj_uid=rows.astype(str), step_idx=turns,
+            anchor=np.array([study.anchor_text(s) for s in batch.state[rows, turns]]),
+            step_reward=batch.reward[rows, turns], action_match=batch.match[rows, turns],
+            role=np.where(batch.planner[rows, turns], "planner", "executor"),
+            subgoal=batch.subgoal[rows, turns].astype(str), truncated=batch.truncated[rows],
+            values=np.zeros(len(rows)), **params)
+        np.testing.assert_allclose(advantages[rows, turns].numpy(), direct, rtol=1e-5, atol=1e-6)
+        assert advantages[~torch.from_numpy(batch.mask)].abs().sum() == 0
+        seen[arm] = direct
+    # the arms differ in their advantages, not only in their names
+    assert len({np.round(a, 4).tobytes() for a in seen.values()}) == len(seen)
+    section = study.report({arm: r for arm, r in runs.items()}, [0, 1], 1, 1.0)
+    assert section.startswith(study.HEADING) and all(f"| `{arm}` |" in section for arm in study.ARMS)
