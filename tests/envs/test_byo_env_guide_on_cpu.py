@@ -122,7 +122,7 @@ def test_per_turn_rows_feed_hgpo(guide):
 
 
 def test_tool_without_schema_outside_minidesk_is_a_clear_error():
-    from verl_ext.envs.verl_tools import EnvTool
+    from verl_ext.agent_loops.env_tools import EnvTool
 
     with pytest.raises(ValueError, match="give its tool_schema"):
         EnvTool({"type": "native", "name": "tally_set"})

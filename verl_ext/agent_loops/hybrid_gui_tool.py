@@ -63,7 +63,7 @@ from verl_ext.envs.core import ActionError, EnvFault, Observation, action_from_c
 from verl_ext.envs.policies import SYSTEM_PROMPT
 from verl_ext.envs.pool import get_pool
 from verl_ext.envs.tools import ToolDef
-from verl_ext.envs.verl_tools import EnvTool, png_to_image
+from verl_ext.agent_loops.env_tools import EnvTool, png_to_image
 from verl_ext.old_logits.rollout_client import PER_CALL_KEYS, TurnTokens
 from verl_ext.steps import StepMetadata, anchor_key
 
