@@ -60,7 +60,7 @@ def test_yaml_blocks_parse():
 def test_rendered_observation_in_the_guide_is_what_the_env_renders(guide):
     env = guide["TallyEnv"](max_steps=10)
     try:
-        obs, _ = env.reset("tally", seed=1)
+        obs, _ = env.reset(seed=1, options={"task": "tally"})
     finally:
         env.close()
     (_, shown), = guide_blocks("text")

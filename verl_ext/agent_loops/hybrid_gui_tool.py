@@ -153,7 +153,8 @@ class HybridGuiToolAgentLoop(MultiTurnAgentLoop):
         episode = HybridEpisode()
         async with pool.alease() as env:
             try:
-                episode.obs, episode.reset_info = await asyncio.to_thread(pool.reset, env, task, seed)
+                episode.obs, episode.reset_info = await asyncio.to_thread(
+                    pool.reset, env, seed=seed, options={"task": task})
             except EnvFault as fault:
                 episode.fault, episode.stop_reason = fault.as_dict(), "fault"
                 prompt = raw_prompt or [{"role": "system", "content": SYSTEM_PROMPT}]

@@ -102,7 +102,7 @@ def play_to(template: str, seed: int, state: DecisionState, prompt: list[dict[st
 
     env = make_env("text_hybrid", max_steps=max_steps, show_todo=show_todo)
     try:
-        obs, info = env.reset(template, seed)
+        obs, info = env.reset(seed=seed, options={"task": template})
         table = info["decision_table"]
         messages = first_messages(list(prompt), obs.render())
         view = next(iter(table[0]))  # row 0 holds the start view only

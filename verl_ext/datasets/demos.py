@@ -84,7 +84,7 @@ def play_transcript(task: str, seed: int, policy: str = "oracle", prompt: list[d
     env = make_env("text_hybrid", max_steps=max_steps, show_todo=show_todo)
     scripted = ScriptedPolicy(policy)
     try:
-        obs, info = env.reset(task, seed)
+        obs, info = env.reset(seed=seed, options={"task": task})
         scripted.reset(obs, info, env.tool_schemas())
         tools = tool_schemas(env.tool_defs())
         messages = first_messages(list(prompt or []), obs.render())

@@ -20,6 +20,7 @@ from verl_ext.envs.core import (
     TaskSpec,
     ToolCall,
     action_from_call,
+    task_option,
     tool_result,
 )
 from verl_ext.envs.tools import COMPUTER_USE, ToolDef
@@ -108,9 +109,11 @@ class BrowserEnv(ABC):
     def _on_browser_start(self) -> None:
         """Hook: the browser is new (load the app page)."""
 
-    def reset(self, task: TaskSpec | str | dict[str, Any],
-              seed: int | None = None) -> tuple[Observation, dict[str, Any]]:
-        self.task = TaskSpec.parse(task, seed)
+    def reset(self, *, seed: int | None = None,
+              options: dict[str, Any] | None = None) -> tuple[Observation, dict[str, Any]]:
+        """Gymnasium's reset: the task is ``options["task"]`` (an id, ``{"template", "seed"}`` or a
+        ``TaskSpec``); ``seed``, when given, replaces the task's own seed."""
+        self.task = TaskSpec.parse(task_option(options), seed)
         self._fault, self._done = None, False
         self.counts = {"steps": 0, "gui": 0, "tool": 0, "invalid": 0}
         try:

@@ -33,7 +33,7 @@ def play_episode(pool: EnvPool, env: BrowserEnv, policy: Policy, task: str, seed
     started = time.perf_counter()
     fault, success, info = None, False, {}
     try:
-        obs, info = pool.reset(env, task, seed)
+        obs, info = pool.reset(env, seed=seed, options={"task": task})
         policy.reset(obs, info, env.tool_schemas())
         done = False
         while not done:

@@ -43,7 +43,7 @@ def list_tasks() -> list[str]:
 
 
 class MiniWoBEnv(BrowserEnv):
-    """A MiniWoB++ task per episode (``reset("click-button", seed)``); GUI actions only, no app tools."""
+    """A MiniWoB++ task per episode (``reset(seed=seed, options={"task": "click-button"})``); GUI actions only, no app tools."""
 
     name = "miniwob"
     root_selector = "#wrap"

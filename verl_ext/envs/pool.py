@@ -130,13 +130,14 @@ class EnvPool:
         finally:
             self.release(env)
 
-    def reset(self, env: BrowserEnv, task: Any, seed: int | None = None) -> tuple[Any, dict[str, Any]]:
+    def reset(self, env: BrowserEnv, *, seed: int | None = None,
+              options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
         """``env.reset`` that restarts the browser once if the reset itself faults."""
         try:
-            return env.reset(task, seed)
+            return env.reset(seed=seed, options=options)
         except EnvFault:
             env.browser.close()
-            return env.reset(task, seed)
+            return env.reset(seed=seed, options=options)
 
     def _count(self, key: str) -> None:
         with self._lock:
