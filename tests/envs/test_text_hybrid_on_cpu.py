@@ -38,7 +38,7 @@ MODES = ("gui", "tool", "oracle")
 @pytest.fixture
 def env():
     env = TextHybridEnv()
-    env.ensure_browser()
+    env.ensure_screen()
     yield env
     env.close()
 
@@ -247,7 +247,7 @@ def test_rows_name_the_task_and_carry_labels_and_questions(tmp_path):
     assert not val_seeds & {r["extra_info"]["env"]["seed"] for r in rows}
     assert sorted({r["extra_info"]["env"]["task"] for r in rows}) == sorted(TEMPLATES)
     env = TextHybridEnv()
-    env.ensure_browser()
+    env.ensure_screen()
     for row in rows[:4]:
         extra = row["extra_info"]
         assert row["agent_name"] == "hybrid_gui_tool" and extra["env"]["backend"] == "text_hybrid"
@@ -278,7 +278,7 @@ class PlanModel:
 
     def __init__(self, template: str, seed: int, mode: str):
         self.env = TextHybridEnv()
-        self.env.ensure_browser()
+        self.env.ensure_screen()
         self.obs, info = self.env.reset(seed=seed, options={"task": template})
         self.plan = list(info["plans"][mode])
 

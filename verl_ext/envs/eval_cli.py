@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from verl_ext.cli_args import positive_int
-from verl_ext.envs.base import BrowserEnv
+from verl_ext.envs.base import ScreenEnv
 from verl_ext.envs.core import EnvFault
 from verl_ext.envs.policies import Policy, check_policy_spec, make_policy
 from verl_ext.envs.pool import EnvPool, make_env
@@ -28,7 +28,7 @@ from verl_ext.errors import UserError
 from verl_ext.rewards.env_rewards import episode_metrics, reward_components
 
 
-def play_episode(pool: EnvPool, env: BrowserEnv, policy: Policy, task: str, seed: int) -> dict[str, Any]:
+def play_episode(pool: EnvPool, env: ScreenEnv, policy: Policy, task: str, seed: int) -> dict[str, Any]:
     """One episode; returns ``reward_components`` plus ``task``, ``seed``, ``fault``, ``seconds``."""
     started = time.perf_counter()
     fault, success, info = None, False, {}

@@ -55,7 +55,7 @@ class MiniWoBEnv(BrowserEnv):
         self._page: str | None = None
         self._raw_reward = 0.0
 
-    def _on_browser_start(self) -> None:
+    def _on_screen_start(self) -> None:
         self._page = None
 
     def _load(self, task: TaskSpec) -> dict[str, Any]:

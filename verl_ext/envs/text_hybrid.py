@@ -1,8 +1,8 @@
 """TextHybrid: a hybrid GUI + tool environment in pure Python (no browser), for machines without
 Chromium and for tasks where the tool-vs-GUI choice matters at every step.
 
-The env is a :class:`~verl_ext.envs.base.BrowserEnv` whose "browser" is :class:`TextScreen`, an
-in-process screen over one of the apps of ``text_hybrid_apps`` (settings panel, contacts book,
+The env is a :class:`~verl_ext.envs.base.ScreenEnv` on :class:`TextScreen`, an in-process
+screen over one of the apps of ``text_hybrid_apps`` (settings panel, contacts book,
 file manager, inventory sheet). So the step loop, counters, ``computer_use`` + app tools, action
 errors, faults, the env pool and the ``hybrid_gui_tool`` agent loop are exactly MiniDesk's; only
 the page is Python. A step costs well under a millisecond.
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from collections.abc import Callable
 from typing import Any
 
-from verl_ext.envs.base import BrowserEnv
+from verl_ext.envs.base import ScreenEnv
 from verl_ext.envs.core import ActionError, EnvFault, Observation, TaskSpec
 from verl_ext.envs.text_hybrid_apps import APPS, App, Step, Subgoal
 from verl_ext.envs.tools import ToolDef
@@ -221,8 +221,8 @@ def check(app: App) -> bool:
 
 # --- the screen -------------------------------------------------------------------------------
 class TextScreen:
-    """Stands in for :class:`~verl_ext.envs.browser.Browser`: the same lifecycle (``start``,
-    ``alive``, ``close``, ``driver``) and GUI primitives, over an in-process :class:`App`.
+    """A :class:`~verl_ext.envs.screen.Screen` over an in-process :class:`App` (the browser is the
+    other one).
 
     ``crash_after``: the observation count after which the screen dies (fault injection: the next
     observation raises a ``browser_crash`` :class:`EnvFault`, as a dead Chromium would).
@@ -287,7 +287,7 @@ class TextScreen:
 
 
 # --- the env ----------------------------------------------------------------------------------
-class TextHybridEnv(BrowserEnv):
+class TextHybridEnv(ScreenEnv):
     """Hybrid GUI + tool env over the TextHybrid apps; no browser.
 
     Args:
@@ -304,12 +304,11 @@ class TextHybridEnv(BrowserEnv):
     name = "text_hybrid"
 
     def __init__(self, n_distractors: int = 2, fault_rate: float = 0.0, max_steps: int = 30,
-                 screenshots: bool = False, show_todo: bool = False, **kwargs: Any):
+                 screenshots: bool = False, show_todo: bool = False):
         if screenshots:
             raise ValueError("text_hybrid has no screenshots: set the agent loop's screenshots=false "
                              "(or use the minidesk backend for a VL model)")
-        super().__init__(max_steps=max_steps, **kwargs)
-        self.browser = TextScreen()
+        super().__init__(TextScreen(), max_steps=max_steps)
         self.n_distractors = n_distractors
         self.fault_rate = fault_rate
         self.show_todo = show_todo
@@ -320,7 +319,7 @@ class TextHybridEnv(BrowserEnv):
         rng = random.Random(f"text_hybrid/{task.template}/{task.seed}/fault")
         crash = rng.randint(1, max(1, len(plans.oracle))) if rng.random() < self.fault_rate else None
         self.app = app
-        self.browser.load(app, crash)
+        self.screen.load(app, crash)
         self.instruction = app.instruction()
         return {
             **summary(plans),
