@@ -21,6 +21,8 @@ from verl_ext.envs.plans import plan_step_action
 from verl_ext.envs.policies import RandomPolicy, make_policy
 from verl_ext.envs.text_hybrid import (
     MIXED_SHARE,
+    InjectScreenCrash,
+    ShowTodo,
     TextHybridEnv,
     check,
     make_task,
@@ -128,7 +130,7 @@ def test_observation_is_numbered_text_and_tools_have_schemas(env):
 def test_show_todo_lists_the_items_not_done_yet(template):
     """show_todo: each observation ends with the instruction's items whose questions do not all hold,
     so along the oracle's plan the list only shrinks; without it the observation has no such line."""
-    env = TextHybridEnv(show_todo=True)
+    env = ShowTodo(TextHybridEnv())
     obs, info = env.reset(seed=5, options={"task": template})
     assert "To do:" not in TextHybridEnv().reset(seed=5, options={"task": template})[0].render()
     app = env.app
@@ -207,7 +209,7 @@ def test_random_states_pass_the_verifier_only_when_every_question_is_yes(env):
 def test_injected_crash_is_a_fault_and_the_pool_restarts_the_screen():
     from verl_ext.envs.pool import EnvPool
 
-    pool = EnvPool(lambda: TextHybridEnv(fault_rate=1.0), max_envs=1)
+    pool = EnvPool(lambda: InjectScreenCrash(TextHybridEnv(), 1.0), max_envs=1)
     with pool.lease() as env:
         obs, info = pool.reset(env, seed=2, options={"task": "file_manager"})
         for step in info["plans"]["oracle"]:

@@ -161,7 +161,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--max-steps", type=positive_int, default=30)
     parser.add_argument("--show-todo", action="store_true",
                         help="text_hybrid: end each observation with the task's items still to do, as for a "
-                             "checkpoint trained with the recipes' SHOW_TODO=1 (TextHybridEnv show_todo)")
+                             "checkpoint trained with the recipes' SHOW_TODO=1 (text_hybrid's show_todo)")
     parser.add_argument("--json", help="also write every episode record to this file")
     parser.add_argument("--no-per-task", action="store_true", help="print only the overall line")
     args = parser.parse_args(argv)

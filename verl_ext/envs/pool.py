@@ -45,9 +45,9 @@ def make_env(backend: str, **options: Any) -> ScreenEnv:
 
         return MiniWoBEnv(**options)
     if backend == "text_hybrid":  # pure Python, no browser (verl_ext.envs.text_hybrid)
-        from verl_ext.envs.text_hybrid import TextHybridEnv
+        from verl_ext.envs.text_hybrid import make_text_hybrid_env
 
-        return TextHybridEnv(**options)
+        return make_text_hybrid_env(**options)
     if backend in _BACKENDS:
         return _BACKENDS[backend](**options)
     if ":" in backend:
