@@ -139,7 +139,6 @@ class HybridGuiToolAgentLoop(MultiTurnAgentLoop):
         self.history_window = history_window
         self.screenshots = bool(screenshots and getattr(self.processor, "image_processor", None))
         self.artifact_screenshot = artifact_screenshot
-        self.action_format = action_format
         self.env_options = dict(env_options or {})
         self.menu_play = MenuPlay(rollout, int(patch_threshold), max_action_tokens) if action_format == "menu" else None
         self.tool_parser = ToolParser.get_tool_parser(multi_turn.format, self.tokenizer)
