@@ -120,3 +120,20 @@ def test_the_envs_do_not_import_the_agent_loops_or_the_datasets_built_on_them():
     found = {name: sorted(t for t in targets if t.startswith(("verl_ext.agent_loops", "verl_ext.datasets")))
              for name, targets in import_graph().items() if name.startswith("verl_ext.envs")}
     assert {name: targets for name, targets in found.items() if targets} == {}
+
+
+def test_the_envs_import_neither_verl_nor_ray():
+    """The env contract is plain Python: verl's tool and dataset adapters live above it."""
+    found = {}
+    for name, path in _modules().items():
+        if not name.startswith("verl_ext.envs"):
+            continue
+        imported = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                imported.add(node.module.split(".")[0])
+        if imported & {"verl", "ray"}:
+            found[name] = sorted(imported & {"verl", "ray"})
+    assert found == {}

@@ -153,7 +153,7 @@ def main(argv: list[str]) -> int:
                         help=f"{', '.join(TEMPLATED)} only: comma-separated task templates (default: all)")
     parser.add_argument("--show-todo", action="store_true",
                         help=f"{', '.join(SHOWS_TODO)} only: observations end with the task's items still to do "
-                             "(TextHybridEnv show_todo; the online stage's agent loop must set it too)")
+                             "(text_hybrid's show_todo; the online stage's agent loop must set it too)")
     parser.add_argument("--tool-oversample", type=positive_int, default=None, metavar="K",
                         help=f"{', '.join(OVERSAMPLES_TOOLS)} only: write each training transcript in which the "
                              "oracle calls an app tool K times (default 1: once; val is never oversampled); "

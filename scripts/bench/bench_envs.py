@@ -39,10 +39,10 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
-def timed(seconds: list[float], call, *args):
-    """``call(*args)``, its wall time appended to ``seconds``."""
+def timed(seconds: list[float], call, *args, **kwargs):
+    """``call(*args, **kwargs)``, its wall time appended to ``seconds``."""
     t0 = time.perf_counter()
-    result = call(*args)
+    result = call(*args, **kwargs)
     seconds.append(time.perf_counter() - t0)
     return result
 
@@ -52,15 +52,15 @@ def latency(backend: str, n: int) -> dict[str, list[float]]:
     env = make_env(backend)
     out: dict[str, list[float]] = {"reset": [], "gui_step": [], "tool_step": []}
     try:
-        env.reset("mail_open" if backend == "minidesk" else "click-button", 0)  # warm-up: browser start
+        env.reset(seed=0, options={"task": "mail_open" if backend == "minidesk" else "click-button"})  # warm-up: browser start
         for i in range(n):
             if backend == "minidesk":
-                obs, info = timed(out["reset"], env.reset, "mail_star_sender", i)
+                obs, info = timed(out["reset"], env.reset, seed=i, options={"task": "mail_star_sender"})
                 timed(out["gui_step"], env.step, GuiAction("click", element=obs.find("app-mail").id))
                 step = info["plans"]["tool"][0]
                 timed(out["tool_step"], env.step, ToolCall(step["tool"], step["args"]))
             else:
-                obs, _ = timed(out["reset"], env.reset, "click-checkboxes", i)
+                obs, _ = timed(out["reset"], env.reset, seed=i, options={"task": "click-checkboxes"})
                 box = next(e for e in obs.elements if e.role == "checkbox")
                 timed(out["gui_step"], env.step, GuiAction("click", element=box.id))
     finally:
@@ -70,7 +70,7 @@ def latency(backend: str, n: int) -> dict[str, list[float]]:
 
 def play_gui_episode(env, template: str, seed: int) -> int:
     """One episode of ``template`` by the scripted GUI plan; returns its number of steps."""
-    obs, info = env.reset(template, seed)
+    obs, info = env.reset(seed=seed, options={"task": template})
     policy = ScriptedPolicy("gui")
     policy.reset(obs, info, [])
     steps, done = 0, False
@@ -93,7 +93,7 @@ def throughput(n_envs: int, episodes_per_env: int) -> tuple[float, float]:
 
     try:
         for env in envs:  # browsers start outside the timed region
-            env.reset("mail_open", 0)
+            env.reset(seed=0, options={"task": "mail_open"})
         threads = [threading.Thread(target=work, args=(i,)) for i in range(n_envs)]
         t0 = time.perf_counter()
         for t in threads:

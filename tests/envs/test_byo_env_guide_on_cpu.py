@@ -60,7 +60,7 @@ def test_yaml_blocks_parse():
 def test_rendered_observation_in_the_guide_is_what_the_env_renders(guide):
     env = guide["TallyEnv"](max_steps=10)
     try:
-        obs, _ = env.reset("tally", seed=1)
+        obs, _ = env.reset(seed=1, options={"task": "tally"})
     finally:
         env.close()
     (_, shown), = guide_blocks("text")
@@ -122,7 +122,7 @@ def test_per_turn_rows_feed_hgpo(guide):
 
 
 def test_tool_without_schema_outside_minidesk_is_a_clear_error():
-    from verl_ext.envs.verl_tools import EnvTool
+    from verl_ext.agent_loops.env_tools import EnvTool
 
     with pytest.raises(ValueError, match="give its tool_schema"):
         EnvTool({"type": "native", "name": "tally_set"})

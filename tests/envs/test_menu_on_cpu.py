@@ -55,7 +55,7 @@ def test_menu_needs_reference_plans():
 
 def _play(env, template: str, seed: int, letters: str):
     """Answer ``letters`` in turn (the last one repeats) until the episode ends."""
-    obs, info = env.reset({"template": template, "seed": seed}, seed)
+    obs, info = env.reset(seed=seed, options={"task": {"template": template, "seed": seed}})
     menu = PlanMenu(info["plans"])
     for i in range(10):
         mode = parse_choice(letters[min(i, len(letters) - 1)])
@@ -85,7 +85,7 @@ def test_mixing_paths_works_when_the_plans_commute(minidesk):
 
 @pytest.mark.browser
 def test_options_name_the_next_step_of_each_plan(minidesk):
-    obs, info = minidesk.reset({"template": "settings_theme", "seed": 1}, 1)
+    obs, info = minidesk.reset(seed=1, options={"task": {"template": "settings_theme", "seed": 1}})
     text = PlanMenu(info["plans"]).render(obs)
     assert text.startswith("T) call settings_set(") and " | G) select #" in text
 

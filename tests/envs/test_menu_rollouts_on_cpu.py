@@ -40,7 +40,7 @@ def _play(env: TextHybridEnv, start, answer, max_turns: int = 60) -> tuple[list,
 
 
 def _reset(env: TextHybridEnv, template: str, seed: int, rollout: str, **kwargs):  # noqa: F811
-    obs, info = env.reset(template, seed)
+    obs, info = env.reset(seed=seed, options={"task": template})
     return info, make_player(rollout, info, **kwargs), obs
 
 
@@ -181,7 +181,7 @@ def test_loop_refuses_a_rollout_outside_the_menu(tokenizer):  # noqa: F811
 
 
 def test_semi_online_without_a_reference_answer_any_option_matches_and_no_option_is_patched(env):  # noqa: F811
-    obs, info = env.reset("file_manager", 3)
+    obs, info = env.reset(seed=3, options={"task": "file_manager"})
     for text, match in (("T", True), ("??", False)):
         player = make_player("semi_online", info, patch_threshold=-1)
         player.reference = []  # as past the reference's last decision

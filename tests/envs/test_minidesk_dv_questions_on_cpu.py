@@ -228,7 +228,7 @@ def test_every_template_writes_valid_questions_into_reset_info(minidesk):
     problems = []
     for template in TEMPLATES:
         for seed in SEEDS:
-            obs, info = minidesk.reset(template, seed)
+            obs, info = minidesk.reset(seed=seed, options={"task": template})
             record = info["dv_questions"]
             assert (record["version"], record["model"]) == (DV_QUESTIONS_VERSION, "template")
             questions = from_extra_info(info, "dv_questions")  # what the dvreward manager reads
@@ -254,7 +254,7 @@ def test_solved_episodes_answer_yes_to_every_question(minidesk, mode):
     failures = []
     for template in TEMPLATES:
         for seed in SEEDS[:2] if mode == "gui" else SEEDS:
-            obs, info = minidesk.reset(template, seed)
+            obs, info = minidesk.reset(seed=seed, options={"task": template})
             policy = ScriptedPolicy(mode)
             policy.reset(obs, info, minidesk.tool_schemas())
             step_until_done(minidesk, policy, obs)
@@ -271,7 +271,7 @@ def test_questions_agree_with_the_verifier_along_the_gui_plan(minidesk):
     problems, states = [], 0
     for template in TEMPLATES:
         for seed in (0, 1):
-            obs, info = minidesk.reset(template, seed)
+            obs, info = minidesk.reset(seed=seed, options={"task": template})
             for i, step in enumerate(info["plans"]["gui"]):
                 obs, *_ = minidesk.step(plan_step_action(step, obs))
                 states += 1
@@ -296,12 +296,12 @@ def test_questions_agree_with_the_verifier_on_wrong_tool_calls(minidesk):
     problems, wrong = [], 0
     for template in TEMPLATES:
         for seed in (0, 1):
-            _, info = minidesk.reset(template, seed)
+            _, info = minidesk.reset(seed=seed, options={"task": template})
             plan = info["plans"]["tool"]
             variants = [(i, key) for i, step in enumerate(plan) for key in (step.get("args") or {})]
             variants += [(i, "text") for i, step in enumerate(plan) if step.get("gui") == "answer"]
             for i, key in variants:
-                obs, info = minidesk.reset(template, seed)
+                obs, info = minidesk.reset(seed=seed, options={"task": template})
                 for j, step in enumerate(info["plans"]["tool"]):
                     step = json.loads(json.dumps(step))
                     if j == i:
@@ -319,7 +319,7 @@ def test_questions_agree_with_the_verifier_on_wrong_tool_calls(minidesk):
 def test_questions_agree_with_the_verifier_on_random_states(minidesk):
     problems = []
     for k, template in enumerate(TEMPLATES):
-        obs, info = minidesk.reset(template, 3)
+        obs, info = minidesk.reset(seed=3, options={"task": template})
         policy = RandomPolicy(seed=k, tool_prob=0.5)
         policy.reset(obs, info, minidesk.tool_schemas())
         for step in range(8):
@@ -368,7 +368,7 @@ def test_questions_agree_with_the_verifier_after_collateral_changes(minidesk):
     problems, broke = [], 0
 
     def solve(template: str) -> dict:
-        obs, info = minidesk.reset(template, 0)
+        obs, info = minidesk.reset(seed=0, options={"task": template})
         policy = ScriptedPolicy("tool")
         policy.reset(obs, info, minidesk.tool_schemas())
         step_until_done(minidesk, policy, obs)

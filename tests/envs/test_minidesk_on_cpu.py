@@ -21,7 +21,7 @@ SEEDS = (0, 1, 7)
 
 
 def play(env, policy, template: str, seed: int) -> tuple[float, dict, dict]:
-    obs, info = env.reset(template, seed)
+    obs, info = env.reset(seed=seed, options={"task": template})
     policy.reset(obs, info, env.tool_schemas())
     done, reward, step_info = False, 0.0, {}
     while not done:
@@ -56,27 +56,27 @@ def test_tool_beneficial_label_matches_reference_steps(minidesk):
     catalog = template_catalog()  # what data preparation reads without a browser
     for template in TEMPLATES:
         for seed in SEEDS:
-            _, info = minidesk.reset(template, seed)
+            _, info = minidesk.reset(seed=seed, options={"task": template})
             gui, tool = info["ref_steps"]["gui"], info["ref_steps"]["tool"]
             assert info["tool_beneficial"] == (tool < gui), (template, seed, info["ref_steps"])
             assert catalog[template] == {"apps": info["apps"], "tool_beneficial": info["tool_beneficial"]}
-    labels = [minidesk.reset(t, 0)[1]["tool_beneficial"] for t in TEMPLATES]
+    labels = [minidesk.reset(seed=0, options={"task": t})[1]["tool_beneficial"] for t in TEMPLATES]
     assert 0.15 < labels.count(False) / len(labels) < 0.5  # both kinds are well represented
 
 
 def test_initial_state_is_not_already_solved(minidesk):
     for template in TEMPLATES:
-        minidesk.reset(template, 2)
+        minidesk.reset(seed=2, options={"task": template})
         assert minidesk.browser.js("return DESK.verify();") is False, template
 
 
 def test_seeds_generate_different_instances_and_same_seed_repeats(minidesk):
     for template in ("mail_star_sender", "sheet_sort", "files_rename", "calendar_add"):
-        texts = {minidesk.reset(template, seed)[0].instruction + minidesk.reset(template, seed)[0].page_text()
+        texts = {minidesk.reset(seed=seed, options={"task": template})[0].instruction + minidesk.reset(seed=seed, options={"task": template})[0].page_text()
                  for seed in range(6)}
         assert len(texts) >= 3, template
-        first = minidesk.reset(template, 11)[0].instruction
-        assert minidesk.reset(template, 11)[0].instruction == first
+        first = minidesk.reset(seed=11, options={"task": template})[0].instruction
+        assert minidesk.reset(seed=11, options={"task": template})[0].instruction == first
 
 
 def test_random_policy_almost_always_fails(minidesk):
@@ -86,7 +86,7 @@ def test_random_policy_almost_always_fails(minidesk):
 
 
 def test_episode_tools_include_app_tools_and_distractors(minidesk):
-    obs, _ = minidesk.reset("settings_from_mail", 0)
+    obs, _ = minidesk.reset(seed=0, options={"task": "settings_from_mail"})
     groups = {t.name: t.group for t in minidesk.tool_defs()}
     assert obs.tools[0] == "computer_use"
     assert {"mail", "settings", "distractor"} <= set(groups.values())
@@ -95,7 +95,7 @@ def test_episode_tools_include_app_tools_and_distractors(minidesk):
 
 
 def test_tool_argument_errors_are_structured(minidesk):
-    minidesk.reset("mail_send", 0)
+    minidesk.reset(seed=0, options={"task": "mail_send"})
     cases = [
         (ToolCall("mail_send", {"to": "a@b.test"}), "missing required argument(s) ['subject', 'body']"),
         (ToolCall("mail_send", {"to": "a", "subject": "s", "body": "b", "cc": "x"}), "unknown argument(s) ['cc']"),
@@ -116,7 +116,7 @@ def test_tool_argument_errors_are_structured(minidesk):
 
 
 def test_js_tool_errors_are_structured(minidesk):
-    minidesk.reset("sheet_set_cell", 0)
+    minidesk.reset(seed=0, options={"task": "sheet_set_cell"})
     for action, message in [
         (ToolCall("sheet_set_cell", {"cell": "Z9", "value": "1"}), "bad cell reference"),
         (ToolCall("sheet_set_range", {"range": "A2:B3", "values": "1,2,3"}), "does not match range"),
@@ -127,7 +127,7 @@ def test_js_tool_errors_are_structured(minidesk):
 
 @pytest.mark.parametrize("path", ["../../etc/passwd", "/etc/passwd", "Documents/../../x", "..", "C:/x", "a\\..\\b", ""])
 def test_file_tools_reject_paths_outside_the_sandbox(minidesk, path):
-    minidesk.reset("files_delete", 0)
+    minidesk.reset(seed=0, options={"task": "files_delete"})
     for name, args in [("files_read", {"path": path}), ("files_delete", {"path": path}),
                        ("files_write", {"path": path, "content": "x"})]:
         obs, *_ = minidesk.step(ToolCall(name, args))
@@ -136,7 +136,7 @@ def test_file_tools_reject_paths_outside_the_sandbox(minidesk, path):
 
 
 def test_symlink_out_of_the_sandbox_is_rejected(minidesk, tmp_path):
-    minidesk.reset("files_read_answer", 0)
+    minidesk.reset(seed=0, options={"task": "files_read_answer"})
     secret = tmp_path / "secret.txt"
     secret.write_text("top secret")
     (minidesk.sandbox.root / "escape").symlink_to(tmp_path)
@@ -145,7 +145,7 @@ def test_symlink_out_of_the_sandbox_is_rejected(minidesk, tmp_path):
 
 
 def test_sandbox_mirrors_the_page_file_system(minidesk):
-    _, info = minidesk.reset("files_create", 3)
+    _, info = minidesk.reset(seed=3, options={"task": "files_create"})
     before = set(minidesk.sandbox.listing())
     path = info["plans"]["tool"][0]["args"]["path"]
     content = info["plans"]["tool"][0]["args"]["content"]
@@ -157,7 +157,7 @@ def test_sandbox_mirrors_the_page_file_system(minidesk):
 
 
 def test_distractor_tools_do_nothing_useful_and_never_touch_the_network(minidesk):
-    minidesk.reset("mail_open", 0)
+    minidesk.reset(seed=0, options={"task": "mail_open"})
     for name in [t.name for t in minidesk.tool_defs() if t.group == "distractor"]:
         args = {p: (1 if spec.type in ("integer", "number") else "x")
                 for p, spec in minidesk._tools[name].params.items()}
@@ -166,7 +166,7 @@ def test_distractor_tools_do_nothing_useful_and_never_touch_the_network(minidesk
 
 
 def test_gui_primitives_type_key_scroll_and_click_at(minidesk):
-    obs, _ = minidesk.reset("mail_send", 1)
+    obs, _ = minidesk.reset(seed=1, options={"task": "mail_send"})
     obs, *_ = minidesk.step(GuiAction("click", element=obs.find("app-mail").id))
     obs, *_ = minidesk.step(GuiAction("click", element=obs.find("mail-compose").id))
     obs, *_ = minidesk.step(GuiAction("type", element=obs.find("compose-to").id, text="x@y.test"))
@@ -184,7 +184,7 @@ def test_gui_primitives_type_key_scroll_and_click_at(minidesk):
 def test_observation_text_and_screenshot(minidesk):
     from PIL import Image
 
-    obs, _ = minidesk.reset("calendar_delete_title", 0)
+    obs, _ = minidesk.reset(seed=0, options={"task": "calendar_delete_title"})
     text = obs.render()
     assert text.startswith("Task: Delete the event") and '[1] button "Mail"' in text and "Step 0/30" in text
     assert "data-k" not in text and all(e.key is None or e.key not in text for e in obs.elements)
@@ -193,17 +193,17 @@ def test_observation_text_and_screenshot(minidesk):
 
 
 def test_answer_ends_question_tasks(minidesk):
-    _, info = minidesk.reset("calendar_count_answer", 0)
+    _, info = minidesk.reset(seed=0, options={"task": "calendar_count_answer"})
     right = info["plans"]["gui"][-1]["text"]
     obs, reward, terminated, *_ = minidesk.step(GuiAction("answer", text=str(int(right) + 1)))
     assert terminated and reward == 0.0
-    minidesk.reset("calendar_count_answer", 0)
+    minidesk.reset(seed=0, options={"task": "calendar_count_answer"})
     obs, reward, terminated, *_ = minidesk.step(GuiAction("answer", text=f" {right} "))
     assert terminated and reward == 1.0
 
 
 def test_max_steps_truncates(minidesk):
-    minidesk.reset("mail_open", 0)
+    minidesk.reset(seed=0, options={"task": "mail_open"})
     for _ in range(minidesk.max_steps):
         obs, reward, terminated, truncated, _ = minidesk.step(GuiAction("scroll", direction="up"))
     assert truncated and not terminated and reward == 0.0
@@ -237,9 +237,9 @@ def test_nothing_reaches_the_network():
 
 
 def test_reset_reloads_the_page_if_it_was_navigated_away(minidesk):
-    minidesk.reset("mail_open", 0)
+    minidesk.reset(seed=0, options={"task": "mail_open"})
     minidesk.browser.get("about:blank")
-    obs, _ = minidesk.reset("mail_open", 1)
+    obs, _ = minidesk.reset(seed=1, options={"task": "mail_open"})
     assert obs.find("app-mail") is not None
 
 
@@ -249,6 +249,6 @@ def test_screenshots_cover_the_whole_viewport(minidesk):
 
     from PIL import Image
 
-    minidesk.reset({"template": "mail_send", "seed": 0}, 0)
+    minidesk.reset(seed=0, options={"task": {"template": "mail_send", "seed": 0}})
     image = Image.open(io.BytesIO(minidesk.screenshot()))
     assert image.size == (minidesk.browser.width, minidesk.browser.height)  # click_at's coordinate space

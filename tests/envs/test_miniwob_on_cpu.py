@@ -28,7 +28,7 @@ def test_more_than_one_hundred_tasks():
 
 
 def test_click_button_solved_and_verified(miniwob):
-    obs, info = miniwob.reset("click-button", 1)
+    obs, info = miniwob.reset(seed=1, options={"task": "click-button"})
     target = re.search(r'"(.+?)"', obs.instruction).group(1)
     button = next(e for e in obs.elements if e.role == "button" and e.text == target)
     obs, reward, terminated, truncated, info = miniwob.step(GuiAction("click", element=button.id))
@@ -36,7 +36,7 @@ def test_click_button_solved_and_verified(miniwob):
 
 
 def test_wrong_answer_is_binary_zero(miniwob):
-    obs, _ = miniwob.reset("click-button", 1)
+    obs, _ = miniwob.reset(seed=1, options={"task": "click-button"})
     target = re.search(r'"(.+?)"', obs.instruction).group(1)
     wrong = next(e for e in obs.elements if e.role == "button" and e.text != target)
     _, reward, terminated, _, info = miniwob.step(GuiAction("click", element=wrong.id))
@@ -44,7 +44,7 @@ def test_wrong_answer_is_binary_zero(miniwob):
 
 
 def test_type_and_submit(miniwob):
-    obs, _ = miniwob.reset("enter-text", 2)
+    obs, _ = miniwob.reset(seed=2, options={"task": "enter-text"})
     word = re.search(r'"(.+?)"', obs.instruction).group(1)
     field = next(e for e in obs.elements if e.role == "textbox")
     obs, *_ = miniwob.step(GuiAction("type", element=field.id, text=word))
@@ -57,18 +57,18 @@ def test_episode_timeout_is_disabled(miniwob):
     from verl_ext.envs.miniwob_env import NO_TIMEOUT_MS
 
     for task in ("click-button", "email-inbox-important", "search-engine"):  # 10 s, 30 s, 20 s by default
-        miniwob.reset(task, 0)
+        miniwob.reset(seed=0, options={"task": task})
         assert miniwob.browser.js("return core.EPISODE_MAX_TIME;") == NO_TIMEOUT_MS
 
 
 def test_same_seed_same_task_instance(miniwob):
-    first = miniwob.reset("click-checkboxes", 5)[0].page_text()
-    miniwob.reset("click-button", 0)
-    assert miniwob.reset("click-checkboxes", 5)[0].page_text() == first
+    first = miniwob.reset(seed=5, options={"task": "click-checkboxes"})[0].page_text()
+    miniwob.reset(seed=0, options={"task": "click-button"})
+    assert miniwob.reset(seed=5, options={"task": "click-checkboxes"})[0].page_text() == first
 
 
 def test_tools_are_refused_with_a_readable_error(miniwob):
-    obs, _ = miniwob.reset("click-button", 0)
+    obs, _ = miniwob.reset(seed=0, options={"task": "click-button"})
     assert obs.tools == ["computer_use"]
     obs, reward, terminated, *_ = miniwob.step(ToolCall("mail_star", {"sender": "x"}))
     assert obs.last_result["success"] is False and "unknown tool" in obs.last_result["error_message"]
@@ -80,5 +80,5 @@ def test_a_sample_of_tasks_loads(miniwob):
     from verl_ext.envs.miniwob_env import list_tasks
 
     for task in list_tasks()[::10]:
-        obs, _ = miniwob.reset(task, 0)
+        obs, _ = miniwob.reset(seed=0, options={"task": task})
         assert obs.instruction, task

@@ -23,7 +23,7 @@ def pool():
 
 def test_browser_killed_mid_episode_is_a_fault_then_restarted(pool):
     with pool.lease() as env:
-        obs, info = pool.reset(env, "mail_star_sender", 0)
+        obs, info = pool.reset(env, seed=0, options={"task": "mail_star_sender"})
         obs, *_ = env.step(GuiAction("click", element=obs.find("app-mail").id))
         old_pids = env.browser.pids()
         env.browser.kill_browser()
@@ -36,7 +36,7 @@ def test_browser_killed_mid_episode_is_a_fault_then_restarted(pool):
 
     with pool.lease() as env:  # same env object, new browser, usable at once
         assert env.browser.pids() and env.browser.pids()[0] != old_pids[0]
-        obs, info = pool.reset(env, "mail_star_sender", 0)
+        obs, info = pool.reset(env, seed=0, options={"task": "mail_star_sender"})
         plan = info["plans"]["tool"]
         *_, step_info = env.step(ToolCall(plan[0]["tool"], plan[0]["args"]))
         assert step_info["success"] is True
@@ -46,9 +46,9 @@ def test_browser_killed_mid_episode_is_a_fault_then_restarted(pool):
 
 def test_reset_after_the_browser_died_between_episodes_restarts_it(pool):
     with pool.lease() as env:
-        pool.reset(env, "mail_open", 0)
+        pool.reset(env, seed=0, options={"task": "mail_open"})
         env.browser.kill_browser()
-        obs, info = pool.reset(env, "mail_open", 1)  # retried once on a fresh browser
+        obs, info = pool.reset(env, seed=1, options={"task": "mail_open"})  # retried once on a fresh browser
         assert obs.elements and env.faulted is None
     assert pool.stats()["restarts"] == 1
 
@@ -88,14 +88,14 @@ def test_hung_page_is_a_driver_timeout_fault_and_the_pool_recovers():
     pool = EnvPool(lambda: make_env("minidesk", command_timeout_s=3), max_envs=1)
     try:
         with pool.lease() as env:
-            obs, _ = pool.reset(env, "mail_open", 0)
+            obs, _ = pool.reset(env, seed=0, options={"task": "mail_open"})
             # The next click never returns: the page's handler loops forever.
             env.browser.js("document.addEventListener('mousedown', function () { while (true) {} }, true);")
             *_, truncated, info = env.step(GuiAction("click", element=obs.find("app-mail").id))
             assert truncated and info["fault"]["kind"] == "driver_timeout"
             assert_names(info["fault"]["message"], "Chromium for env minidesk", "3 s", "env_options.command_timeout_s")
         with pool.lease() as env:
-            obs, info = pool.reset(env, "mail_open", 1)
+            obs, info = pool.reset(env, seed=1, options={"task": "mail_open"})
             *_, step_info = env.step(GuiAction("click", element=obs.find("app-mail").id))
             assert step_info["fault"] is None
         assert pool.stats()["restarts"] == 1 and pool.stats()["faults"] == 1
@@ -105,7 +105,7 @@ def test_hung_page_is_a_driver_timeout_fault_and_the_pool_recovers():
 
 def test_page_script_failure_is_a_page_error_fault(pool):
     with pool.lease() as env:
-        obs, _ = pool.reset(env, "mail_open", 0)
+        obs, _ = pool.reset(env, seed=0, options={"task": "mail_open"})
         env.browser.get("about:blank")  # the app is gone: its verifier cannot run
         *_, truncated, info = env.step(GuiAction("scroll", direction="down"))
         assert truncated and info["fault"]["kind"] == "page_error"
@@ -120,7 +120,7 @@ def test_many_waiting_trajectories_do_not_starve_the_executor():
 
     async def episode(seed: int) -> bool:
         async with pool.alease() as env:
-            obs, info = await asyncio.to_thread(pool.reset, env, "mail_open", seed)
+            obs, info = await asyncio.to_thread(pool.reset, env, seed=seed, options={"task": "mail_open"})
             *_, step_info = await asyncio.to_thread(env.step, GuiAction("click", element=obs.find("app-mail").id))
             return step_info["fault"] is None
 

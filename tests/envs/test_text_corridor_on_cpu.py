@@ -85,11 +85,12 @@ def test_random_play_sometimes_succeeds_and_revisits_states():
 
 
 def test_the_reward_reads_the_episode_the_loop_recorded():
-    from verl_ext.agent_loops.text_env import _Episode, write_step_metadata
+    from verl_ext.agent_loops.episode import Episode
+    from verl_ext.agent_loops.text_env import write_step_metadata
     from verl_ext.rewards.text_env import compute_score
     from verl_ext.steps import step_metadata
 
-    episode = _Episode(spans=[[0, 3], [10, 13]], anchors=["You are at cell 2.", "You are at cell 2."],
+    episode = Episode(spans=[[0, 3], [10, 13]], anchors=["You are at cell 2.", "You are at cell 2."],
                        rewards=[0.0, 1.0], action_valid=[False, True], actions=[None, "R"], success=True,
                        stop_reason="terminated", reset_info={"start": 2, "goal": 3})
     extra_fields = write_step_metadata(episode, "t0").to_extra_fields()

@@ -22,7 +22,7 @@ SEEDS = range(12)
 
 def _play(env: TextHybridEnv, template: str, seed: int, answers) -> tuple[dict, dict, list[dict]]:
     """Answer ``answers(i, info)`` at decision ``i`` until the episode ends; (step info, counts, decisions)."""
-    obs, info = env.reset(template, seed)
+    obs, info = env.reset(seed=seed, options={"task": template})
     menu = make_menu(info)
     decisions = []
     for i in range(len(info["decisions"]) + 1):
@@ -43,7 +43,7 @@ def test_all_t_and_all_g_replay_the_pure_plans(env, template):  # noqa: F811
     for seed in SEEDS:
         for mode in ("tool", "gui"):
             info, counts, _ = _play(env, template, seed, lambda i, _, m=mode: m)
-            plan = env.reset(template, seed)[1]["plans"][mode]
+            plan = env.reset(seed=seed, options={"task": template})[1]["plans"][mode]
             assert info["success"], (template, seed, mode)
             assert counts["steps"] == len(plan)
             assert counts["tool"] == sum("tool" in step for step in plan)
@@ -54,7 +54,7 @@ def test_the_oracles_answers_reproduce_the_oracle_path(env, template):  # noqa: 
     shorter = 0
     for seed in SEEDS:
         info, counts, decisions = _play(env, template, seed, lambda i, reset: reset["decisions"][i]["oracle"])
-        ref = env.reset(template, seed)[1]["ref_steps"]
+        ref = env.reset(seed=seed, options={"task": template})[1]["ref_steps"]
         assert info["success"] and counts["steps"] == ref["oracle"], (template, seed)
         # along the oracle's path its answer is never the strictly longer one
         assert all(d["better"] in (d["choice"], "tie", "none") for d in decisions)

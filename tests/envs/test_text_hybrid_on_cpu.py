@@ -21,6 +21,8 @@ from verl_ext.envs.plans import plan_step_action
 from verl_ext.envs.policies import RandomPolicy, make_policy
 from verl_ext.envs.text_hybrid import (
     MIXED_SHARE,
+    InjectScreenCrash,
+    ShowTodo,
     TextHybridEnv,
     check,
     make_task,
@@ -38,13 +40,13 @@ MODES = ("gui", "tool", "oracle")
 @pytest.fixture
 def env():
     env = TextHybridEnv()
-    env.ensure_browser()
+    env.ensure_screen()
     yield env
     env.close()
 
 
 def play(env: TextHybridEnv, policy: Any, template: str, seed: int) -> dict[str, Any]:
-    obs, info = env.reset(template, seed)
+    obs, info = env.reset(seed=seed, options={"task": template})
     policy.reset(obs, info, env.tool_schemas())
     done, step_info, reward = False, {}, 0.0
     while not done:
@@ -102,7 +104,7 @@ def test_a_step_takes_well_under_a_millisecond(env):
     durations = []
     for template in TEMPLATES:
         for seed in range(10):
-            obs, info = env.reset(template, seed)
+            obs, info = env.reset(seed=seed, options={"task": template})
             for step in info["plans"]["oracle"]:
                 action = plan_step_action(step, obs)
                 start = time.perf_counter()
@@ -113,7 +115,7 @@ def test_a_step_takes_well_under_a_millisecond(env):
 
 # --- observations, actions, errors ---------------------------------------------------------------
 def test_observation_is_numbered_text_and_tools_have_schemas(env):
-    obs, info = env.reset("settings_panel", 3)
+    obs, info = env.reset(seed=3, options={"task": "settings_panel"})
     text = obs.render()
     assert text.startswith("Task: In the Settings app, do all of the following: (1) ")
     assert "[1] tab " in text and "Step 0/30" in text
@@ -128,9 +130,9 @@ def test_observation_is_numbered_text_and_tools_have_schemas(env):
 def test_show_todo_lists_the_items_not_done_yet(template):
     """show_todo: each observation ends with the instruction's items whose questions do not all hold,
     so along the oracle's plan the list only shrinks; without it the observation has no such line."""
-    env = TextHybridEnv(show_todo=True)
-    obs, info = env.reset(template, 5)
-    assert "To do:" not in TextHybridEnv().reset(template, 5)[0].render()
+    env = ShowTodo(TextHybridEnv())
+    obs, info = env.reset(seed=5, options={"task": template})
+    assert "To do:" not in TextHybridEnv().reset(seed=5, options={"task": template})[0].render()
     app = env.app
     lists = [obs.todo]
     for step in info["plans"]["oracle"]:
@@ -145,7 +147,7 @@ def test_show_todo_lists_the_items_not_done_yet(template):
 
 
 def test_bad_actions_are_results_not_exceptions(env):
-    obs, _ = env.reset("contacts_book", 1)
+    obs, _ = env.reset(seed=1, options={"task": "contacts_book"})
     button = next(e.id for e in obs.elements if e.role == "button" and e.text == "Add contact")
     cases = [
         (GuiAction("click", element=999), "no element [999]"),
@@ -176,7 +178,7 @@ def test_questions_are_valid_no_at_start_and_yes_when_solved(env, template):
     from verl_ext.rewards.dvreward.question_set import from_extra_info
 
     for seed in range(10):
-        obs, info = env.reset(template, seed)
+        obs, info = env.reset(seed=seed, options={"task": template})
         record = info["dv_questions"]
         questions = questions_of(env.app)
         assert [q["text"] for q in record["questions"]] == [q[0] for q in questions]
@@ -209,9 +211,9 @@ def test_random_states_pass_the_verifier_only_when_every_question_is_yes(env):
 def test_injected_crash_is_a_fault_and_the_pool_restarts_the_screen():
     from verl_ext.envs.pool import EnvPool
 
-    pool = EnvPool(lambda: TextHybridEnv(fault_rate=1.0), max_envs=1)
+    pool = EnvPool(lambda: InjectScreenCrash(TextHybridEnv(), 1.0), max_envs=1)
     with pool.lease() as env:
-        obs, info = pool.reset(env, "file_manager", 2)
+        obs, info = pool.reset(env, seed=2, options={"task": "file_manager"})
         for step in info["plans"]["oracle"]:
             obs, reward, terminated, truncated, step_info = env.step(plan_step_action(step, obs))
             if step_info["fault"]:
@@ -219,7 +221,7 @@ def test_injected_crash_is_a_fault_and_the_pool_restarts_the_screen():
         assert step_info["fault"]["kind"] == "browser_crash" and truncated and not terminated and reward == 0.0
         assert env.step(GuiAction("done"))[4]["fault"] is not None  # stays faulted until reset
     with pool.lease() as env:
-        obs, _ = pool.reset(env, "file_manager", 2)
+        obs, _ = pool.reset(env, seed=2, options={"task": "file_manager"})
         assert obs.elements and env.faulted is None
     assert pool.stats()["restarts"] == 1 and pool.stats()["faults"] == 1
 
@@ -249,11 +251,11 @@ def test_rows_name_the_task_and_carry_labels_and_questions(tmp_path):
     assert not val_seeds & {r["extra_info"]["env"]["seed"] for r in rows}
     assert sorted({r["extra_info"]["env"]["task"] for r in rows}) == sorted(TEMPLATES)
     env = TextHybridEnv()
-    env.ensure_browser()
+    env.ensure_screen()
     for row in rows[:4]:
         extra = row["extra_info"]
         assert row["agent_name"] == "hybrid_gui_tool" and extra["env"]["backend"] == "text_hybrid"
-        _, info = env.reset(extra["env"]["task"], extra["env"]["seed"])
+        _, info = env.reset(seed=extra["env"]["seed"], options={"task": extra["env"]["task"]})
         assert extra["dv_questions"] == info["dv_questions"] and extra["ref_steps"] == info["ref_steps"]
         assert extra["tool_beneficial"] == info["tool_beneficial"]
     assert main(["text_hybrid", str(tmp_path), "--train-size", "8", "--val-size", "4",
@@ -280,8 +282,8 @@ class PlanModel:
 
     def __init__(self, template: str, seed: int, mode: str):
         self.env = TextHybridEnv()
-        self.env.ensure_browser()
-        self.obs, info = self.env.reset(template, seed)
+        self.env.ensure_screen()
+        self.obs, info = self.env.reset(seed=seed, options={"task": template})
         self.plan = list(info["plans"][mode])
 
     def __call__(self, prompt: str) -> str:
@@ -315,7 +317,7 @@ def test_agent_loop_plays_the_oracle_plan_with_function_calls(tokenizer, templat
     n = len(model.plan)
     out = run_loop(tokenizer, ScriptedServer(tokenizer, [model] * n), template, seed)
     meta = step_metadata(out.extra_fields)
-    _, info = TextHybridEnv().reset(template, seed)
+    _, info = TextHybridEnv().reset(seed=seed, options={"task": template})
     assert meta.valid and meta.num_steps == n == meta.extras["num_steps"] == info["ref_steps"]["oracle"]
     assert meta.extras["success"] is True and meta.extras["stop_reason"] == "terminated"
     assert meta.step_reward == [0.0] * (n - 1) + [1.0] and meta.extras["format_ok"]
@@ -349,7 +351,7 @@ def test_agent_loop_menu_format_runs_on_text_hybrid(tokenizer):
     """The T/G menu reads the env's gui/tool plans, so the tiny-model recipes can use TextHybrid."""
     from verl_ext.steps import step_metadata
 
-    _, info = TextHybridEnv().reset("file_manager", 1)
+    _, info = TextHybridEnv().reset(seed=1, options={"task": "file_manager"})
     replies = [lambda prompt: "T"] * info["ref_steps"]["tool"]
     out = run_loop(tokenizer, ScriptedServer(tokenizer, replies), "file_manager", 1, action_format="menu")
     meta = step_metadata(out.extra_fields)
@@ -371,7 +373,7 @@ def test_function_call_episodes_record_the_decisions_their_calls_take(tokenizer)
     from verl_ext.steps import step_metadata
 
     template, seed = "contacts_book", 4
-    _, info = TextHybridEnv().reset(template, seed)
+    _, info = TextHybridEnv().reset(seed=seed, options={"task": template})
     model = PlanModel(template, seed, "oracle")
     out = run_loop(tokenizer, ScriptedServer(tokenizer, [model] * len(model.plan)), template, seed)
     decisions = step_metadata(out.extra_fields).extras["decisions"]
@@ -401,11 +403,11 @@ def test_decision_follower_places_calls_where_the_env_stands_and_not_out_of_orde
     from verl_ext.envs.menu import decision_follower
 
     def second_subgoal_has_a_tool(template: str, seed: int) -> bool:
-        table = env.reset(template, seed)[1]["decision_table"]
+        table = env.reset(seed=seed, options={"task": template})[1]["decision_table"]
         return len(table) >= 3 and table[1].get(env.app.view, {}).get("tool") is not None
 
     template, seed = next((t, s) for t in TEMPLATES for s in range(50) if second_subgoal_has_a_tool(t, s))
-    obs, info = env.reset(template, seed)
+    obs, info = env.reset(seed=seed, options={"task": template})
     table, view = info["decision_table"], env.app.view
     assert env.decision_state() == (0, view)  # every task starts with nothing done
     follower = decision_follower(info)

@@ -36,7 +36,7 @@ def test_every_schema_survives_verls_schema_model():
 def test_tool_config_yaml_loads_through_verl(tmp_path):
     from verl.tools.tool_registry import load_all_tools
 
-    from verl_ext.envs.verl_tools import EnvTool, write_tool_config
+    from verl_ext.agent_loops.env_tools import EnvTool, write_tool_config
 
     tools = load_all_tools(tool_config_path=str(write_tool_config(tmp_path / "tools.yaml")), function_tool_path=None)
     assert {t.name for t in tools} == {"computer_use", *ALL_TOOLS}
@@ -46,7 +46,7 @@ def test_tool_config_yaml_loads_through_verl(tmp_path):
 def test_env_tool_without_env_returns_a_structured_error():
     import asyncio
 
-    from verl_ext.envs.verl_tools import EnvTool
+    from verl_ext.agent_loops.env_tools import EnvTool
 
     response, reward, _ = asyncio.run(EnvTool.from_def(ALL_TOOLS["mail_star"]).execute("id", {"sender": "x"}))
     result = json.loads(response.text)

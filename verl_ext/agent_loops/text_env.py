@@ -10,9 +10,8 @@ truncates or the response budget runs out. Two layouts (constructor ``layout``):
   with the observation each led to, and the current observation. HGPO's context groups are
   defined for this layout (``algorithm.hgpo.history_length`` = ``history_window``).
 
-Tokens are built only with verl's Continuous-Token helpers (``ct_build_initial_tokens`` /
-``ct_merge_assistant_token`` / ``ct_merge_context_msg``), so decoded text is never re-encoded into
-the model's own turns.
+Tokens, rows and outputs are the shared skeleton's (``verl_ext.agent_loops.episode``); this
+module holds what is TextCorridor's: the env, the chat format and the step metadata's extras.
 
 Dataset row (``extra_info``): ``seed`` (the env reset seed; rows sharing a ``uid`` share it, so a
 group starts from one state) and optional ``env`` = {``length``, ``max_steps``, ``start``}.
@@ -24,54 +23,20 @@ Output ``extra_fields``:
   In the ``per_turn`` layout each row carries its own step, without a span, and the episode's
   ``extras``;
 - ``"token_global_steps"``: the weight version of every response token, -1 on observation tokens;
-- ``"min_global_steps"`` / ``"max_global_steps"``: what verl's own loops copy from the server
-  reply (the v1 trainer tags every row with them).
+- the server's fields (``min_global_steps`` / ``max_global_steps`` among them), as the skeleton
+  records them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 from uuid import uuid4
 
-from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput, register
-from verl.utils.profiler import simple_timer
+from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, register
 
+from verl_ext.agent_loops.episode import Episode, MultiTurnAgentLoop, Row, check_layout, past_actions
 from verl_ext.envs.text_corridor import TextCorridor
-from verl_ext.old_logits.rollout_client import TurnTokens
 from verl_ext.steps import StepMetadata, anchor_key
-
-LAYOUTS = ("trajectory", "per_turn")
-
-
-@dataclass
-class _Episode:
-    """What the loop records while it plays (turned into StepMetadata at the end)."""
-
-    spans: list[list[int]] = field(default_factory=list)
-    anchors: list[str] = field(default_factory=list)
-    rewards: list[float] = field(default_factory=list)
-    action_valid: list[bool] = field(default_factory=list)
-    actions: list[str | None] = field(default_factory=list)
-    tokens: TurnTokens = field(default_factory=TurnTokens)  # per-token versions (+ old log-probs) of every call
-    call_versions: list[int] = field(default_factory=list)  # min/max weight version of each server call
-    success: bool = False
-    truncated: bool = False
-    stop_reason: str = ""
-    reset_info: dict[str, Any] = field(default_factory=dict)
-    metrics: dict[str, float] = field(default_factory=dict)
-
-
-@dataclass
-class _Row:
-    """One training row: prompt, response, and what goes with each response token."""
-
-    prompt_ids: list[int]
-    response_ids: list[int]
-    response_mask: list[int]
-    logprobs: list[float] | None
-    token_fields: dict[str, Any]  # per-token versions (-1 on observation tokens), rollout-side old log-probs
-    call_versions: list[int]  # min/max weight version of each server call that wrote the row
 
 
 def env_of(extra_info: dict[str, Any]) -> tuple[TextCorridor, int]:
@@ -84,7 +49,7 @@ def env_of(extra_info: dict[str, Any]) -> tuple[TextCorridor, int]:
 
 
 @register("text_env")
-class TextEnvAgentLoop(AgentLoopBase):
+class TextEnvAgentLoop(MultiTurnAgentLoop):
     """Agent loop over ``TextCorridor``. Constructor kwargs (YAML ``agent_loop_config_path`` route):
 
     Args:
@@ -97,44 +62,36 @@ class TextEnvAgentLoop(AgentLoopBase):
     def __init__(self, *args: Any, max_action_tokens: int = 6, layout: str = "trajectory",
                  history_window: int = 2, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        if layout not in LAYOUTS:
-            raise ValueError(f"text_env layout must be one of {LAYOUTS}, got {layout!r} (agent loop kwarg layout)")
+        check_layout("text_env", layout)
         self.max_action_tokens = max_action_tokens
         self.layout = layout
         self.history_window = history_window
         self.max_assistant_turns = self.rollout_config.multi_turn.max_assistant_turns
-        self.response_length = self.rollout_config.response_length
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput | list[AgentLoopOutput]:
         env, seed = env_of(kwargs.get("extra_info") or {})
         obs, reset_info = env.reset(seed=seed)
-        episode = _Episode(reset_info=reset_info)
+        episode = Episode(reset_info=reset_info)
         raw_prompt = list(kwargs.get("raw_prompt") or [])
         sampling_params = {**sampling_params, "max_tokens": self.max_action_tokens}
         max_turns = min(env.max_steps, self.max_assistant_turns or env.max_steps)
         if self.layout == "trajectory":
-            return await self._play_trajectory(env, obs, raw_prompt, sampling_params, max_turns, episode)
-        return await self._play_per_turn(env, obs, raw_prompt, sampling_params, max_turns, episode)
+            rows = await self._play_trajectory(env, obs, raw_prompt, sampling_params, max_turns, episode)
+            return self.outputs(rows, episode, uuid4().hex, per_turn=False)[0]
+        rows = await self._play_per_turn(env, obs, raw_prompt, sampling_params, max_turns, episode)
+        return self.outputs(rows, episode, uuid4().hex, per_turn=True)
 
     async def _play_trajectory(self, env: TextCorridor, obs: str, raw_prompt: list[dict[str, Any]],
-                               sampling_params: dict[str, Any], max_turns: int, episode: _Episode) -> AgentLoopOutput:
+                               sampling_params: dict[str, Any], max_turns: int, episode: Episode) -> list[Row]:
         messages = _initial_messages(raw_prompt, obs)
-        prompt_ids = await self.ct_build_initial_tokens(messages)
-        response_mask: list[int] = []
-        logprobs: list[float] = []
+        row = Row(await self.ct_build_initial_tokens(messages))
         request_id = uuid4().hex  # one id per trajectory: the server keeps its prefix cache
         for _ in range(max_turns):
-            output = await self._generate(request_id, prompt_ids, sampling_params, episode)
-            start = len(response_mask)
-            merged, response_mask, logprobs = await self.ct_merge_assistant_token(
-                prompt_ids, output.token_ids, response_mask, logprobs, assistant_logprobs=output.log_probs
-            )
-            prompt_ids = merged.token_ids
-            episode.tokens.add(output)
-            if len(response_mask) > self.response_length:  # the turn would be cut: it is not a step
+            output, start = await self.model_turn(row, request_id, sampling_params, [], episode)
+            if len(row.response_mask) > self.response_length:  # the turn would be cut: it is not a step
                 episode.stop_reason, episode.truncated = "response_length", True
                 break
-            episode.spans.append([start, len(response_mask)])
+            episode.spans.append([start, len(row.response_mask)])
             text = self.tokenizer.decode(output.token_ids, skip_special_tokens=True)
             obs, done = _step(env, obs, text, episode)
             if done:
@@ -142,41 +99,25 @@ class TextEnvAgentLoop(AgentLoopBase):
             messages.append({"role": "assistant", "content": text})
             previous = list(messages)
             messages.append({"role": "user", "content": obs})
-            merged, response_mask, logprobs = await self.ct_merge_context_msg(
-                previous, messages, prompt_ids, response_mask, logprobs
-            )
-            prompt_ids = merged.token_ids
-            if len(response_mask) >= self.response_length:
+            if await self.observation(row, previous, messages):
                 episode.stop_reason, episode.truncated = "response_length", True
                 break
         else:
             episode.stop_reason, episode.truncated = "max_turns", True
-        n_resp, limit = len(response_mask), self.response_length
-        row = _Row(prompt_ids[: len(prompt_ids) - n_resp], prompt_ids[len(prompt_ids) - n_resp:][:limit],
-                   response_mask[:limit], logprobs[:limit], episode.tokens.extra_fields(response_mask, limit),
-                   episode.call_versions)
-        return _output(row, write_step_metadata(episode, uuid4().hex), 2 * len(episode.spans) + 1, episode)
+        return [row]
 
     async def _play_per_turn(self, env: TextCorridor, obs: str, raw_prompt: list[dict[str, Any]],
-                             sampling_params: dict[str, Any], max_turns: int, episode: _Episode) -> list[AgentLoopOutput]:
+                             sampling_params: dict[str, Any], max_turns: int, episode: Episode) -> list[Row]:
         # A turn never outgrows the response budget, so every turn is a step.
         sampling_params = {**sampling_params, "max_tokens": min(self.max_action_tokens, self.response_length)}
-        rows: list[_Row] = []
+        rows: list[Row] = []
         history: list[str] = []
         request_id = uuid4().hex
         for _ in range(max_turns):
-            recent = history[-self.history_window:] if self.history_window > 0 else []
-            past = "Previous actions (latest last):\n" + "\n".join(recent) + "\n" if recent else ""
-            prompt_ids = await self.ct_build_initial_tokens(_initial_messages(raw_prompt, past + obs))
-            output = await self._generate(request_id, prompt_ids, sampling_params, episode)
-            merged, response_mask, logprobs = await self.ct_merge_assistant_token(
-                prompt_ids, output.token_ids, [], [] if output.log_probs else None, assistant_logprobs=output.log_probs
-            )
-            tokens, n_prompt = merged.token_ids, len(merged.token_ids) - len(response_mask)
-            turn = TurnTokens()
-            turn.add(output)
-            rows.append(_Row(tokens[:n_prompt], tokens[n_prompt:], response_mask, logprobs or None,
-                             turn.extra_fields(response_mask, len(response_mask)), episode.call_versions[-2:]))
+            past = past_actions(history, self.history_window)
+            row = Row(await self.ct_build_initial_tokens(_initial_messages(raw_prompt, f"{past}\n{obs}" if past else obs)))
+            output, _ = await self.model_turn(row, request_id, sampling_params, [], episode)
+            rows.append(row)
             text = self.tokenizer.decode(output.token_ids, skip_special_tokens=True)
             obs, done = _step(env, obs, text, episode)
             history.append(f"{len(history) + 1}. {episode.actions[-1] or 'invalid'} -> {obs}")
@@ -184,47 +125,23 @@ class TextEnvAgentLoop(AgentLoopBase):
                 break
         else:
             episode.stop_reason, episode.truncated = "max_turns", True
-        traj_uid = uuid4().hex
-        # Built after the episode: every row carries the episode's outcome in its extras.
-        return [_output(row, write_step_metadata(episode, traj_uid, step=i), 2, episode) for i, row in enumerate(rows)]
+        return rows
 
-    async def _generate(self, request_id: str, prompt_ids: list[int], sampling_params: dict[str, Any],
-                        episode: _Episode) -> Any:
-        with simple_timer("generate_sequences", episode.metrics):
-            output = await self.server_manager.generate(
-                request_id=request_id, prompt_ids=prompt_ids, sampling_params=sampling_params
-            )
-        episode.call_versions += [output.extra_fields["min_global_steps"], output.extra_fields["max_global_steps"]]
-        return output
+    def step_metadata(self, episode: Episode, traj_uid: str, step: int | None) -> StepMetadata:
+        return write_step_metadata(episode, traj_uid, step)
 
 
-def _step(env: TextCorridor, obs: str, text: str, episode: _Episode) -> tuple[str, bool]:
+def _step(env: TextCorridor, obs: str, text: str, episode: Episode) -> tuple[str, bool]:
     """Play ``text`` from ``obs`` and record the step; returns the next observation and whether the
     episode is over."""
-    episode.anchors.append(anchor_key(obs))
+    anchor = anchor_key(obs)
     obs, reward, terminated, truncated, info = env.step(text)
-    episode.rewards.append(reward)
-    episode.action_valid.append(info["action_valid"])
-    episode.actions.append(info["action"])
+    episode.record_step(anchor, info["action"], info["action_valid"], reward)
     episode.success = bool(info["success"])
-    if terminated or truncated:
-        episode.stop_reason = "terminated" if terminated else "max_steps"
-        episode.truncated = truncated
-    return obs, terminated or truncated
+    return obs, episode.end(terminated, truncated)
 
 
-def _output(row: _Row, meta: StepMetadata, num_turns: int, episode: _Episode) -> AgentLoopOutput:
-    extra_fields: dict[str, Any] = meta.to_extra_fields()
-    extra_fields.update(row.token_fields)
-    extra_fields["min_global_steps"] = min(row.call_versions)
-    extra_fields["max_global_steps"] = max(row.call_versions)
-    return AgentLoopOutput(
-        prompt_ids=row.prompt_ids, response_ids=row.response_ids, response_mask=row.response_mask,
-        response_logprobs=row.logprobs, num_turns=num_turns, metrics=episode.metrics, extra_fields=extra_fields,
-    )
-
-
-def write_step_metadata(episode: _Episode, traj_uid: str, step: int | None = None) -> StepMetadata:
+def write_step_metadata(episode: Episode, traj_uid: str, step: int | None = None) -> StepMetadata:
     """The one writer of this loop's ``extra_fields["verl_ext"]`` (contract: ``verl_ext.steps``;
     layouts: ``StepMetadata.of_row``). The episode's ``extras`` are the same on every row."""
     n = len(episode.anchors)

@@ -95,14 +95,14 @@ def play_to(template: str, seed: int, state: DecisionState, prompt: list[dict[st
     ``app_tools`` (neither ``computer_use`` nor distractors); None when the prefix does not fit in
     ``max_steps`` (the loop would never reach this state)."""
     import verl.experimental.agent_loop  # noqa: F401  (first: its plugin hook imports the agent loop module)
-    from verl_ext.agent_loops.hybrid_gui_tool import first_messages, tool_schemas
+    from verl_ext.agent_loops.tool_call_messages import first_messages, tool_schemas
     from verl_ext.datasets.demos import call_of, take_turn
     from verl_ext.envs.plans import plan_step_action
     from verl_ext.envs.pool import make_env
 
     env = make_env("text_hybrid", max_steps=max_steps, show_todo=show_todo)
     try:
-        obs, info = env.reset(template, seed)
+        obs, info = env.reset(seed=seed, options={"task": template})
         table = info["decision_table"]
         messages = first_messages(list(prompt), obs.render())
         view = next(iter(table[0]))  # row 0 holds the start view only
@@ -211,7 +211,7 @@ def switch_warmup_rows(n: int, seed: int, split: str, templates: list[str] | Non
 
     Rows are ``JsonMultiTurnSFTDataset``'s (``messages`` and ``tools`` as JSON text), ``n`` of them."""
     import verl.experimental.agent_loop  # noqa: F401  (first: its plugin hook imports the agent loop module)
-    from verl_ext.agent_loops.hybrid_gui_tool import assistant_message
+    from verl_ext.agent_loops.tool_call_messages import assistant_message
     from verl_ext.datasets.demos import _Call
 
     if targets not in WARMUP_TARGETS:

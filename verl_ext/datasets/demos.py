@@ -57,7 +57,7 @@ def take_turn(env: Any, action: Action, messages: list[dict[str, Any]],
     """Take ``action`` on ``env`` as one model turn of the ``hybrid_gui_tool`` loop: append the call
     (the loop's ``assistant_message``) to ``messages`` and, unless the episode ended, the observation
     (its ``tool_message``). Returns ``(observation, episode over, step info)``."""
-    from verl_ext.agent_loops.hybrid_gui_tool import assistant_message, tool_message
+    from verl_ext.agent_loops.tool_call_messages import assistant_message, tool_message
 
     call = call_of(action)
     messages.append(assistant_message("", _Call(call["name"], call["arguments"])))
@@ -77,14 +77,14 @@ def play_transcript(task: str, seed: int, policy: str = "oracle", prompt: list[d
     (``text_hybrid_rows``); the transcript ends with the call that finished the episode.
     ``show_todo``: the env's option (observations end with the items still to do)."""
     import verl.experimental.agent_loop  # noqa: F401  (first: its plugin hook imports the agent loop module)
-    from verl_ext.agent_loops.hybrid_gui_tool import first_messages, tool_schemas
+    from verl_ext.agent_loops.tool_call_messages import first_messages, tool_schemas
     from verl_ext.envs.policies import ScriptedPolicy
     from verl_ext.envs.pool import make_env
 
     env = make_env("text_hybrid", max_steps=max_steps, show_todo=show_todo)
     scripted = ScriptedPolicy(policy)
     try:
-        obs, info = env.reset(task, seed)
+        obs, info = env.reset(seed=seed, options={"task": task})
         scripted.reset(obs, info, env.tool_schemas())
         tools = tool_schemas(env.tool_defs())
         messages = first_messages(list(prompt or []), obs.render())

@@ -1,13 +1,14 @@
-"""The step loop every browser backend shares: counters, GUI primitives, tool dispatch, faults.
+"""The step loop every screen-backed env shares: counters, GUI primitives, tool dispatch, faults.
 
-A backend (``MiniDeskEnv``, ``MiniWoBEnv``) says how to load a task, how to run a tool, how the
-page verifies itself and what an answer means; ``BrowserEnv`` does the rest, identically.
+A backend (``MiniDeskEnv``, ``MiniWoBEnv`` on a ``BrowserEnv``; ``TextHybridEnv`` on its text
+screen) says how to load a task, how to run a tool, how the page verifies itself and what an
+answer means; ``ScreenEnv`` does the rest, identically, on any ``verl_ext.envs.screen.Screen``.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from verl_ext.envs.core import (
     GUI_TOOL_NAME,
@@ -20,39 +21,38 @@ from verl_ext.envs.core import (
     TaskSpec,
     ToolCall,
     action_from_call,
+    task_option,
     tool_result,
 )
+from verl_ext.envs.screen import Screen
 from verl_ext.envs.tools import COMPUTER_USE, ToolDef
 
+if TYPE_CHECKING:
+    from verl_ext.envs.browser import Browser
 
-class BrowserEnv(ABC):
-    """Gymnasium-style env on one headless Chromium (``reset`` / ``step`` / ``close``).
+
+class ScreenEnv(ABC):
+    """Gymnasium-style env on one ``Screen`` (``reset`` / ``step`` / ``close``).
 
     Args:
+        screen: what shows the page and takes the GUI primitives.
         max_steps: actions per episode before ``truncated``.
         screenshots: attach a PNG screenshot to every observation.
-        width / height: viewport in CSS pixels.
-        command_timeout_s: a driver command slower than this is a ``driver_timeout`` fault
-            (page loads, scripts, the driver's HTTP calls; 30 s: a page of these envs loads in
-            well under a second, and a hung renderer costs the episode, not the run).
 
     ``step`` never raises for a bad action (the result says what was wrong) and never raises for
     an env failure either: it returns ``truncated=True`` with ``info["fault"]`` set. ``reset``
-    raises :class:`EnvFault` when the browser cannot be brought up (the pool restarts it).
+    raises :class:`EnvFault` when the screen cannot be brought up (the pool restarts it).
     """
 
-    name = "browser"
+    name = "screen"
     root_selector = "body"
     # Body of a JS function returning the page's verifier status; runs with every observation.
     status_js = ""
 
-    def __init__(self, max_steps: int = 30, screenshots: bool = False, width: int = 1024, height: int = 768,
-                 command_timeout_s: float = 30.0):
-        from verl_ext.envs.browser import Browser
-
+    def __init__(self, screen: Screen, max_steps: int = 30, screenshots: bool = False):
         self.max_steps = max_steps
         self.screenshots = screenshots
-        self.browser = Browser(width, height, command_timeout_s, env=self.name)
+        self.screen = screen
         self.task: TaskSpec | None = None
         self.instruction = ""
         self._tools: dict[str, ToolDef] = {}
@@ -60,7 +60,7 @@ class BrowserEnv(ABC):
         self._done = False
         self._last_obs: Observation | None = None
         self.counts = {"steps": 0, "gui": 0, "tool": 0, "tool_succeeded": 0, "invalid": 0}
-        self.browser_restarts = 0
+        self.screen_restarts = 0
         self._started = False
 
     # --- backend hooks ----------------------------------------------------------------------
@@ -92,34 +92,36 @@ class BrowserEnv(ABC):
         """Hook run after every action with the page status (e.g. mirror files to the sandbox)."""
 
     # --- the API ----------------------------------------------------------------------------
-    def ensure_browser(self) -> bool:
-        """Start the browser if needed, restart it if it died (counted in ``browser_restarts``);
+    def ensure_screen(self) -> bool:
+        """Start the screen if needed, restart it if it died (counted in ``screen_restarts``);
         True when a (re)start happened."""
-        if self.browser.driver is not None and self.browser.alive():
+        if self.screen.driver is not None and self.screen.alive():
             return False
-        self.browser.close()
+        self.screen.close()
         if self._started:
-            self.browser_restarts += 1
-        self.browser.start()
+            self.screen_restarts += 1
+        self.screen.start()
         self._started = True
-        self._on_browser_start()
+        self._on_screen_start()
         return True
 
-    def _on_browser_start(self) -> None:
-        """Hook: the browser is new (load the app page)."""
+    def _on_screen_start(self) -> None:
+        """Hook: the screen is new (load the app page)."""
 
-    def reset(self, task: TaskSpec | str | dict[str, Any],
-              seed: int | None = None) -> tuple[Observation, dict[str, Any]]:
-        self.task = TaskSpec.parse(task, seed)
+    def reset(self, *, seed: int | None = None,
+              options: dict[str, Any] | None = None) -> tuple[Observation, dict[str, Any]]:
+        """Gymnasium's reset: the task is ``options["task"]`` (an id, ``{"template", "seed"}`` or a
+        ``TaskSpec``); ``seed``, when given, replaces the task's own seed."""
+        self.task = TaskSpec.parse(task_option(options), seed)
         self._fault, self._done = None, False
         self.counts = {"steps": 0, "gui": 0, "tool": 0, "tool_succeeded": 0, "invalid": 0}
         try:
-            self.ensure_browser()
+            self.ensure_screen()
             info = self._load(self.task)
             self._tools = {t.name: t for t in [COMPUTER_USE, *self._episode_tools(self.task)]}
             self._last_obs, _ = self._observe(None)
         except EnvFault as fault:
-            self._fault = fault.as_dict()  # so the pool restarts this browser before reusing it
+            self._fault = fault.as_dict()  # so the pool restarts this screen before reusing it
             raise
         return self._last_obs, {"task": self.task.template, "seed": self.task.seed, **info}
 
@@ -160,10 +162,10 @@ class BrowserEnv(ABC):
         return self._last_obs, reward, terminated, truncated, self._info(action, result, extra)
 
     def screenshot(self) -> bytes:
-        return self.browser.screenshot()
+        return self.screen.screenshot()
 
     def close(self) -> None:
-        self.browser.close()
+        self.screen.close()
 
     @property
     def faulted(self) -> dict[str, str] | None:
@@ -176,25 +178,25 @@ class BrowserEnv(ABC):
             if tool is None:
                 raise ActionError(f"unknown tool {action.name!r}; available: {sorted(self._tools)}")
             return self._run_tool(tool, tool.validate(action.arguments))
-        browser = self.browser
+        screen = self.screen
         if action.kind == "click":
-            browser.click(action.element)
+            screen.click(action.element)
         elif action.kind == "click_at":
-            browser.click_at(action.x, action.y)
+            screen.click_at(action.x, action.y)
         elif action.kind == "type":
-            browser.type(action.element, action.text)
+            screen.type(action.element, action.text)
         elif action.kind == "select":
-            browser.select(action.element, action.text)
+            screen.select(action.element, action.text)
         elif action.kind == "key":
-            browser.key(action.key)
+            screen.key(action.key)
         elif action.kind == "scroll":
-            browser.scroll(action.direction, action.element)
+            screen.scroll(action.direction, action.element)
         elif action.kind == "answer":
             self._answer(action.text)
         return tool_result(True, None, "")
 
     def _observe(self, last_result: dict[str, Any] | None) -> tuple[Observation, Any]:
-        page = self.browser.observe(self.root_selector, self.status_js)
+        page = self.screen.observe(self.root_selector, self.status_js)
         elements = [
             Element(id=e["id"], role=e["role"], text=e.get("text", ""), value=e.get("value"),
                     states=tuple(e.get("states", ())), key=e.get("key"))
@@ -203,7 +205,7 @@ class BrowserEnv(ABC):
         return Observation(
             instruction=self.instruction, elements=elements, tools=list(self._tools), step=self.counts["steps"],
             max_steps=self.max_steps, last_result=last_result,
-            screenshot=self.browser.screenshot() if self.screenshots else None, title=page.get("title", ""),
+            screenshot=self.screen.screenshot() if self.screenshots else None, title=page.get("title", ""),
         ), page["status"]
 
     def _info(self, action: Action, result: dict[str, Any] | None, extra: dict[str, Any]) -> dict[str, Any]:
@@ -215,3 +217,28 @@ class BrowserEnv(ABC):
             "fault": None,
             **extra,
         }
+
+
+class BrowserEnv(ScreenEnv):
+    """A ``ScreenEnv`` on one headless Chromium (MiniDesk, MiniWoB++, your own pages).
+
+    Args:
+        max_steps / screenshots: as ``ScreenEnv``.
+        width / height: viewport in CSS pixels.
+        command_timeout_s: a driver command slower than this is a ``driver_timeout`` fault
+            (page loads, scripts, the driver's HTTP calls; 30 s: a page of these envs loads in
+            well under a second, and a hung renderer costs the episode, not the run).
+    """
+
+    name = "browser"
+
+    def __init__(self, max_steps: int = 30, screenshots: bool = False, width: int = 1024, height: int = 768,
+                 command_timeout_s: float = 30.0):
+        from verl_ext.envs.browser import Browser
+
+        super().__init__(Browser(width, height, command_timeout_s, env=self.name), max_steps, screenshots)
+
+    @property
+    def browser(self) -> Browser:
+        """The screen, with the browser's own API (``js``, ``get``, ``pids``, ...)."""
+        return self.screen

@@ -229,12 +229,20 @@ class TaskSpec:
         return task if seed is None else cls(task.template, int(seed))
 
 
+def task_option(options: dict[str, Any] | None) -> TaskSpec | str | dict[str, Any]:
+    """The task of a Gymnasium-style ``reset(seed=..., options={"task": ...})``."""
+    if not options or options.get("task") is None:
+        raise ValueError("reset needs the task: env.reset(seed=..., options={'task': <template id, "
+                         "{'template', 'seed'} or TaskSpec>})")
+    return options["task"]
+
+
 class HybridEnv(Protocol):
     """The env API every backend implements (minidesk, miniwob)."""
 
     name: str
 
-    def reset(self, task: TaskSpec | str | dict[str, Any], seed: int | None = None) -> tuple[Observation, dict]: ...
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Observation, dict]: ...
 
     def step(self, action: Action) -> tuple[Observation, float, bool, bool, dict]: ...
 

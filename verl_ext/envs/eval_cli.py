@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from verl_ext.cli_args import positive_int
-from verl_ext.envs.base import BrowserEnv
+from verl_ext.envs.base import ScreenEnv
 from verl_ext.envs.core import EnvFault
 from verl_ext.envs.policies import Policy, check_policy_spec, make_policy
 from verl_ext.envs.pool import EnvPool, make_env
@@ -28,12 +28,12 @@ from verl_ext.errors import UserError
 from verl_ext.rewards.env_rewards import episode_metrics, reward_components
 
 
-def play_episode(pool: EnvPool, env: BrowserEnv, policy: Policy, task: str, seed: int) -> dict[str, Any]:
+def play_episode(pool: EnvPool, env: ScreenEnv, policy: Policy, task: str, seed: int) -> dict[str, Any]:
     """One episode; returns ``reward_components`` plus ``task``, ``seed``, ``fault``, ``seconds``."""
     started = time.perf_counter()
     fault, success, info = None, False, {}
     try:
-        obs, info = pool.reset(env, task, seed)
+        obs, info = pool.reset(env, seed=seed, options={"task": task})
         policy.reset(obs, info, env.tool_schemas())
         done = False
         while not done:
@@ -161,7 +161,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--max-steps", type=positive_int, default=30)
     parser.add_argument("--show-todo", action="store_true",
                         help="text_hybrid: end each observation with the task's items still to do, as for a "
-                             "checkpoint trained with the recipes' SHOW_TODO=1 (TextHybridEnv show_todo)")
+                             "checkpoint trained with the recipes' SHOW_TODO=1 (text_hybrid's show_todo)")
     parser.add_argument("--json", help="also write every episode record to this file")
     parser.add_argument("--no-per-task", action="store_true", help="print only the overall line")
     args = parser.parse_args(argv)

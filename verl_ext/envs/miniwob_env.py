@@ -43,7 +43,7 @@ def list_tasks() -> list[str]:
 
 
 class MiniWoBEnv(BrowserEnv):
-    """A MiniWoB++ task per episode (``reset("click-button", seed)``); GUI actions only, no app tools."""
+    """A MiniWoB++ task per episode (``reset(seed=seed, options={"task": "click-button"})``); GUI actions only, no app tools."""
 
     name = "miniwob"
     root_selector = "#wrap"
@@ -55,7 +55,7 @@ class MiniWoBEnv(BrowserEnv):
         self._page: str | None = None
         self._raw_reward = 0.0
 
-    def _on_browser_start(self) -> None:
+    def _on_screen_start(self) -> None:
         self._page = None
 
     def _load(self, task: TaskSpec) -> dict[str, Any]:

@@ -12,7 +12,6 @@ import functools
 import json
 import os
 import random
-import sys
 import threading
 from typing import Any, Protocol
 
@@ -238,33 +237,10 @@ def _load_local_model(model_dir: str) -> tuple[Any, Any]:
 def _load_local_model_cached(model_dir: str) -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from verl_ext.checkpoint_merge import hf_model_dir
+
     path = hf_model_dir(model_dir)
     return AutoModelForCausalLM.from_pretrained(path).eval(), AutoTokenizer.from_pretrained(path)
-
-
-def hf_model_dir(path: str) -> str:
-    """A folder transformers can load: ``path`` itself when it holds weights, else a verl FSDP
-    checkpoint (``.../global_step_N`` or its ``actor/``) merged once, with verl's own model merger,
-    into ``<actor>/huggingface_merged``."""
-    if any(os.path.exists(os.path.join(path, name)) for name in ("model.safetensors", "model.safetensors.index.json",
-                                                                  "pytorch_model.bin")):
-        return path
-    actor = os.path.join(path, "actor") if os.path.isdir(os.path.join(path, "actor")) else path
-    if not os.path.exists(os.path.join(actor, "fsdp_config.json")):
-        raise FileNotFoundError(f"{path} holds neither a transformers model nor a verl FSDP checkpoint "
-                                "(expected model.safetensors, or actor/fsdp_config.json in a global_step_N folder)")
-    merged = os.path.join(actor, "huggingface_merged")
-    if not os.path.exists(os.path.join(merged, "model.safetensors")):
-        from verl.model_merger.base_model_merger import ModelMergerConfig
-        from verl.model_merger.fsdp_model_merger import FSDPModelMerger
-
-        print(f"verl-ext: merging the FSDP checkpoint {actor} into {merged} (verl.model_merger)", file=sys.stderr)
-        merger = FSDPModelMerger(ModelMergerConfig(operation="merge", backend="fsdp", local_dir=actor,
-                                                   target_dir=merged,
-                                                   hf_model_config_path=os.path.join(actor, "huggingface")))
-        merger.merge_and_save()
-        merger.cleanup()
-    return merged
 
 
 def make_policy(spec: str, seed: int = 0, action_format: str = "tool_call") -> Policy:

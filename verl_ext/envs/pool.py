@@ -16,15 +16,15 @@ import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
-from verl_ext.envs.base import BrowserEnv
+from verl_ext.envs.base import ScreenEnv
 from verl_ext.envs.core import EnvFault
 
 
-_BACKENDS: dict[str, Callable[..., BrowserEnv]] = {}
+_BACKENDS: dict[str, Callable[..., ScreenEnv]] = {}
 _BUILT_IN = ("minidesk", "miniwob", "text_hybrid")
 
 
-def register_env_backend(name: str, factory: Callable[..., BrowserEnv]) -> None:
+def register_env_backend(name: str, factory: Callable[..., ScreenEnv]) -> None:
     """Make ``name`` usable as a dataset row's ``extra_info.env.backend``. Register from a module
     every agent-loop worker imports (e.g. your package's ``verl.plugins`` entry point), or skip
     registration and name the factory as ``"package.module:Factory"`` in the row instead."""
@@ -33,9 +33,9 @@ def register_env_backend(name: str, factory: Callable[..., BrowserEnv]) -> None:
     _BACKENDS[name] = factory
 
 
-def make_env(backend: str, **options: Any) -> BrowserEnv:
+def make_env(backend: str, **options: Any) -> ScreenEnv:
     """``minidesk``, ``miniwob``, ``text_hybrid`` (imported lazily), a name given to ``register_env_backend``, or an
-    import path ``"package.module:Factory"`` of a callable returning a ``BrowserEnv``."""
+    import path ``"package.module:Factory"`` of a callable returning a ``ScreenEnv``."""
     if backend == "minidesk":
         from verl_ext.envs.minidesk.env import MiniDeskEnv
 
@@ -45,9 +45,9 @@ def make_env(backend: str, **options: Any) -> BrowserEnv:
 
         return MiniWoBEnv(**options)
     if backend == "text_hybrid":  # pure Python, no browser (verl_ext.envs.text_hybrid)
-        from verl_ext.envs.text_hybrid import TextHybridEnv
+        from verl_ext.envs.text_hybrid import make_text_hybrid_env
 
-        return TextHybridEnv(**options)
+        return make_text_hybrid_env(**options)
     if backend in _BACKENDS:
         return _BACKENDS[backend](**options)
     if ":" in backend:
@@ -67,23 +67,23 @@ class EnvPool:
     ``faults`` (episodes returned with a fault), ``leases``, ``in_use``, ``idle``.
     """
 
-    def __init__(self, factory: Callable[[], BrowserEnv], max_envs: int = 4):
+    def __init__(self, factory: Callable[[], ScreenEnv], max_envs: int = 4):
         if max_envs < 1:
             raise ValueError("max_envs must be >= 1")
         self._factory = factory
         self._slots = threading.BoundedSemaphore(max_envs)
         self._lock = threading.Lock()
-        self._idle: list[BrowserEnv] = []
-        self._all: list[BrowserEnv] = []
+        self._idle: list[ScreenEnv] = []
+        self._all: list[ScreenEnv] = []
         self._stats = {"created": 0, "faults": 0, "leases": 0}
         self.max_envs = max_envs
 
-    def acquire(self) -> BrowserEnv:
+    def acquire(self) -> ScreenEnv:
         """Block until a slot is free, then hand out a healthy env (threads)."""
         self._slots.acquire()
         return self._checkout()
 
-    def _checkout(self) -> BrowserEnv:
+    def _checkout(self) -> ScreenEnv:
         """With a slot already taken: reuse or create an env and make sure its browser is fine."""
         try:
             with self._lock:
@@ -93,17 +93,17 @@ class EnvPool:
                 with self._lock:
                     self._all.append(env)
                     self._stats["created"] += 1
-            if not env.ensure_browser() and env.faulted is not None:
+            if not env.ensure_screen() and env.faulted is not None:
                 # The last episode faulted but the browser answers (a hang or page error): start clean.
-                env.browser.close()
-                env.ensure_browser()
+                env.screen.close()
+                env.ensure_screen()
             self._count("leases")
             return env
         except BaseException:
             self._slots.release()
             raise
 
-    def release(self, env: BrowserEnv) -> None:
+    def release(self, env: ScreenEnv) -> None:
         if env.faulted is not None:
             self._count("faults")
         with self._lock:
@@ -111,7 +111,7 @@ class EnvPool:
         self._slots.release()
 
     @contextlib.contextmanager
-    def lease(self) -> Iterator[BrowserEnv]:
+    def lease(self) -> Iterator[ScreenEnv]:
         env = self.acquire()
         try:
             yield env
@@ -119,7 +119,7 @@ class EnvPool:
             self.release(env)
 
     @contextlib.asynccontextmanager
-    async def alease(self) -> AsyncIterator[BrowserEnv]:
+    async def alease(self) -> AsyncIterator[ScreenEnv]:
         # Wait for a slot on the event loop, not in an executor thread: hundreds of waiting
         # trajectories must not occupy the threads that the running episodes step their envs in.
         while not self._slots.acquire(blocking=False):
@@ -130,13 +130,14 @@ class EnvPool:
         finally:
             self.release(env)
 
-    def reset(self, env: BrowserEnv, task: Any, seed: int | None = None) -> tuple[Any, dict[str, Any]]:
+    def reset(self, env: ScreenEnv, *, seed: int | None = None,
+              options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
         """``env.reset`` that restarts the browser once if the reset itself faults."""
         try:
-            return env.reset(task, seed)
+            return env.reset(seed=seed, options=options)
         except EnvFault:
-            env.browser.close()
-            return env.reset(task, seed)
+            env.screen.close()
+            return env.reset(seed=seed, options=options)
 
     def _count(self, key: str) -> None:
         with self._lock:
@@ -144,7 +145,7 @@ class EnvPool:
 
     def stats(self) -> dict[str, int]:
         with self._lock:
-            restarts = sum(env.browser_restarts for env in self._all)
+            restarts = sum(env.screen_restarts for env in self._all)
             in_use = len(self._all) - len(self._idle)
             return {**self._stats, "restarts": restarts, "in_use": in_use, "idle": len(self._idle)}
 

@@ -11,7 +11,7 @@ enough that random play already succeeds sometimes (about 30% with the defaults)
 cells are visited again and again by the trajectories of one group, which is what GiGPO's anchor
 groups and HGPO's context groups need (GiGPO arXiv 2505.10978, HGPO arXiv 2602.22817).
 
-Gymnasium contract: ``reset(seed) -> (obs, info)``, ``step(text) -> (obs, reward, terminated,
+Gymnasium contract: ``reset(seed=None, options=None) -> (obs, info)``, ``step(text) -> (obs, reward, terminated,
 truncated, info)``. Pure python; importing it costs nothing.
 """
 
@@ -68,7 +68,7 @@ class TextCorridor:
         """The state as text; it is also the GiGPO anchor, so it names the cell and nothing else."""
         return f"You are at cell {self.position}."
 
-    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         start = (options or {}).get("start", self.start)
         self.position = random.Random(seed).randint(1, self.length - 2) if start is None else int(start)
         self.steps = 0

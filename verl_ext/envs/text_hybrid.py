@@ -1,8 +1,8 @@
 """TextHybrid: a hybrid GUI + tool environment in pure Python (no browser), for machines without
 Chromium and for tasks where the tool-vs-GUI choice matters at every step.
 
-The env is a :class:`~verl_ext.envs.base.BrowserEnv` whose "browser" is :class:`TextScreen`, an
-in-process screen over one of the apps of ``text_hybrid_apps`` (settings panel, contacts book,
+The env is a :class:`~verl_ext.envs.base.ScreenEnv` on :class:`TextScreen`, an in-process
+screen over one of the apps of ``text_hybrid_apps`` (settings panel, contacts book,
 file manager, inventory sheet). So the step loop, counters, ``computer_use`` + app tools, action
 errors, faults, the env pool and the ``hybrid_gui_tool`` agent loop are exactly MiniDesk's; only
 the page is Python. A step costs well under a millisecond.
@@ -28,10 +28,11 @@ from dataclasses import dataclass
 from collections.abc import Callable
 from typing import Any
 
-from verl_ext.envs.base import BrowserEnv
+from verl_ext.envs.base import ScreenEnv
 from verl_ext.envs.core import ActionError, EnvFault, Observation, TaskSpec
 from verl_ext.envs.text_hybrid_apps import APPS, App, Step, Subgoal
 from verl_ext.envs.tools import ToolDef
+from verl_ext.envs.wrappers import EnvWrapper
 
 DV_QUESTIONS_VERSION = "text-hybrid-v1"  # bump when an app's questions change
 MIXED_SHARE = 2 / 3  # share of seeds whose task is drawn so that the oracle beats both pure plans
@@ -221,11 +222,11 @@ def check(app: App) -> bool:
 
 # --- the screen -------------------------------------------------------------------------------
 class TextScreen:
-    """Stands in for :class:`~verl_ext.envs.browser.Browser`: the same lifecycle (``start``,
-    ``alive``, ``close``, ``driver``) and GUI primitives, over an in-process :class:`App`.
+    """A :class:`~verl_ext.envs.screen.Screen` over an in-process :class:`App` (the browser is the
+    other one).
 
-    ``crash_after``: the observation count after which the screen dies (fault injection: the next
-    observation raises a ``browser_crash`` :class:`EnvFault`, as a dead Chromium would).
+    ``crash_after``: the observation count after which the screen dies (set by ``InjectScreenCrash``:
+    the next observation raises a ``browser_crash`` :class:`EnvFault`, as a dead Chromium would).
     """
 
     def __init__(self) -> None:
@@ -245,8 +246,8 @@ class TextScreen:
     def close(self) -> None:
         self.driver = None
 
-    def load(self, app: App, crash_after: int | None) -> None:
-        self.app, self.crash_after, self._observations = app, crash_after, 0
+    def load(self, app: App) -> None:
+        self.app, self.crash_after, self._observations = app, None, 0
 
     def observe(self, root_selector: str = "body", status_js: str = "") -> dict[str, Any]:
         if self.driver is None or self.app is None:
@@ -287,40 +288,39 @@ class TextScreen:
 
 
 # --- the env ----------------------------------------------------------------------------------
-class TextHybridEnv(BrowserEnv):
+def make_text_hybrid_env(fault_rate: float = 0.0, show_todo: bool = False, **options: Any) -> Any:
+    """The ``text_hybrid`` backend: a ``TextHybridEnv(**options)``, wrapped in ``InjectScreenCrash``
+    when ``fault_rate`` > 0 and in ``ShowTodo`` when ``show_todo``."""
+    env: Any = TextHybridEnv(**options)
+    if fault_rate > 0:
+        env = InjectScreenCrash(env, fault_rate)
+    if show_todo:
+        env = ShowTodo(env)
+    return env
+
+
+class TextHybridEnv(ScreenEnv):
     """Hybrid GUI + tool env over the TextHybrid apps; no browser.
 
     Args:
         n_distractors: distractor tools (MiniDesk's) added to each episode's tool list (seeded per task).
-        fault_rate: probability that an episode's screen crashes at a random step (fault injection,
-            for testing the fault path; 0 in training).
         max_steps: actions per episode before ``truncated``. ``screenshots`` must stay False.
-        show_todo: end every observation with the task's items still to do (``todo_items``): which
-            subgoal is next becomes one line of the latest observation instead of something the
-            policy must work out by counting the subgoals its earlier calls did. It shows
-            the verifier's per-subgoal state, so it makes the task easier; off by default.
     """
 
     name = "text_hybrid"
 
-    def __init__(self, n_distractors: int = 2, fault_rate: float = 0.0, max_steps: int = 30,
-                 screenshots: bool = False, show_todo: bool = False, **kwargs: Any):
+    def __init__(self, n_distractors: int = 2, max_steps: int = 30, screenshots: bool = False):
         if screenshots:
             raise ValueError("text_hybrid has no screenshots: set the agent loop's screenshots=false "
                              "(or use the minidesk backend for a VL model)")
-        super().__init__(max_steps=max_steps, **kwargs)
-        self.browser = TextScreen()
+        super().__init__(TextScreen(), max_steps=max_steps)
         self.n_distractors = n_distractors
-        self.fault_rate = fault_rate
-        self.show_todo = show_todo
         self.app: App | None = None
 
     def _load(self, task: TaskSpec) -> dict[str, Any]:
         app, plans, variant = make_task(task.template, task.seed)
-        rng = random.Random(f"text_hybrid/{task.template}/{task.seed}/fault")
-        crash = rng.randint(1, max(1, len(plans.oracle))) if rng.random() < self.fault_rate else None
         self.app = app
-        self.browser.load(app, crash)
+        self.screen.load(app)
         self.instruction = app.instruction()
         return {
             **summary(plans),
@@ -331,12 +331,6 @@ class TextHybridEnv(BrowserEnv):
             "apps": [app.name],
             "dv_questions": dv_questions(task.template, app),
         }
-
-    def _observe(self, last_result: dict[str, Any] | None) -> tuple[Observation, Any]:
-        obs, status = super()._observe(last_result)
-        if self.show_todo:
-            obs.todo = todo_items(self.app)
-        return obs, status
 
     def _episode_tools(self, task: TaskSpec) -> list[ToolDef]:
         from verl_ext.envs.minidesk.catalog import DISTRACTORS
@@ -364,6 +358,42 @@ class TextHybridEnv(BrowserEnv):
 
     def state_dump(self) -> dict[str, Any]:
         return {"template": self.app.name, "seed": self.task.seed, **self.app.dump()}
+
+
+# --- wrappers ---------------------------------------------------------------------------------
+class InjectScreenCrash(EnvWrapper):
+    """Fault injection, for testing the fault path (never in training): with probability ``rate``
+    an episode's text screen dies at a step drawn, like the choice itself, from the task."""
+
+    def __init__(self, env: TextHybridEnv, rate: float):
+        super().__init__(env)
+        self.rate = rate
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Observation, dict]:
+        obs, info = self.env.reset(seed=seed, options=options)
+        task = self.env.task
+        rng = random.Random(f"text_hybrid/{task.template}/{task.seed}/fault")
+        oracle_steps = len(info["plans"]["oracle"])
+        self.env.screen.crash_after = rng.randint(1, max(1, oracle_steps)) if rng.random() < self.rate else None
+        return obs, info
+
+
+class ShowTodo(EnvWrapper):
+    """Ends every observation with the task's items still to do (``todo_items``): which subgoal is
+    next becomes one line of the latest observation instead of something the policy must work out
+    by counting the subgoals its earlier calls did. It shows the verifier's per-subgoal state, so it
+    makes the task easier."""
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Observation, dict]:
+        obs, info = self.env.reset(seed=seed, options=options)
+        obs.todo = todo_items(self.env.app)
+        return obs, info
+
+    def step(self, action: Any) -> tuple[Observation, float, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        if info.get("fault") is None:  # a faulted step returns the last observation, as it was
+            obs.todo = todo_items(self.env.app)
+        return obs, reward, terminated, truncated, info
 
 
 def template_catalog() -> dict[str, dict[str, Any]]:

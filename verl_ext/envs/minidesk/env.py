@@ -53,18 +53,18 @@ class MiniDeskEnv(BrowserEnv):
         self._fs_version = -1
         self._apps: list[str] = []
 
-    def _on_browser_start(self) -> None:
+    def _on_screen_start(self) -> None:
         self.browser.get(PAGE_URL)
         self._episodes = 0
 
     def _load(self, task: TaskSpec) -> dict[str, Any]:
         self._episodes += 1
         if self._episodes > self.reload_every:
-            self._on_browser_start()
+            self._on_screen_start()
         reset_js = "return window.DESK ? DESK.reset(arguments[0], arguments[1]) : null;"
         info = self.browser.js(reset_js, task.template, task.seed)
         if info is None:  # the page was navigated away or reloaded badly: load it again once
-            self._on_browser_start()
+            self._on_screen_start()
             info = self.browser.js(reset_js, task.template, task.seed)
         if info is None:
             raise EnvFault("page_error", f"MiniDesk page did not load from {PAGE_URL}")

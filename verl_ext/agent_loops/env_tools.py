@@ -3,8 +3,8 @@
 ``EnvTool.execute`` steps the trajectory's env with the call and returns the next observation as
 text (plus a screenshot for VL models). The env is handed in by the ``hybrid_gui_tool`` agent
 loop (``env=``); verl's stock ``tool_agent`` loop cannot give one, so there the tool answers with a
-structured error instead of failing the rollout. This module imports verl; ``verl_ext.envs``
-itself does not.
+structured error instead of failing the rollout. It lives with the agent loops because it imports
+verl; ``verl_ext.envs`` does not.
 """
 
 from __future__ import annotations
