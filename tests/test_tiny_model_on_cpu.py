@@ -145,3 +145,22 @@ def test_vl_model_loads_processes_a_screenshot_and_runs(small_vl_dir):
     with torch.no_grad():
         logits = model(**inputs).logits
     assert logits.shape == (1, inputs["input_ids"].shape[1], len(tokenizer)) and torch.isfinite(logits).all()
+
+
+def test_a_tokenizer_learnt_from_transcripts_spells_new_ones_in_fewer_tokens_and_round_trips(tmp_path):
+    """``--vocab-size`` + ``--tokenizer-corpus``: merges learnt from text_hybrid transcripts of training tasks
+    shorten transcripts of held-out tasks (the SFT stage's sequences) and still decode to the same text."""
+    import pandas as pd
+
+    from verl_ext.datasets.demos import text_hybrid_sft_rows
+    from verl_ext.tiny_model import transcript_corpus
+
+    corpus_file = tmp_path / "corpus.parquet"
+    pd.DataFrame(text_hybrid_sft_rows(24, 0, "train", ["settings_panel"])).to_parquet(corpus_file)
+    held_out = tmp_path / "held_out.parquet"
+    pd.DataFrame(text_hybrid_sft_rows(4, 0, "val", ["settings_panel"])).to_parquet(held_out)
+    texts = transcript_corpus(str(held_out))
+    default, learnt = build_tokenizer(), build_tokenizer(2048, corpus=transcript_corpus(str(corpus_file)))
+    lengths = [(len(default(t)["input_ids"]), len(learnt(t)["input_ids"])) for t in texts]
+    assert all(new < 0.75 * old for old, new in lengths), lengths
+    assert all(learnt.decode(learnt(t)["input_ids"]) == t for t in texts)

@@ -17,7 +17,7 @@ import json
 import os
 import re
 
-from verl_ext.cli_args import command_parser
+from verl_ext.cli_args import command_parser, positive_int
 
 # ChatML with Qwen2.5-style tool calling: tools are listed in the system turn, assistant tool
 # calls are `<tool_call>{json}</tool_call>`, tool results come back as `<tool_response>` in a
@@ -85,9 +85,14 @@ _CORPUS = [
 ]
 
 
-def build_tokenizer(vocab_size: int = 512, vision: bool = False):
+def build_tokenizer(vocab_size: int = 512, vision: bool = False, corpus: list[str] | None = None):
     """A byte-level BPE ``PreTrainedTokenizerFast`` with ChatML + tool-call markup (+ Qwen2.5-VL's
-    vision tokens and image-rendering chat template with ``vision``)."""
+    vision tokens and image-rendering chat template with ``vision``).
+
+    BPE merges are learnt from a small built-in text, plus ``corpus`` when given: texts like the ones
+    the model will read (``transcript_corpus``), so that with a larger ``vocab_size`` a transcript takes
+    fewer tokens (text_hybrid transcripts: ~4.6k tokens with the default 512, ~2.3k with 2048 learnt on
+    1,000 of them)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -100,7 +105,7 @@ def build_tokenizer(vocab_size: int = 512, vision: bool = False):
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(_CORPUS * 4, trainer=trainer)
+    tok.train_from_iterator(_CORPUS * 4 + list(corpus or []), trainer=trainer)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         eos_token="<|im_end|>",
@@ -114,6 +119,28 @@ def build_tokenizer(vocab_size: int = 512, vision: bool = False):
         fast.add_special_tokens({"additional_special_tokens": VISION_TOKENS})
         fast.chat_template = VL_CHAT_TEMPLATE
     return fast
+
+
+def transcript_corpus(path: str) -> list[str]:
+    """Texts to learn a tokenizer's merges from: each row of a parquet of chat transcripts (``messages``
+    and ``tools`` as JSON text or lists, as ``verl-ext prepare-data text_hybrid_sft`` writes them)
+    rendered with the chat template the model will see, or each line of a text file."""
+    if not path.endswith(".parquet"):
+        with open(path, encoding="utf-8") as f:
+            return [line for line in f if line.strip()]
+    import pandas as pd
+
+    frame = pd.read_parquet(path)
+    if "messages" not in frame.columns:
+        raise ValueError(f"{path}: no 'messages' column; give chat transcripts (verl-ext prepare-data "
+                         "text_hybrid_sft) or a text file")
+    template = build_tokenizer()
+
+    def decoded(value):
+        return json.loads(value) if isinstance(value, str) else value
+
+    return [template.apply_chat_template(decoded(row["messages"]), tools=decoded(row.get("tools")) or None,
+                                         tokenize=False) for row in frame.to_dict("records")]
 
 
 # Shapes of real checkpoints (their config.json), for GPU tests and benchmarks with random weights
@@ -157,11 +184,13 @@ def mrope_section(head_dim: int) -> list[int]:
 
 
 def make_tiny_model(out_dir: str, seed: int = 0, arch: str = "tiny", dtype: str = "float32", device: str = "cpu",
-                    vision: dict | None = None, **shape: int) -> str:
+                    vision: dict | None = None, vocab_size: int = 512, tokenizer_corpus: str | None = None,
+                    **shape: int) -> str:
     """Write a random Qwen2 (or Qwen2.5-VL) model + tokenizer to ``out_dir`` and return the path.
 
     ``arch`` picks the shapes (:data:`ARCHITECTURES`); ``shape`` overrides single config keys of the
-    language model (``hidden_size=128``), ``vision`` keys of a VL arch's vision tower (``{"depth": 2}``).
+    language model (``hidden_size=128``), ``vision`` keys of a VL arch's vision tower (``{"depth": 2}``);
+    ``vocab_size`` and ``tokenizer_corpus`` (:func:`transcript_corpus`) the tokenizer's (:func:`build_tokenizer`).
     With ``tiny`` the model has about 0.1M parameters and a forward of a 256-token batch takes
     milliseconds on one CPU core. The weights are initialised in ``dtype`` on ``device``: ``cuda``
     builds a 7B model in seconds, and the same seed gives the same files on the same kind of device.
@@ -180,7 +209,8 @@ def make_tiny_model(out_dir: str, seed: int = 0, arch: str = "tiny", dtype: str 
             raise ValueError(f"arch {arch!r} has no vision tower, so vision={vision} cannot apply: use one of "
                              f"{sorted(name for name, a in ARCHITECTURES.items() if 'vision' in a)}")
         vision_dims = {**vision_dims, **vision}
-    tokenizer = build_tokenizer(vision=vision_dims is not None)
+    corpus = transcript_corpus(tokenizer_corpus) if tokenizer_corpus else None
+    tokenizer = build_tokenizer(vocab_size, vision=vision_dims is not None, corpus=corpus)
     text = {"vocab_size": len(tokenizer), "tie_word_embeddings": True,
             "bos_token_id": tokenizer.convert_tokens_to_ids("<|endoftext|>"), "eos_token_id": tokenizer.eos_token_id,
             "pad_token_id": tokenizer.pad_token_id, **dims}
@@ -251,11 +281,19 @@ def main(argv: list[str]) -> int:
                         help="shapes of a real checkpoint (random weights, the local tokenizer's vocabulary)")
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32", help="weight dtype")
     parser.add_argument("--device", default="cpu", help="where the weights are initialised (cuda: fast for 7B)")
+    parser.add_argument("--vocab-size", type=positive_int, default=512,
+                        help="the tokenizer's BPE vocabulary (learnt merges + the byte alphabet and markup)")
+    parser.add_argument("--tokenizer-corpus", metavar="PATH",
+                        help="texts to learn the merges from as well: a parquet of chat transcripts (verl-ext "
+                        "prepare-data text_hybrid_sft) or a text file; shorter token sequences for that text")
     args = parser.parse_args(argv)
+    if args.tokenizer_corpus and not os.path.exists(args.tokenizer_corpus):
+        parser.error(f"--tokenizer-corpus {args.tokenizer_corpus}: no such file")
     shape = {}
     if args.arch == "tiny":
         shape = {"hidden_size": args.hidden_size, "num_hidden_layers": args.layers}
-    path = make_tiny_model(args.out_dir, seed=args.seed, arch=args.arch, dtype=args.dtype, device=args.device, **shape)
+    path = make_tiny_model(args.out_dir, seed=args.seed, arch=args.arch, dtype=args.dtype, device=args.device,
+                           vocab_size=args.vocab_size, tokenizer_corpus=args.tokenizer_corpus, **shape)
     with open(os.path.join(path, "verl_ext_tiny_model.json")) as f:
         info = json.load(f)
     print(f"tiny model written to {path} ({info['parameters']:,} parameters, seed {args.seed})")
