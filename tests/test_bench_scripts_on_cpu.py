@@ -524,3 +524,46 @@ def test_estimator_study_arms_share_seeds_and_take_their_advantages_from_the_reg
     assert len({np.round(a, 4).tobytes() for a in seen.values()}) == len(seen)
     section = study.report({arm: r for arm, r in runs.items()}, [0, 1], 1, 1.0)
     assert section.startswith(study.HEADING) and all(f"| `{arm}` |" in section for arm in study.ARMS)
+
+
+def test_old_logit_probe_arms_share_the_frozen_batch_and_measure_the_exact_objective():
+    import pytest
+    import torch
+
+    study, probe = _script("old_logits_experiment"), _script("old_logits_probe")
+    # the expected reward is exact: sampling agrees within its noise
+    params = study.init_params([0, 1])
+    with torch.no_grad():
+        for p in params:
+            p.mul_(8)
+    targets = study.task_targets([0, 1])
+    sampled = study.eval_reward(params, targets[:, :2], torch.Generator().manual_seed(0), 2000)
+    torch.testing.assert_close(probe.exact_reward(params, targets, 2), sampled, rtol=0, atol=0.02)
+    arms = {name: probe.ARMS[name] for name in ("current", "snapshot", *study.EWMA_ANCHOR_ARMS)}
+    arms["current, again"] = probe.ARMS["current"]
+    kw = dict(seeds=[0, 1], warmup=3, bound=4, sigma=0.3, epochs=1, contexts=2)
+    out = probe.probe_cell(arms, lr=3e-2, **kw)
+    # one starting point, one batch and one mini-batch order: the same arm twice is the same update
+    for arm in arms:
+        assert torch.equal(out[arm]["reward_before"], out["current"]["reward_before"])
+    assert torch.equal(out["current, again"]["improvement"], out["current"]["improvement"])
+    assert out["current"]["improvement"].ne(0).all() and out["current"]["update_kl"].gt(0).all()
+    assert not torch.equal(out["snapshot"]["improvement"], out["current"]["improvement"])
+    # the per-mini-batch anchor moves with θ̄ between mini-batches ...
+    mb, batch = "ewma calibrated, minibatch anchor", "ewma calibrated"
+    assert not torch.equal(out[mb]["improvement"], out[batch]["improvement"])
+    # ... and is the per-batch anchor where no update falls between them (one mini-batch)
+    one = probe.probe_cell(arms, lr=3e-2, setup=study.Setup(minibatches=1), **kw)
+    torch.testing.assert_close(one[mb]["improvement"], one[batch]["improvement"], rtol=0, atol=1e-6)
+    # no update, no improvement
+    still = probe.probe_cell(arms, lr=0.0, **kw)
+    for arm in arms:
+        assert still[arm]["improvement"].eq(0).all() and still[arm]["update_kl"].abs().max() < 1e-7
+    with pytest.raises(ValueError, match="ewma_anchor"):
+        study.arm_knobs({"provider": "current", "ewma_anchor": "minibatch"}, 4)
+    cells = {"c": {"current": {"improvement": [0.1, 0.2, 0.3]}, "x": {"improvement": [0.2, 0.3, 0.4]},
+                   "y": {"improvement": [0.1, 0.3, 0.2]}},
+             "d": {"current": {"improvement": [1.0, 2.0, 3.0]}, "z": {"improvement": [1.01, 2.01, 3.01]}}}
+    found = probe.beyond_interval(cells)
+    assert [(arm, round(rel, 3)) for arm, _, rel in found["c"]] == [("x", 0.5)] and found["d"][0][0] == "z"
+    assert probe.worth_gpu_time(cells) == ["c"]  # z's difference is real but under 10% of the improvement

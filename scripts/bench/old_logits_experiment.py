@@ -55,6 +55,7 @@ from verl_ext.old_logits.local_host import LocalPolicyHost
 from verl_ext.losses.ppo_ewma import decoupled_ppo_token_losses
 from verl_ext.losses.opsm import opsm_mask
 from verl_ext.old_logits.metrics import ratio_out_of_band
+from verl_ext.old_logits.weight_specs import EWMA
 
 CONTEXTS, LENGTH, VOCAB, HIDDEN, GROUP = 16, 6, 8, 64, 8
 IN_DIM = CONTEXTS + LENGTH + VOCAB + 1  # one-hots: context, position, previous token (or start)
@@ -71,8 +72,9 @@ STUDY_DOC = ROOT / "docs" / "experiments" / "old_logit_mechanism_study.md"
 # cell: the calibrated EWMA's target age (the mean over all rows) and the random draws' generator.
 STUDY_HEADING = "## Old-logit mechanism study"
 # label -> algorithm.old_logits (BOUND is replaced by the cell's staleness bound), plus two knobs of the arm
-# itself: "clip" (PPO's ε, both sides; default CLIP), "correction" (CORRECTIONS; default "tis+band") and "opsm"
-# (DeepSeek-V3.2's off-policy sequence masking against μ at this δ, verl_ext.losses.opsm; default off)
+# itself: "clip" (PPO's ε, both sides; default CLIP), "correction" (CORRECTIONS; default "tis+band"), "opsm"
+# (DeepSeek-V3.2's off-policy sequence masking against μ at this δ, verl_ext.losses.opsm; default off) and
+# "ewma_anchor" (ArmKnobs; default "batch")
 STUDY_ARMS = {
     "current": {"provider": "current"},
     "rollout": {"provider": "rollout"},
@@ -96,6 +98,12 @@ EPS_ARMS = {
     "current, OPSM δ 0.05": {"provider": "current", "opsm": 0.05},
 }
 EPS_HEADING = "## Old-logit mechanism study, ε-matched arms"
+# the EWMA anchor as verl-ext's trainer computes it (once per batch, frozen over its mini-batches) against
+# Hilton et al.'s PPO-EWMA (θ̄'s log-probs recomputed before every mini-batch): an arm knob, "ewma_anchor"
+EWMA_ANCHOR_ARMS = {
+    "ewma calibrated": {"provider": "ewma", "ewma": {"fresh_exact": True}},
+    "ewma calibrated, minibatch anchor": {"provider": "ewma", "ewma": {"fresh_exact": True}, "ewma_anchor": "minibatch"},
+}
 BAND = (0.5, 2.0)  # token_k1 rejection band on rho (recipes/async_agentic); token TIS at TIS = 2
 MINIBATCHES = 2  # per epoch, as the text_hybrid study's two optimizer steps per step
 EVAL_EVERY, EVAL_SAMPLES = 10, 16
@@ -244,6 +252,131 @@ def state_bytes_per_param_byte(state: OldLogitWorkerState, params: list[torch.Te
     return extra / sum(p.numel() * p.element_size() for p in params)
 
 
+@dataclass(frozen=True)
+class ArmKnobs:
+    """One arm's dict, parsed: ``algorithm.old_logits`` (``config``) plus the arm's own knobs."""
+
+    config: OldLogitsConfig
+    clip: float = CLIP  # PPO's ε, both sides
+    rollout_is: str | None = "token"  # verl's rollout correction (CORRECTIONS)
+    rollout_rs: str | None = "token_k1"
+    opsm_delta: float | None = None  # off-policy sequence masking against μ at this δ (None: off)
+    # "batch": the provider's old log-probs, once per batch (verl-ext's trainer); "minibatch": the EWMA
+    # weights' log-probs recomputed before every mini-batch (Hilton et al.'s PPO-EWMA), with the correction
+    ewma_anchor: str = "batch"
+
+
+def arm_knobs(arm: dict, bound: int) -> ArmKnobs:
+    """Parses a study arm (``BOUND`` replaced by ``bound``): its ``clip``, ``correction``, ``opsm`` and
+    ``ewma_anchor`` knobs, the rest ``algorithm.old_logits``."""
+    raw = json.loads(json.dumps(arm).replace('"BOUND"', str(bound)))
+    clip = raw.pop("clip", CLIP)
+    rollout_is, rollout_rs = CORRECTIONS[raw.pop("correction", "tis+band")]
+    opsm_delta = raw.pop("opsm", None)
+    anchor = raw.pop("ewma_anchor", "batch")
+    if anchor not in ("batch", "minibatch") or (anchor == "minibatch" and raw.get("provider") != "ewma"):
+        raise ValueError(f"ewma_anchor must be 'batch' or 'minibatch' (the latter with provider ewma), got {arm}")
+    config = OldLogitsConfig.from_config(raw, max_off_policy_threshold=bound)
+    return ArmKnobs(config, clip, rollout_is, rollout_rs, opsm_delta, anchor)
+
+
+def task_targets(seeds: list[int]) -> torch.Tensor:
+    """``(S, CONTEXTS, T)`` hidden target sequences of each seed's task."""
+    return torch.stack([torch.randint(0, VOCAB, (CONTEXTS, LENGTH), generator=torch.Generator().manual_seed(s))
+                        for s in seeds])
+
+
+def rollout(n: int, engine: dict[int, list[torch.Tensor]], ctx: torch.Tensor, targets: torch.Tensor,
+            mean_staleness: float, bound: int, sigma: float, g: torch.Generator,
+            setup: Setup) -> tuple[torch.Tensor, ...]:
+    """The batch of trainer version n from the engine's versions with the mismatch noise: versions, tokens,
+    μ, exact old log-probs (all ``(S, bs, T)``) and the GRPO advantages per context, expanded over tokens."""
+    n_seeds, bs = targets.shape[0], len(ctx)
+    versions = draw_versions(n, n_seeds, bs, mean_staleness, bound, g, setup)
+    tokens, mu, exact = generate(engine, ctx, versions, sigma, g, setup.spike_p)
+    reward = (tokens == targets[:, ctx]).float().mean(-1)  # (S, bs)
+    grouped = reward.view(n_seeds, -1, GROUP)
+    adv = ((grouped - grouped.mean(-1, keepdim=True)) / (grouped.std(-1, keepdim=True) + 1e-6)).view(n_seeds, bs)
+    return versions, tokens, mu, exact, adv[..., None].expand(n_seeds, bs, LENGTH)
+
+
+def correction(old: torch.Tensor, mu: torch.Tensor, knobs: ArmKnobs,
+               setup: Setup) -> tuple[torch.Tensor, torch.Tensor]:
+    """verl's rollout correction on ρ = π_old/μ for ``(S, rows, T)`` log-probs: the IS weights and the
+    kept (not rejected) tokens."""
+    shape = old.shape
+    is_proto, rs_mask, _ = compute_rollout_correction_and_rejection_mask(
+        old.reshape(-1, LENGTH), mu.reshape(-1, LENGTH), torch.ones(old.numel() // LENGTH, LENGTH, dtype=torch.bool),
+        rollout_is=knobs.rollout_is, rollout_is_threshold=TIS, rollout_rs=knobs.rollout_rs,
+        rollout_rs_threshold=f"{setup.band[0]}_{setup.band[1]}")
+    is_w = is_proto.batch["rollout_is_weights"].view(shape) if is_proto is not None else torch.ones(shape)
+    return is_w, rs_mask.bool().view(shape)
+
+
+def ppo_update(params: list[torch.Tensor], optim: torch.optim.Optimizer, states: list[OldLogitWorkerState],
+               knobs: ArmKnobs, n: int, ctx: torch.Tensor, batch: tuple[torch.Tensor, ...], old: torch.Tensor,
+               is_w: torch.Tensor, kept: torch.Tensor, epochs: int, setup: Setup, g: torch.Generator,
+               verl_loss=None, actor=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """One version's Adam steps on the ppo_ewma loss (``setup.minibatches`` per epoch) over ``batch`` =
+    ``rollout``'s (versions, tokens, μ, exact, advantages); every step calls the ``states``' hooks (the
+    first state: the arm's own, whose EWMA a ``minibatch`` anchor reads). Returns the clip fraction
+    (mean over the steps) and the largest ratio, ``(S,)`` each."""
+    versions, tokens, mu, _, adv = batch
+    n_seeds, bs = tokens.shape[:2]
+    clipped, max_r = torch.zeros(n_seeds), torch.zeros(n_seeds)
+    for _ in range(epochs):
+        for mb in torch.randperm(bs, generator=g).chunk(setup.minibatches):
+            for state in states:
+                state.before_optimizer_step(n)
+            old_mb, is_mb, kept_mb = old[:, mb], is_w[:, mb], kept[:, mb]
+            if knobs.ewma_anchor == "minibatch":  # Hilton's PPO-EWMA: the proximal log-probs under θ̄ as it is now
+                with torch.no_grad(), states[0].weights(EWMA):
+                    proximal = log_probs(params, ctx[mb], tokens[:, mb])
+                stand_in = versions[:, mb] < n if knobs.config.ewma.fresh_exact else torch.ones_like(old_mb, dtype=bool)
+                old_mb = torch.where(stand_in, proximal, old_mb)
+                is_mb, kept_mb = correction(old_mb, mu[:, mb], knobs, setup)
+            logp = log_probs(params, ctx[mb], tokens[:, mb])
+            m = kept_mb.float()
+            if verl_loss is not None:  # one seed: verl's own loss function and aggregation
+                loss, loss_metrics = verl_loss(old_log_prob=old_mb[0], log_prob=logp[0], advantages=adv[0, mb],
+                                               response_mask=kept_mb[0], loss_agg_mode="token-mean",
+                                               config=actor, rollout_is_weights=is_mb[0])
+                clipfrac, log_ratio = torch.tensor([loss_metrics["actor/pg_clipfrac"]]), logp - old_mb
+            else:
+                out = decoupled_ppo_token_losses(logp, old_mb, adv[:, mb], is_mb, knobs.clip, knobs.clip, 3.0)
+                losses = out.losses
+                if knobs.opsm_delta is not None:  # the sequence's mean log(μ/π_θ) against δ, on negative advantages
+                    flat_mb = (n_seeds * len(mb), LENGTH)
+                    keep = opsm_mask(mu[:, mb].reshape(flat_mb), logp.reshape(flat_mb), adv[:, mb].reshape(flat_mb),
+                                     torch.ones(flat_mb), knobs.opsm_delta).mask
+                    losses = losses * keep.view_as(losses)
+                loss = per_seed_mean(losses, m).nan_to_num().sum()  # token-mean per seed
+                clipfrac, log_ratio = per_seed_mean(out.clipped.float(), m).nan_to_num(), out.log_ratio
+            optim.zero_grad()
+            loss.backward()
+            optim.step()
+            for state in states:
+                state.after_optimizer_step()
+            clipped += clipfrac / (epochs * setup.minibatches)
+            max_r = torch.maximum(max_r, log_ratio.detach().exp().amax(dim=(1, 2)))
+    return clipped, max_r
+
+
+def actor_config(clip: float):
+    """What verl's ppo_ewma reads: clip ``clip`` both sides."""
+    return omega_conf_to_dataclass(OmegaConf.create({
+        "_target_": "verl.workers.config.ActorConfig", "strategy": "fsdp", "rollout_n": GROUP,
+        "ppo_micro_batch_size_per_gpu": 1, "clip_ratio_low": clip, "clip_ratio_high": clip,
+        "policy_loss": {"_target_": "verl_ext.losses.config.PPOEWMAPolicyLossConfig"}}))
+
+
+def provider_batch(tokens: torch.Tensor, versions: torch.Tensor, mu: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The flattened ``(S * bs, T)`` batch a provider reads (and writes ``old_log_probs`` into)."""
+    flat = tokens.shape[0] * tokens.shape[1]
+    return {"tokens": tokens, "response_mask": torch.ones(flat, LENGTH, dtype=torch.bool),
+            "token_versions": versions.reshape(flat, LENGTH), "rollout_log_probs": mu.reshape(flat, LENGTH)}
+
+
 def run_cell(arm: dict, seeds: list[int], steps: int, mean_staleness: float, bound: int, sigma: float,
              lr: float, epochs: int, contexts: int = CONTEXTS, setup: Setup = Setup(),
              g: torch.Generator | None = None) -> dict[str, torch.Tensor]:
@@ -253,55 +386,35 @@ def run_cell(arm: dict, seeds: list[int], steps: int, mean_staleness: float, bou
     NaN elsewhere)."""
     n_seeds, bs = len(seeds), contexts * GROUP
     g = g or torch.Generator().manual_seed(1000 + seeds[0])
-    targets = torch.stack([torch.randint(0, VOCAB, (CONTEXTS, LENGTH), generator=torch.Generator().manual_seed(s))
-                           for s in seeds])
+    targets = task_targets(seeds)
     params = init_params(seeds)
     optim = torch.optim.Adam(params, lr=lr)
-    raw = json.loads(json.dumps(arm).replace('"BOUND"', str(bound)))
-    clip = raw.pop("clip", CLIP)
-    rollout_is, rollout_rs = CORRECTIONS[raw.pop("correction", "tis+band")]
-    opsm_delta = raw.pop("opsm", None)
-    config = OldLogitsConfig.from_config(raw, max_off_policy_threshold=bound)
+    knobs = arm_knobs(arm, bound)
     steps_per_version = setup.minibatches * epochs
-    state = OldLogitWorkerState(config, params, updates_per_version=steps_per_version)
+    state = OldLogitWorkerState(knobs.config, params, updates_per_version=steps_per_version)
     engine = {0: [p.detach().clone() for p in params]}  # weights the inference engine received, per version
     ctx = torch.arange(contexts).repeat_interleave(GROUP)
     verl_loss = get_policy_loss_fn("ppo_ewma") if setup.verl_loss else None
-    actor = omega_conf_to_dataclass(OmegaConf.create({  # what verl's ppo_ewma reads: clip 0.2 both sides
-        "_target_": "verl.workers.config.ActorConfig", "strategy": "fsdp", "rollout_n": GROUP,
-        "ppo_micro_batch_size_per_gpu": 1, "clip_ratio_low": clip, "clip_ratio_high": clip,
-        "policy_loss": {"_target_": "verl_ext.losses.config.PPOEWMAPolicyLossConfig"}}))
+    actor = actor_config(knobs.clip)
 
     def log_prob_fn(batch: dict, rows: torch.Tensor) -> torch.Tensor:
         return log_probs(params, ctx, batch["tokens"]).reshape(n_seeds * bs, LENGTH)[rows]
 
     host = LocalPolicyHost(log_prob_fn, state)
-    provider = build_provider(config)
-    band = f"{setup.band[0]}_{setup.band[1]}"
+    provider = build_provider(knobs.config)
     hist: dict[str, list[torch.Tensor]] = defaultdict(list)
     for n in range(steps):
         # --- rollout by the engine's versions with the mismatch noise; GRPO advantages per context
-        versions = draw_versions(n, n_seeds, bs, mean_staleness, bound, g, setup)
-        tokens, mu, exact = generate(engine, ctx, versions, sigma, g, setup.spike_p)
-        reward = (tokens == targets[:, ctx]).float().mean(-1)  # (S, bs)
-        grouped = reward.view(n_seeds, contexts, GROUP)
-        adv = ((grouped - grouped.mean(-1, keepdim=True)) / (grouped.std(-1, keepdim=True) + 1e-6)).view(n_seeds, bs)
-        adv = adv[..., None].expand(n_seeds, bs, LENGTH)
+        data = rollout(n, engine, ctx, targets, mean_staleness, bound, sigma, g, setup)
+        versions, tokens, mu, exact, _ = data
         # --- old logits from the provider, then verl's rollout correction on ρ = π_old/μ
         flat = n_seeds * bs
-        mask = torch.ones(flat, LENGTH, dtype=torch.bool)
         host.version, host.forward_rows = n, 0
-        batch = {"tokens": tokens, "response_mask": mask, "token_versions": versions.reshape(flat, LENGTH),
-                 "rollout_log_probs": mu.reshape(flat, LENGTH)}
+        batch = provider_batch(tokens, versions, mu)
         metrics: dict[str, float] = {}
         provider.compute(host, batch, metrics)
         old = batch["old_log_probs"].view(n_seeds, bs, LENGTH)
-        is_proto, rs_mask, _ = compute_rollout_correction_and_rejection_mask(
-            old.reshape(flat, LENGTH), mu.reshape(flat, LENGTH), mask, rollout_is=rollout_is,
-            rollout_is_threshold=TIS, rollout_rs=rollout_rs, rollout_rs_threshold=band)
-        is_w = (is_proto.batch["rollout_is_weights"].view(n_seeds, bs, LENGTH) if is_proto is not None
-                else torch.ones(n_seeds, bs, LENGTH))
-        kept = rs_mask.bool().view(n_seeds, bs, LENGTH)
+        is_w, kept = correction(old, mu, knobs, setup)
         # --- what the band removes and why (against the exact old logits), and the provider's cost
         proxy_out = ratio_out_of_band(old - mu, *setup.band)
         exact_out = ratio_out_of_band(exact - mu, *setup.band)
@@ -325,33 +438,8 @@ def run_cell(arm: dict, seeds: list[int], steps: int, mean_staleness: float, bou
                                                                          if k.endswith("/time_s"))))
         # --- Adam steps on the ppo_ewma loss
         before = distributions(params, ctx, tokens).detach()
-        clipped, max_r = torch.zeros(n_seeds), torch.zeros(n_seeds)
-        for _ in range(epochs):
-            for mb in torch.randperm(bs, generator=g).chunk(setup.minibatches):
-                state.before_optimizer_step(n)
-                logp = log_probs(params, ctx[mb], tokens[:, mb])
-                m = kept[:, mb].float()
-                if verl_loss is not None:  # one seed: verl's own loss function and aggregation
-                    loss, loss_metrics = verl_loss(old_log_prob=old[0, mb], log_prob=logp[0], advantages=adv[0, mb],
-                                                   response_mask=kept[0, mb], loss_agg_mode="token-mean",
-                                                   config=actor, rollout_is_weights=is_w[0, mb])
-                    clipfrac, log_ratio = torch.tensor([loss_metrics["actor/pg_clipfrac"]]), logp - old[:, mb]
-                else:
-                    out = decoupled_ppo_token_losses(logp, old[:, mb], adv[:, mb], is_w[:, mb], clip, clip, 3.0)
-                    losses = out.losses
-                    if opsm_delta is not None:  # the sequence's mean log(μ/π_θ) against δ, on negative advantages
-                        flat_mb = (n_seeds * len(mb), LENGTH)
-                        keep = opsm_mask(mu[:, mb].reshape(flat_mb), logp.reshape(flat_mb), adv[:, mb].reshape(flat_mb),
-                                         torch.ones(flat_mb), opsm_delta).mask
-                        losses = losses * keep.view_as(losses)
-                    loss = per_seed_mean(losses, m).nan_to_num().sum()  # token-mean per seed
-                    clipfrac, log_ratio = per_seed_mean(out.clipped.float(), m).nan_to_num(), out.log_ratio
-                optim.zero_grad()
-                loss.backward()
-                optim.step()
-                state.after_optimizer_step()
-                clipped += clipfrac / (epochs * setup.minibatches)
-                max_r = torch.maximum(max_r, log_ratio.detach().exp().amax(dim=(1, 2)))
+        clipped, max_r = ppo_update(params, optim, [state], knobs, n, ctx, data, old, is_w, kept, epochs, setup, g,
+                                    verl_loss, actor)
         hist["clipfrac"].append(clipped)
         hist["update_kl"].append(update_kl(distributions(params, ctx, tokens), before))
         hist["max_ratio"].append(max_r)
