@@ -3,7 +3,7 @@
 A tiny softmax policy (one-hidden-layer MLP over (context, position, previous token)) learns a short
 token-sequence task (for each of C contexts a hidden target sequence of T tokens; reward = fraction of
 matching tokens, GRPO advantages within each context's group) through an exactly simulated asynchronous
-pipeline, one training loop (``run_cell``) for both experiments:
+pipeline (``run_cell``):
 
 * the batch of step n comes from the "inference engine" holding the weights of version n - d (d = staleness);
   partial rollouts switch to version n - d + 1 at a random position, so tokens carry per-token versions;
@@ -13,41 +13,32 @@ pipeline, one training loop (``run_cell``) for both experiments:
   in-process host) for old_log_probs, applies verl's rollout correction (token TIS 2.0 and a token_k1 rejection
   band on ρ = π_old/μ) and takes Adam steps per version on the ``ppo_ewma`` loss.
 
-The providers experiment (default; ``--regimes`` σ:band): each provider and d, one seed at a time, verl's
-registered loss; the fraction of tokens the band masks (and whether numerics or staleness caused it, against the
-exact old logits), the TIS-truncated and PPO clip fractions, |old - exact| errors, the reward per step and the
-cost (forward rows, extra bytes, time): medians over seeds, and docs/img/old_logits_providers.png.
-``--study``: the mechanism study, every seed of a cell trained at once (the model's seed dimension), fair arms
-(only the old-logit source differs), staleness drawn per sequence, heavy-tailed mismatch, learning rate and
-epochs as knobs.
+``--study`` (the one mode): the mechanism study, every seed of a cell trained at once (the model's seed
+dimension), fair arms (only the old-logit source differs), staleness drawn per sequence, heavy-tailed mismatch,
+learning rate and epochs as knobs. ``scripts/bench/old_logits_probe.py`` reuses this toy.
 
-    python -m scripts.bench.old_logits_experiment [--seeds 5] [--steps 150] [--regimes 0.1:0.5:2.0 ...] [--write]
+    python -m scripts.bench.old_logits_experiment --study --json runs/old_logits_study.json [--eps-matched] [--write]
 
-Docs section (``--write``; printed otherwise): docs/results.md, "## Old-logit providers"; with ``--study``
-docs/experiments/old_logit_mechanism_study.md, "## Old-logit mechanism study".
+Docs section (``--write``; printed otherwise): docs/experiments/old_logit_mechanism_study.md,
+"## Old-logit mechanism study" (``--eps-matched``: "## Old-logit mechanism study, ε-matched arms").
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import time
 from collections import defaultdict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
-from omegaconf import OmegaConf
-from verl.trainer.ppo.core_algos import get_policy_loss_fn
 from verl.trainer.ppo.rollout_corr_helper import (
     compute_rollout_correction_and_rejection_mask,
 )
-from verl.utils.config import omega_conf_to_dataclass
 
-import verl_ext.losses.registration  # noqa: F401  (registers ppo_ewma)
-from scripts.bench.report import RESULTS, figure, script_parser, publish
+from scripts.bench.report import figure, script_parser, publish
 from scripts.bench.report import table as md_table
 from scripts.bench.stats import collapsed, fmt_mean_se, last_finite, paired_verdict
 from verl_ext.old_logits import OldLogitsConfig, OldLogitWorkerState, build_provider
@@ -59,13 +50,8 @@ from verl_ext.old_logits.weight_specs import EWMA
 
 CONTEXTS, LENGTH, VOCAB, HIDDEN, GROUP = 16, 6, 8, 64, 8
 IN_DIM = CONTEXTS + LENGTH + VOCAB + 1  # one-hots: context, position, previous token (or start)
-PROVIDERS = ["current", "rollout", "snapshot", "ewma", "loglinear"]
 TIS = 2.0
-# (inference logit noise σ, token_k1 rejection band on ρ = π_old/μ): a loose band with small
-# numerics noise, and a tight band with larger noise, where numerics alone already trip the band.
-REGIMES = ["0.1:0.5:2.0", "0.3:0.8:1.25"]
 ROOT = Path(__file__).resolve().parents[2]
-HEADING = "## Old-logit providers"
 STUDY_DOC = ROOT / "docs" / "experiments" / "old_logit_mechanism_study.md"
 # Mechanism study: fair arms, every seed of a cell at once (the model's seed dimension), staleness and
 # mismatch as knobs. The providers see one flattened batch of S * bs rows; shared between the seeds of a
@@ -110,7 +96,7 @@ EVAL_EVERY, EVAL_SAMPLES = 10, 16
 SPIKE_P, SPIKE_SCALE = 0.01, 8.0  # the study's heavy-tailed mismatch: 1% of logits get 8x the noise
 
 # The policy of each seed carries a leading seed dimension S (w1: (S, IN, H), b1: (S, 1, H), ...): the
-# providers experiment runs one seed at a time (S = 1), the mechanism study every seed of a cell at once.
+# mechanism study trains every seed of a cell at once.
 # Batched matmuls keep the seeds independent, and so do Adam and the EWMA/snapshot state (elementwise).
 
 
@@ -160,7 +146,7 @@ def update_kl(new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
 def mismatch_noise(shape: tuple[int, ...], sigma: float, g: torch.Generator, spike_p: float = SPIKE_P) -> torch.Tensor:
     """Inference-engine logit error: Gaussian σ plus rare spikes of ``SPIKE_SCALE`` σ (the heavy tail of
     low-precision kernels: bf16 accumulation, fp8 outliers); ``spike_p`` 0: Gaussian only, drawn even at
-    σ = 0 (the providers experiment's random stream)."""
+    σ = 0."""
     if not spike_p:
         return sigma * torch.randn(shape, generator=g)
     if sigma == 0:
@@ -207,32 +193,23 @@ def eval_reward(params: list[torch.Tensor], targets: torch.Tensor, g: torch.Gene
 
 @dataclass(frozen=True)
 class Setup:
-    """What the two experiments do differently around the one training loop (``run_cell``); the defaults
-    are the mechanism study's."""
+    """The knobs around the one training loop (``run_cell``) besides the cell's; the defaults are the
+    mechanism study's."""
 
     band: tuple[float, float] = BAND
     minibatches: int = MINIBATCHES  # Adam steps per epoch
     partial: float = 0.5  # share of sequences (partial rollouts) that move to the next version mid-sequence
-    poisson: bool = True  # staleness per sequence ~ Poisson(mean), at most the bound; else every one at the bound
-    spike_p: float = SPIKE_P  # 0: Gaussian mismatch only (the providers experiment's random stream)
-    verl_loss: bool = False  # verl's registered ppo_ewma on one seed, else the token losses per seed
+    spike_p: float = SPIKE_P  # 0: Gaussian mismatch only
     eval_every: int = EVAL_EVERY
     eval_samples: int = EVAL_SAMPLES
 
 
-# the providers experiment: one seed at a time, every sequence ``d`` versions back, verl's own loss
-PROVIDERS_SETUP = Setup(poisson=False, spike_p=0, verl_loss=True, eval_every=1, eval_samples=32)
-
-
 def draw_versions(n: int, n_seeds: int, bs: int, mean: float, bound: int, g: torch.Generator,
                   setup: Setup = Setup()) -> torch.Tensor:
-    """``(S, bs, T)`` per-token versions at trainer version n: each sequence starts d versions back
-    (``setup.poisson``: d ~ Poisson(mean), else d = ``bound``; at most ``bound``, at most n), and a
-    ``setup.partial`` share of them switch to the next version at a random position."""
-    if setup.poisson:
-        d = torch.poisson(torch.full((n_seeds, bs), mean), generator=g).long().clamp(max=min(bound, n))
-    else:
-        d = torch.full((n_seeds, bs), min(bound, n))
+    """``(S, bs, T)`` per-token versions at trainer version n: each sequence starts d ~ Poisson(mean)
+    versions back (at most ``bound``, at most n), and a ``setup.partial`` share of them switch to the next
+    version at a random position."""
+    d = torch.poisson(torch.full((n_seeds, bs), mean), generator=g).long().clamp(max=min(bound, n))
     switch = torch.where(torch.rand(n_seeds, bs, generator=g) < setup.partial,
                          torch.randint(1, LENGTH, (n_seeds, bs), generator=g), torch.full((n_seeds, bs), LENGTH))
     versions = (n - d)[..., None] + (torch.arange(LENGTH) >= switch[..., None]).long()
@@ -243,13 +220,6 @@ def per_seed_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """``(S,)`` mean of ``x`` over the mask-1 entries of each seed (NaN where a seed has none)."""
     dims = tuple(range(1, x.dim()))
     return (x * mask).sum(dims) / mask.sum(dims).where(mask.sum(dims) > 0, torch.tensor(float("nan")))
-
-
-def state_bytes_per_param_byte(state: OldLogitWorkerState, params: list[torch.Tensor]) -> float:
-    """The extra memory a provider's state holds (EWMA shadow, snapshot copies), in parameter bytes."""
-    extra = 0 if state.ewma is None else 4 * sum(p.numel() for p in params)
-    extra += 0 if state.snapshots is None else state.snapshots.nbytes
-    return extra / sum(p.numel() * p.element_size() for p in params)
 
 
 @dataclass(frozen=True)
@@ -315,8 +285,8 @@ def correction(old: torch.Tensor, mu: torch.Tensor, knobs: ArmKnobs,
 
 def ppo_update(params: list[torch.Tensor], optim: torch.optim.Optimizer, states: list[OldLogitWorkerState],
                knobs: ArmKnobs, n: int, ctx: torch.Tensor, batch: tuple[torch.Tensor, ...], old: torch.Tensor,
-               is_w: torch.Tensor, kept: torch.Tensor, epochs: int, setup: Setup, g: torch.Generator,
-               verl_loss=None, actor=None) -> tuple[torch.Tensor, torch.Tensor]:
+               is_w: torch.Tensor, kept: torch.Tensor, epochs: int, setup: Setup,
+               g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     """One version's Adam steps on the ppo_ewma loss (``setup.minibatches`` per epoch) over ``batch`` =
     ``rollout``'s (versions, tokens, μ, exact, advantages); every step calls the ``states``' hooks (the
     first state: the arm's own, whose EWMA a ``minibatch`` anchor reads). Returns the clip fraction
@@ -337,21 +307,15 @@ def ppo_update(params: list[torch.Tensor], optim: torch.optim.Optimizer, states:
                 is_mb, kept_mb = correction(old_mb, mu[:, mb], knobs, setup)
             logp = log_probs(params, ctx[mb], tokens[:, mb])
             m = kept_mb.float()
-            if verl_loss is not None:  # one seed: verl's own loss function and aggregation
-                loss, loss_metrics = verl_loss(old_log_prob=old_mb[0], log_prob=logp[0], advantages=adv[0, mb],
-                                               response_mask=kept_mb[0], loss_agg_mode="token-mean",
-                                               config=actor, rollout_is_weights=is_mb[0])
-                clipfrac, log_ratio = torch.tensor([loss_metrics["actor/pg_clipfrac"]]), logp - old_mb
-            else:
-                out = decoupled_ppo_token_losses(logp, old_mb, adv[:, mb], is_mb, knobs.clip, knobs.clip, 3.0)
-                losses = out.losses
-                if knobs.opsm_delta is not None:  # the sequence's mean log(μ/π_θ) against δ, on negative advantages
-                    flat_mb = (n_seeds * len(mb), LENGTH)
-                    keep = opsm_mask(mu[:, mb].reshape(flat_mb), logp.reshape(flat_mb), adv[:, mb].reshape(flat_mb),
-                                     torch.ones(flat_mb), knobs.opsm_delta).mask
-                    losses = losses * keep.view_as(losses)
-                loss = per_seed_mean(losses, m).nan_to_num().sum()  # token-mean per seed
-                clipfrac, log_ratio = per_seed_mean(out.clipped.float(), m).nan_to_num(), out.log_ratio
+            out = decoupled_ppo_token_losses(logp, old_mb, adv[:, mb], is_mb, knobs.clip, knobs.clip, 3.0)
+            losses = out.losses
+            if knobs.opsm_delta is not None:  # the sequence's mean log(μ/π_θ) against δ, on negative advantages
+                flat_mb = (n_seeds * len(mb), LENGTH)
+                keep = opsm_mask(mu[:, mb].reshape(flat_mb), logp.reshape(flat_mb), adv[:, mb].reshape(flat_mb),
+                                 torch.ones(flat_mb), knobs.opsm_delta).mask
+                losses = losses * keep.view_as(losses)
+            loss = per_seed_mean(losses, m).nan_to_num().sum()  # token-mean per seed
+            clipfrac, log_ratio = per_seed_mean(out.clipped.float(), m).nan_to_num(), out.log_ratio
             optim.zero_grad()
             loss.backward()
             optim.step()
@@ -360,14 +324,6 @@ def ppo_update(params: list[torch.Tensor], optim: torch.optim.Optimizer, states:
             clipped += clipfrac / (epochs * setup.minibatches)
             max_r = torch.maximum(max_r, log_ratio.detach().exp().amax(dim=(1, 2)))
     return clipped, max_r
-
-
-def actor_config(clip: float):
-    """What verl's ppo_ewma reads: clip ``clip`` both sides."""
-    return omega_conf_to_dataclass(OmegaConf.create({
-        "_target_": "verl.workers.config.ActorConfig", "strategy": "fsdp", "rollout_n": GROUP,
-        "ppo_micro_batch_size_per_gpu": 1, "clip_ratio_low": clip, "clip_ratio_high": clip,
-        "policy_loss": {"_target_": "verl_ext.losses.config.PPOEWMAPolicyLossConfig"}}))
 
 
 def provider_batch(tokens: torch.Tensor, versions: torch.Tensor, mu: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -394,8 +350,6 @@ def run_cell(arm: dict, seeds: list[int], steps: int, mean_staleness: float, bou
     state = OldLogitWorkerState(knobs.config, params, updates_per_version=steps_per_version)
     engine = {0: [p.detach().clone() for p in params]}  # weights the inference engine received, per version
     ctx = torch.arange(contexts).repeat_interleave(GROUP)
-    verl_loss = get_policy_loss_fn("ppo_ewma") if setup.verl_loss else None
-    actor = actor_config(knobs.clip)
 
     def log_prob_fn(batch: dict, rows: torch.Tensor) -> torch.Tensor:
         return log_probs(params, ctx, batch["tokens"]).reshape(n_seeds * bs, LENGTH)[rows]
@@ -408,14 +362,13 @@ def run_cell(arm: dict, seeds: list[int], steps: int, mean_staleness: float, bou
         data = rollout(n, engine, ctx, targets, mean_staleness, bound, sigma, g, setup)
         versions, tokens, mu, exact, _ = data
         # --- old logits from the provider, then verl's rollout correction on ρ = π_old/μ
-        flat = n_seeds * bs
-        host.version, host.forward_rows = n, 0
+        host.version = n
         batch = provider_batch(tokens, versions, mu)
         metrics: dict[str, float] = {}
         provider.compute(host, batch, metrics)
         old = batch["old_log_probs"].view(n_seeds, bs, LENGTH)
         is_w, kept = correction(old, mu, knobs, setup)
-        # --- what the band removes and why (against the exact old logits), and the provider's cost
+        # --- what the band removes and why (against the exact old logits)
         proxy_out = ratio_out_of_band(old - mu, *setup.band)
         exact_out = ratio_out_of_band(exact - mu, *setup.band)
         stale = (versions < n).float()
@@ -428,111 +381,30 @@ def run_cell(arm: dict, seeds: list[int], steps: int, mean_staleness: float, bou
         hist["max_rho"].append(rho.amax(dim=(1, 2)))
         w = is_w * kept
         hist["ess"].append(w.sum((1, 2)) ** 2 / (kept.sum((1, 2)) * (w**2).sum((1, 2))).clamp(min=1e-12))
-        hist["abs_error"].append(per_seed_mean((old - exact).abs(), ones))
-        hist["imp_weight_error"].append(per_seed_mean(torch.expm1(old - exact).abs(), ones))
         hist["abs_error_stale"].append(per_seed_mean((old - exact).abs(), stale))
         hist["token_age_steps"].append(per_seed_mean((n - versions).float(), ones) * steps_per_version)
         hist["ewma_age_steps"].append(torch.full((n_seeds,), metrics.get("old_logits/ewma/age_steps", float("nan"))))
-        hist["forward_rows"].append(torch.full((n_seeds,), host.forward_rows / flat))
-        hist["old_logit_time_ms"].append(torch.full((n_seeds,), 1e3 * sum(v for k, v in metrics.items()
-                                                                         if k.endswith("/time_s"))))
         # --- Adam steps on the ppo_ewma loss
         before = distributions(params, ctx, tokens).detach()
-        clipped, max_r = ppo_update(params, optim, [state], knobs, n, ctx, data, old, is_w, kept, epochs, setup, g,
-                                    verl_loss, actor)
+        clipped, max_r = ppo_update(params, optim, [state], knobs, n, ctx, data, old, is_w, kept, epochs, setup, g)
         hist["clipfrac"].append(clipped)
         hist["update_kl"].append(update_kl(distributions(params, ctx, tokens), before))
         hist["max_ratio"].append(max_r)
         engine[n + 1] = [p.detach().clone() for p in params]
         engine.pop(n - bound - 1, None)
         state.on_version_published(n + 1)
-        hist["extra_memory"].append(torch.full((n_seeds,), state_bytes_per_param_byte(state, params)))
         hist["reward"].append(eval_reward(params, targets[:, :contexts], g, setup.eval_samples, setup.spike_p)
                               if (n + 1) % setup.eval_every == 0 else torch.full((n_seeds,), float("nan")))
     return {key: torch.stack(values) for key, values in hist.items()}
 
 
-def providers_run(provider: str, d: int, seed: int, steps: int, noise: float, band: tuple[float, float], lr: float,
-                  minibatches: int, partial: float) -> dict[str, list[float]]:
-    """One providers-experiment run: ``provider`` at staleness ``d`` on one seed; per-step series."""
-    g = torch.Generator().manual_seed(seed)
-    torch.randint(0, VOCAB, (CONTEXTS, LENGTH), generator=g)  # the task's targets open this run's random stream
-    # this section's EWMA: com = d versions (the earlier default), no fresh_exact
-    arm = {"provider": provider, **({"ewma": {"com": "BOUND", "fresh_exact": False}} if provider == "ewma" else {})}
-    setup = replace(PROVIDERS_SETUP, band=band, minibatches=minibatches, partial=partial)
-    out = run_cell(arm, [seed], steps, d, d, noise, lr, 1, setup=setup, g=g)
-    return {key: series[:, 0].tolist() for key, series in out.items()}
-
-
-PROVIDER_RATES = ["masked", "masked_staleness", "masked_numerics", "tis_truncated", "clipfrac", "abs_error",
-                  "imp_weight_error", "forward_rows", "old_logit_time_ms"]
-
-
-def summarize(results: dict, steps: int) -> dict:
-    """Medians over seeds of per-run means (second half of training for rates, last 20 steps for reward)."""
-    half, tail = steps // 2, min(20, steps)
-    table = {}
-    for (provider, d), runs in results.items():
-        row = {key: statistics.median(statistics.fmean(r[key][half:]) for r in runs) for key in PROVIDER_RATES}
-        finals = [statistics.fmean(r["reward"][-tail:]) for r in runs]
-        row.update(final_reward=statistics.median(finals), final_reward_min=min(finals), final_reward_max=max(finals))
-        row["extra_mem"] = statistics.median(r["extra_memory"][-1] for r in runs)
-        row["reward_curve"] = [statistics.median(r["reward"][i] for r in runs) for i in range(steps)]
-        table[f"{provider}/{d}"] = row
-    return table
-
-
-def plot(tables: dict[str, dict], providers: list[str], stalenesses: list[int], curve_d: int, path: Path) -> None:
-    panels = [("masked", "masked by the ρ band"), ("masked_staleness", "masked because of staleness"),
-              ("clipfrac", "PPO clip fraction"), ("final_reward", "final reward")]
-    with figure(path, len(tables), len(panels) + 1, (22, 4 * len(tables)), 90,
-                "old-logit providers (medians over seeds)") as axes:
-        for row, (regime, table) in zip(axes, tables.items()):
-            noise, lo, hi = regime.split(":")
-            for provider in providers:
-                for ax, (key, label) in zip(row, panels):
-                    ax.plot(stalenesses, [table[f"{provider}/{d}"][key] for d in stalenesses], marker="o",
-                            label=provider)
-                    ax.set_xlabel("staleness d (versions)")
-                    ax.set_title(f"{label}\nσ = {noise}, band [{lo}, {hi}]", fontsize=10)
-                row[-1].plot(table[f"{provider}/{curve_d}"]["reward_curve"], label=provider)
-            row[-1].set_xlabel("training step")
-            row[-1].set_title(f"reward per step, d = {curve_d}\nσ = {noise}", fontsize=10)
-            row[0].legend()
-
-
-def markdown(tables: dict[str, dict], stalenesses: list[int], args: argparse.Namespace, seconds: float) -> str:
-    # the task, the correction and the columns' meaning are the page's own prose, above doc_sections.GENERATED
-    lines = [HEADING, "",
-             f"`python -m scripts.bench.old_logits_experiment --seeds {args.seeds} --steps {args.steps} --write` "
-             f"(CPU, one thread, {seconds / 60:.0f} min): {int(args.partial * 100)}% partial rollouts, "
-             f"{args.minibatches} Adam steps (lr {args.lr}) per version.", ""]
-    header = ["provider", "d", "masked", "of which staleness", "TIS-truncated", "clip frac", "abs err vs exact",
-              "IS-weight err", "final reward (min–max over seeds)", "forward rows/step", "extra memory (× params)"]
-    for regime, table in tables.items():
-        noise, lo, hi = regime.split(":")
-        rows = [[provider, d, *(f"{r[k]:.3f}" for k in ("masked", "masked_staleness", "tis_truncated", "clipfrac",
-                                                         "abs_error", "imp_weight_error")),
-                 f"{r['final_reward']:.3f} ({r['final_reward_min']:.2f}–{r['final_reward_max']:.2f})",
-                 f"{r['forward_rows']:.2f}", f"{r['extra_mem']:.1f}"]
-                for provider in args.providers for d in stalenesses for r in [table[f"{provider}/{d}"]]]
-        lines += [f"**σ = {noise}, band [{lo}, {hi}]**", "", md_table(header, rows), ""]
-    lines += ["![old-logit providers](img/old_logits_providers.png)", ""]
-    return "\n".join(lines)
-
-
 def main() -> None:
-    parser = script_parser(__doc__, doc=None)  # --doc default: RESULTS, or STUDY_DOC with --study
+    parser = script_parser(__doc__, doc=STUDY_DOC)
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=150)
-    parser.add_argument("--staleness", type=int, nargs="+", default=[0, 1, 2, 4, 8])
-    parser.add_argument("--providers", nargs="+", default=PROVIDERS)
-    parser.add_argument("--regimes", nargs="+", default=REGIMES, help="noise:band_low:band_high")
     parser.add_argument("--lr", type=float, default=3e-3)
-    parser.add_argument("--minibatches", type=int, default=4)
-    parser.add_argument("--partial", type=float, default=0.5)
     parser.add_argument("--json", type=Path, default=None)
-    parser.add_argument("--study", action="store_true", help="the mechanism study instead")
+    parser.add_argument("--study", action="store_true", help="the mechanism study (the one mode)")
     parser.add_argument("--eps-matched", action="store_true",
                         help="with --study: EPS_ARMS on the base, lr x10 and 4-epoch cells, into their own section")
     parser.add_argument("--arms", nargs="+", default=None, help="--study: arms to run (default: all of the study's)")
@@ -540,27 +412,9 @@ def main() -> None:
     parser.add_argument("--report-only", action="store_true", help="--study: report the cells in --json")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    if args.study:
-        study_main(args)
-        return
-    t0 = time.time()
-    tables = {}
-    for regime in args.regimes:
-        noise, lo, hi = (float(x) for x in regime.split(":"))
-        results = defaultdict(list)
-        for provider in args.providers:
-            for d in args.staleness:
-                for seed in range(args.seeds):
-                    results[(provider, d)].append(providers_run(provider, d, seed, args.steps, noise, (lo, hi),
-                                                                args.lr, args.minibatches, args.partial))
-                print(f"{regime} {provider} d={d} done ({time.time() - t0:.0f}s)", flush=True)
-        tables[regime] = summarize(results, args.steps)
-    section = markdown(tables, args.staleness, args, time.time() - t0)
-    if args.json:
-        args.json.write_text(json.dumps(tables, indent=1))
-    publish((args.doc or RESULTS) if args.write else None, HEADING, section, until="\n#")  # keeps its ### subsection
-    if args.write:
-        plot(tables, args.providers, args.staleness, max(args.staleness), ROOT / "docs/img/old_logits_providers.png")
+    if not args.study:  # the providers experiment (docs/results.md, "## Old-logit providers") was retired
+        parser.error("--study: the mechanism study is the one mode")
+    study_main(args)
 
 
 # One knob at a time around a base cell (the full 3 x 3 x 2 x 2 grid would take ~2 h on the shared
@@ -619,8 +473,7 @@ def study_main(args: argparse.Namespace) -> None:
         meta = {"seconds": earlier + time.time() - t0, "seeds": args.seeds, "steps": args.steps, "lr": args.lr,
                 "contexts": args.contexts, "eps_matched": args.eps_matched}
         meta_file.write_text(json.dumps(meta))
-    study_report(results, json.loads(meta_file.read_text()),
-                 (args.doc or STUDY_DOC) if args.write else None)
+    study_report(results, json.loads(meta_file.read_text()), args.doc if args.write else None)
 
 
 def _per_seed(series: list, how: str, window: slice = slice(None)) -> np.ndarray:

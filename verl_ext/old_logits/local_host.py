@@ -1,6 +1,7 @@
 """An in-process ``OldLogitHost`` over a local torch module: the reference implementation of the
-host protocol, used by the unit tests and ``scripts/bench/old_logits_experiment.py``. It holds one version's
-weights at a time (no window whose live weights move on).
+host protocol, used by the unit tests and the CPU old-logit studies (``scripts/bench/old_logits_experiment.py``,
+``scripts/bench/old_logits_probe.py``). It holds one version's weights at a time (no window whose live weights
+move on).
 
 The batch is a dict of padded ``(bs, L)`` tensors (``response_mask``, ``rollout_log_probs``,
 ``token_versions``, ``precomputed_old_log_probs``, plus whatever the model needs);
