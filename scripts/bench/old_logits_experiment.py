@@ -43,7 +43,7 @@ from scripts.bench.report import table as md_table
 from scripts.bench.stats import collapsed, fmt_mean_se, last_finite, paired_verdict
 from verl_ext.old_logits import OldLogitsConfig, OldLogitWorkerState, build_provider
 from verl_ext.old_logits.local_host import LocalPolicyHost
-from verl_ext.losses.ppo_ewma import decoupled_ppo_token_losses
+from verl_ext.losses.decoupled_ppo import decoupled_ppo_token_losses
 from verl_ext.losses.opsm import opsm_mask
 from verl_ext.old_logits.metrics import ratio_out_of_band
 from verl_ext.old_logits.weight_specs import EWMA
