@@ -1,4 +1,4 @@
-"""Helpers of the learning studies (study arguments, the reproducing command, per-seed series, plots); no docs section of its own."""
+"""Helpers of the learning studies (study arguments, the reproducing command, per-seed series, step medians); no docs section of its own."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from scripts.bench.launch import REPO, RunSpec, Runs, launch, load_steps
-from scripts.bench.report import RESULTS, figure, script_parser, table
+from scripts.bench.report import RESULTS, script_parser
 
 
 def study_parser(module_doc: str, out: Path, steps: int, seeds: list[int],
@@ -113,24 +113,6 @@ def series(runs: Runs, key: str, steps: list[int]) -> np.ndarray:
     return np.array([[run.get(s, {}).get(key, np.nan) for s in steps] for run in runs.values()], dtype=float)
 
 
-def cell(values: np.ndarray) -> str:
-    """Mean over seeds, with the per-seed values when there are several."""
-    mean = f"{np.nanmean(values):.2f}"
-    return mean if len(values) == 1 else f"{mean} ({' / '.join(f'{v:.2f}' for v in values)})"
-
-
-def step_table(results: dict[str, Runs], key: str, steps: list[int]) -> str:
-    """``key`` at each of ``steps``, one column per arm (``cell``: mean, per-seed values in brackets)."""
-    return table(["step", *results], [[s, *(cell(series(runs, key, [s])[:, 0]) for runs in results.values())]
-                                      for s in steps])
-
-
-def before_after(results: dict[str, Runs], name: str, key: str, last: int) -> list[str]:
-    """A table row: ``key`` at step 0 -> at ``last``, mean over seeds, one cell per arm."""
-    return [name, *(f"{np.nanmean(series(runs, key, [0])):.2f} -> {np.nanmean(series(runs, key, [last])):.2f}"
-                    for runs in results.values())]
-
-
 def logged_steps(results: dict[str, Runs], key: str) -> list[int]:
     return sorted({s for runs in results.values() for run in runs.values() for s, m in run.items() if key in m})
 
@@ -146,31 +128,3 @@ def machine_line(runs_info: dict[str, list[dict]]) -> str:
 
     return (f"Machine: {platform.machine()}, {os.cpu_count()} cores visible, shared with other jobs "
             f"({load_note(runs_info)}), Python {platform.python_version()}; no GPU.")
-
-
-def wall_times(runs_info: dict[str, list[dict]], configs: list[str]) -> list[str]:
-    return [f"{np.mean([i['wall_s'] for i in runs_info[c]]):.0f}" if runs_info[c] else "not recorded" for c in configs]
-
-
-def plot_curves(results: dict[str, Runs], steps: int, panels: list[tuple[str, str, bool]], title: str,
-                path: Path, smooth: int = 5) -> None:
-    """One panel per ``(metric key, panel title, per_step)``: validation keys (``per_step``
-    False) as points at the logged steps, training keys as a ``smooth``-step moving average."""
-    all_steps = list(range(steps + 1))
-    with figure(path, 1, len(panels), (5.5 * len(panels), 4), 110, title, sharey=True) as axes:
-        for ax, (key, panel_title, per_step) in zip(axes[0], panels):
-            for i, (config, runs) in enumerate(results.items()):
-                if per_step:  # moving average of the mean over seeds: one step is only a few dozen episodes
-                    window = min(smooth, steps)
-                    values = np.nanmean(series(runs, key, all_steps[1:]), axis=0)
-                    ax.plot(all_steps[window:], np.convolve(values, np.ones(window) / window, mode="valid"),
-                            color=f"C{i}", label=config)
-                else:
-                    values = series(runs, key, all_steps)
-                    logged = ~np.isnan(values).all(axis=0)
-                    ax.plot(np.array(all_steps)[logged], np.nanmean(values[:, logged], axis=0), "o-", color=f"C{i}",
-                            label=config)
-            ax.set(title=panel_title, xlabel="training step", ylim=(0, 1.02))
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=8)
-        axes[0][0].set_ylabel("rate")
