@@ -15,6 +15,7 @@ import numpy as np
 
 from verl_ext.advantages import grouping
 from verl_ext.advantages.batch import StepBatch
+from verl_ext.advantages.estimator_registry import register_estimator
 
 PLANNER = 1  # role code, see verl_ext.steps.ROLES
 TRAIN_ROLES = ("both", "planner", "executor")
@@ -35,6 +36,11 @@ def _segment_ordinal(batch: StepBatch) -> np.ndarray:
     return planners - before_traj[batch.traj]
 
 
+@register_estimator(
+    "himac",
+    group_of_one="the planner steps get the raw score (no baseline) and the executor steps are compared only "
+                 "within their own trajectory",
+)
 def compute_himac_advantage(
     batch: StepBatch,
     *,
@@ -96,6 +102,7 @@ def compute_himac_advantage(
     return np.where(planner, macro * macro_on, micro * micro_on)
 
 
+@register_estimator("hiper")
 def compute_hiper_advantage(
     batch: StepBatch,
     *,

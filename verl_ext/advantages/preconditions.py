@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from verl_ext.advantages import ESTIMATORS
+from verl_ext.advantages import ESTIMATORS, estimator_registry
 from verl_ext.gpu_checks import select
 from verl_ext.preconditions import SELECTORS, Precondition, verl_ext_trainer
 
@@ -42,19 +42,13 @@ RECORDING_ROLLOUT = {
             "tasks; recipes/text_hybrid/run_cpu.sh ADV=himac or ADV=hiper)",
 }
 
-# What a group of one (rollout.n = 1) leaves of each group estimator's advantage.
-GROUP_OF_ONE = {
+# What a group of one (rollout.n = 1) leaves of each group estimator's advantage: verl's, then the
+# step-aware ones' (``register_estimator(..., group_of_one=...)``).
+VERL_GROUP_OF_ONE = {
     "grpo": "the advantage is the raw score (mean 0, std 1): no baseline",
     "rloo": "the advantage is the raw score (the leave-one-out mean of no other rollout is 0): no baseline",
-    "gigpo": "the episode term is the raw score (no baseline) and the step term is 0 except on states one "
-             "trajectory revisits",
-    "hgpo": "every context group but a revisited state's is a group of one and counts 0, so the advantage is 0 "
-            "(the raw score with base_group)",
-    "step_grouped": "the step term (same prompt and step index) is 0 and the episode term compares only the steps "
-                    "of one trajectory",
-    "himac": "the planner steps get the raw score (no baseline) and the executor steps are compared only within "
-             "their own trajectory",
 }
+GROUP_OF_ONE = {**VERL_GROUP_OF_ONE, **estimator_registry.GROUP_OF_ONE}
 
 
 def _group_size(name: str, effect: str) -> Precondition:

@@ -9,8 +9,14 @@ import numpy as np
 
 from verl_ext.advantages import grouping
 from verl_ext.advantages.batch import StepBatch
+from verl_ext.advantages.estimator_registry import register_estimator
 
 
+@register_estimator(
+    "step_grouped",
+    group_of_one="the step term (same prompt and step index) is 0 and the episode term compares only the steps "
+                 "of one trajectory",
+)
 def compute_step_grouped_advantage(
     batch: StepBatch,
     *,
