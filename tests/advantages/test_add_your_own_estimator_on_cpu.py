@@ -58,7 +58,7 @@ def own_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     yield tmp_path
     from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY
 
-    for table in (ESTIMATORS, estimator_registry.GROUP_OF_ONE, ADV_ESTIMATOR_REGISTRY):
+    for table in (ESTIMATORS, estimator_registry.GROUP_OF_ONE, ADV_ESTIMATOR_REGISTRY):  # the ones it filled
         table.pop(NAME, None)
     sys.modules.pop("toy_estimator", None)
 

@@ -15,7 +15,7 @@ import inspect
 import numpy as np
 
 from verl_ext.advantages.batch import StepBatch, StepDataError
-from verl_ext.advantages.estimator_registry import ESTIMATORS, Estimator, register_estimator
+from verl_ext.advantages.estimator_registry import ESTIMATORS, Estimator, StepFieldNeed, register_estimator
 
 # The built-in estimators, each registered by its module (``@register_estimator``) when imported
 # here, in this order. An estimator of another package registers from that package's
@@ -109,6 +109,7 @@ __all__ = [
     "Estimator",
     "StepBatch",
     "StepDataError",
+    "StepFieldNeed",
     "compute",
     "compute_with_returns",
     "get_estimator",

@@ -9,12 +9,35 @@ the names from here, so a new estimator is one module that registers itself and 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TypeVar
 
 import numpy as np
 
 Estimator = Callable[..., "np.ndarray | tuple[np.ndarray, np.ndarray]"]
 EstimatorT = TypeVar("EstimatorT", bound=Estimator)
+OPTIONAL_STEP_FIELDS = frozenset({"role", "action_match"})  # what a loop may or may not record per step
+
+
+@dataclass(frozen=True)
+class StepFieldNeed:
+    """An optional per-step field an estimator reads, in the words of the start-up refusal of an
+    agent loop that does not record it (``verl_ext.advantages.preconditions``).
+
+    Attributes:
+        field: one of ``OPTIONAL_STEP_FIELDS`` (``StepMetadata.role``, ``.action_match``).
+        need: what the estimator needs, e.g. ``"role=planner/executor on every step"``.
+        fix: what else the user can do, quoted after how a shipped loop records the field.
+    """
+
+    field: str
+    need: str
+    fix: str
+
+    def __post_init__(self) -> None:
+        if self.field not in OPTIONAL_STEP_FIELDS:
+            raise ValueError(f"step field {self.field!r}; expected one of {sorted(OPTIONAL_STEP_FIELDS)}")
+
 
 # name -> estimator; an estimator returns advantages, or (advantages, returns) when its returns
 # are not the advantages themselves (HiPER's critic targets).
@@ -22,11 +45,21 @@ ESTIMATORS: dict[str, Estimator] = {}
 # name -> what a group of one rollout per prompt (rollout.n = 1) leaves of its advantage; an
 # estimator listed here is refused at start-up with rollout.n < 2 (verl_ext.advantages.preconditions).
 GROUP_OF_ONE: dict[str, str] = {}
+# name -> the optional per-step fields it reads (refused at start-up with a loop that leaves one out).
+STEP_FIELDS: dict[str, tuple[StepFieldNeed, ...]] = {}
+# name -> what it reads of the critic, for an estimator refused at start-up without critic.enable=true.
+CRITIC: dict[str, str] = {}
 
 _listeners: list[Callable[[str], None]] = []
 
 
-def register_estimator(name: str, *, group_of_one: str | None = None) -> Callable[[EstimatorT], EstimatorT]:
+def register_estimator(
+    name: str,
+    *,
+    group_of_one: str | None = None,
+    step_fields: tuple[StepFieldNeed, ...] = (),
+    critic: str | None = None,
+) -> Callable[[EstimatorT], EstimatorT]:
     """Function decorator: makes an estimator selectable as ``algorithm.adv_estimator=<name>``.
 
     Args:
@@ -34,6 +67,8 @@ def register_estimator(name: str, *, group_of_one: str | None = None) -> Callabl
             the keyword-only parameters of the function.
         group_of_one: for an estimator that compares the rollouts of one prompt, what a group of one
             leaves of its advantage (one sentence, quoted in the start-up refusal of rollout.n = 1).
+        step_fields: the optional per-step fields it reads.
+        critic: for an estimator that reads the critic's values, how (one sentence).
     """
 
     def decorator(estimator: EstimatorT) -> EstimatorT:
@@ -44,6 +79,10 @@ def register_estimator(name: str, *, group_of_one: str | None = None) -> Callabl
         ESTIMATORS[name] = estimator
         if group_of_one is not None:
             GROUP_OF_ONE[name] = group_of_one
+        if step_fields:
+            STEP_FIELDS[name] = step_fields
+        if critic is not None:
+            CRITIC[name] = critic
         for listener in tuple(_listeners):
             listener(name)
         return estimator
