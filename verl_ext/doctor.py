@@ -19,7 +19,7 @@ from packaging.requirements import Requirement
 
 from verl_ext import gpu_checks
 from verl_ext.compose import compose
-from verl_ext.registry import LOAD_ERRORS, PLUGINS, load_all, registered_names
+from verl_ext.registry import LOAD_ERRORS, load_all, plugin_specs, registered_names
 from verl_ext.cli_args import command_parser
 from verl_ext.gpu_checks import installed_version
 from verl_ext.megatron_checks import megatron_report
@@ -79,7 +79,7 @@ def main(argv: list[str]) -> int:
     print(f"verl {verl.__version__} (verl-ext {verl_ext.__version__} is built for verl {verl_ext.VERL_VERSION})")
     ok = verl.__version__ == verl_ext.VERL_VERSION
     print("\nplugins:")
-    for spec in PLUGINS:
+    for spec in plugin_specs():
         error = LOAD_ERRORS.get(spec.module)
         try:
             registered = spec.name in registered_names(spec.kind)

@@ -17,11 +17,11 @@ import sys
 from verl_ext import patches
 from verl_ext._post_import import when_imported
 from verl_ext.losses import behaviour
-from verl_ext.registry import KIND_TRIGGERS, PLUGINS, load_module
+from verl_ext.registry import KIND_TRIGGERS, load_module, plugin_specs
 
 
 def install_hooks() -> None:
-    for spec in PLUGINS:
+    for spec in plugin_specs():
         when_imported(KIND_TRIGGERS[spec.kind], lambda module=spec.module: load_module(module))
     # the driver's start-up validation, under every trainer mode (verl_ext.validation)
     when_imported(VALIDATE_CONFIG_MODULE, _validate_in_the_driver)

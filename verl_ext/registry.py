@@ -5,7 +5,9 @@ A side-effect-free table: importing this module imports nothing heavy and change
 plugin's module from it; ``verl-ext doctor``, the start-up checks (``verl_ext.validation``) and
 ``verl-ext list`` read it.
 
-To add a plugin: write a module that registers on import and add a ``PluginSpec`` row below.
+To add a plugin: write a module that registers on import and add a ``PluginSpec`` row below. An
+advantage estimator needs no row: its rows are derived from the registered estimators
+(``verl_ext.advantages.register_estimator``), so read the table through :func:`plugin_specs`.
 """
 
 from __future__ import annotations
@@ -60,12 +62,10 @@ KIND_TRIGGERS: dict[str, str] = {
     "checkpoint_engine": "verl.checkpoint_engine.base",
 }
 
+ESTIMATOR_REGISTRATION = "verl_ext.advantages.registration"  # registers every estimator in verl
+
+# Every plugin but the advantage estimators (see plugin_specs).
 PLUGINS: tuple[PluginSpec, ...] = (
-    PluginSpec("gigpo", "adv_estimator", "verl_ext.advantages.registration"),
-    PluginSpec("hgpo", "adv_estimator", "verl_ext.advantages.registration"),
-    PluginSpec("step_grouped", "adv_estimator", "verl_ext.advantages.registration"),
-    PluginSpec("himac", "adv_estimator", "verl_ext.advantages.registration"),
-    PluginSpec("hiper", "adv_estimator", "verl_ext.advantages.registration"),
     PluginSpec("cpu", "platform", "verl_ext.backends.cpu.platform"),
     PluginSpec("fsdp2@cpu", "engine", "verl_ext.backends.cpu.engines"),
     PluginSpec("hf", "rollout", "verl_ext.backends.cpu.registration"),
@@ -82,6 +82,14 @@ PLUGINS: tuple[PluginSpec, ...] = (
     PluginSpec("decision_turn", "agent_loop", "verl_ext.agent_loops.registration"),  # text prompts only
     PluginSpec("text_env", "agent_loop", "verl_ext.agent_loops.text_env"),
 )
+
+
+def plugin_specs() -> tuple[PluginSpec, ...]:
+    """One row per name a verl config can select: the registered advantage estimators, then ``PLUGINS``."""
+    from verl_ext.advantages import ESTIMATORS  # numpy only; imports the built-in estimators
+
+    return (*(PluginSpec(name, "adv_estimator", ESTIMATOR_REGISTRATION) for name in ESTIMATORS), *PLUGINS)
+
 
 LOAD_ERRORS: dict[str, BaseException] = {}
 LOADED: set[str] = set()
@@ -106,7 +114,7 @@ def load_all() -> None:
             importlib.import_module(trigger)
         except Exception as exc:  # noqa: BLE001
             LOAD_ERRORS[trigger] = exc
-    for spec in PLUGINS:  # also covers hooks that could not fire because a trigger failed
+    for spec in plugin_specs():  # also covers hooks that could not fire because a trigger failed
         load_module(spec.module)
 
 

@@ -82,7 +82,7 @@ def plugins_registered(config: Any) -> list[str]:
 
 
 def _explain_missing(kind: str, name: str, key: str) -> str:
-    spec = next((s for s in registry.PLUGINS if s.name == name and s.kind == kind), None)
+    spec = next((s for s in registry.plugin_specs() if s.name == name and s.kind == kind), None)
     if spec is None:
         return f"{key}={name}: no {kind} named {name!r} is registered (not a verl-ext plugin either; check the spelling)"
     error = registry.LOAD_ERRORS.get(spec.module)
@@ -118,7 +118,7 @@ def dependency_problems(config: Any) -> list[str]:
     extra: without this check such a run starts and every agent loop fails deep inside it."""
     problems = []
     for kind, name, key in named_plugins(config):
-        spec = next((s for s in registry.PLUGINS if s.name == name and s.kind == kind), None)
+        spec = next((s for s in registry.plugin_specs() if s.name == name and s.kind == kind), None)
         if spec is None or not spec.backend_requires:
             continue
         backends = sorted(env_backends(config) & spec.backend_requires.keys())

@@ -9,7 +9,9 @@ import pytest
 import torch
 from hydra import compose, initialize_config_module
 
+from verl_ext import advantages, validation
 from verl_ext.advantages.verl_glue import compute_token_advantages, estimator_params
+from verl_ext.listing import fragments
 from verl_ext.steps import StepMetadata
 
 ESTIMATORS = ("gigpo", "hgpo", "step_grouped", "himac", "hiper")
@@ -18,6 +20,15 @@ ESTIMATORS = ("gigpo", "hgpo", "step_grouped", "himac", "hiper")
 def algorithm_config(*overrides: str):
     with initialize_config_module(config_module="verl.trainer.config", version_base=None):
         return compose(config_name="ppo_trainer", overrides=list(overrides)).algorithm
+
+
+@pytest.mark.parametrize("name", sorted(advantages.ESTIMATORS))
+def test_every_registered_estimator_ships_a_fragment_that_selects_it_with_keys_it_takes(name):
+    assert f"+plugins/advantage={name}" in fragments()
+    with initialize_config_module(config_module="verl.trainer.config", version_base=None):
+        config = compose(config_name="ppo_trainer", overrides=[f"+plugins/advantage={name}"])
+    assert config.algorithm.adv_estimator == name
+    assert validation.estimator_settings(config) == []
 
 
 @pytest.mark.parametrize("name", ESTIMATORS)

@@ -9,28 +9,20 @@ uses pandas (a verl dependency), imported on first use.
 
 from __future__ import annotations
 
+import importlib
 import inspect
-from collections.abc import Callable
 
 import numpy as np
 
 from verl_ext.advantages.batch import StepBatch, StepDataError
-from verl_ext.advantages.gigpo import compute_gigpo_advantage
-from verl_ext.advantages.hgpo import compute_hgpo_advantage
-from verl_ext.advantages.hierarchical import compute_himac_advantage, compute_hiper_advantage
-from verl_ext.advantages.step_grouped import compute_step_grouped_advantage
+from verl_ext.advantages.estimator_registry import ESTIMATORS, Estimator, StepFieldNeed, register_estimator
 
-Estimator = Callable[..., "np.ndarray | tuple[np.ndarray, np.ndarray]"]
-
-# name -> estimator; an estimator returns advantages, or (advantages, returns) when its returns
-# are not the advantages themselves (HiPER's critic targets).
-ESTIMATORS: dict[str, Estimator] = {
-    "gigpo": compute_gigpo_advantage,
-    "hgpo": compute_hgpo_advantage,
-    "step_grouped": compute_step_grouped_advantage,
-    "himac": compute_himac_advantage,
-    "hiper": compute_hiper_advantage,
-}
+# The built-in estimators, each registered by its module (``@register_estimator``) when imported
+# here, in this order. An estimator of another package registers from that package's
+# ``verl.plugins`` entry point instead (docs/reference/advantages.md, "Add your own estimator").
+BUILTIN_MODULES = ("gigpo", "hgpo", "step_grouped", "hierarchical")
+for _module in BUILTIN_MODULES:
+    importlib.import_module(f"{__name__}.{_module}")
 
 # Per-step columns of StepBatch.from_arrays; everything else passed to compute is a hyper-parameter.
 REQUIRED_COLUMNS = ("uid", "traj_uid", "step_idx", "anchor", "step_reward")
@@ -114,10 +106,13 @@ def compute(
 
 __all__ = [
     "ESTIMATORS",
+    "Estimator",
     "StepBatch",
     "StepDataError",
+    "StepFieldNeed",
     "compute",
     "compute_with_returns",
     "get_estimator",
     "hyperparameters",
+    "register_estimator",
 ]

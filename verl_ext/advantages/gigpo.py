@@ -12,6 +12,7 @@ import numpy as np
 
 from verl_ext.advantages import grouping
 from verl_ext.advantages.batch import StepBatch
+from verl_ext.advantages.estimator_registry import register_estimator
 
 EPISODE_STATS = ("steps", "trajectories")
 
@@ -101,6 +102,11 @@ def anchor_groups(
     return codes, int(codes.max(initial=-1)) + 1
 
 
+@register_estimator(
+    "gigpo",
+    group_of_one="the episode term is the raw score (no baseline) and the step term is 0 except on states one "
+                 "trajectory revisits",
+)
 def compute_gigpo_advantage(
     batch: StepBatch,
     *,

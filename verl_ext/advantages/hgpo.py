@@ -10,6 +10,7 @@ import numpy as np
 
 from verl_ext.advantages import grouping
 from verl_ext.advantages.batch import StepBatch
+from verl_ext.advantages.estimator_registry import register_estimator
 from verl_ext.advantages.gigpo import episode_advantage
 
 # A level whose return equals its group's centre within this fraction of the group's mean |return|
@@ -20,6 +21,11 @@ from verl_ext.advantages.gigpo import episode_advantage
 TIE_RTOL = 1e-9
 
 
+@register_estimator(
+    "hgpo",
+    group_of_one="every context group but a revisited state's is a group of one and counts 0, so the advantage "
+                 "is 0 (the raw score with base_group)",
+)
 def compute_hgpo_advantage(
     batch: StepBatch,
     *,

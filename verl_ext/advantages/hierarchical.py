@@ -15,9 +15,13 @@ import numpy as np
 
 from verl_ext.advantages import grouping
 from verl_ext.advantages.batch import StepBatch
+from verl_ext.advantages.estimator_registry import StepFieldNeed, register_estimator
 
 PLANNER = 1  # role code, see verl_ext.steps.ROLES
 TRAIN_ROLES = ("both", "planner", "executor")
+ROLES_NEEDED = StepFieldNeed("role", "role=planner/executor on every step",
+                             "or an agent loop of your own that sets StepMetadata.role (docs/plugins/advantages.md), "
+                             "or gigpo/hgpo/step_grouped")
 _ROLE_SETTING = "record role='planner'/'executor' for every step in the agent loop's StepMetadata"
 
 
@@ -35,6 +39,12 @@ def _segment_ordinal(batch: StepBatch) -> np.ndarray:
     return planners - before_traj[batch.traj]
 
 
+@register_estimator(
+    "himac",
+    group_of_one="the planner steps get the raw score (no baseline) and the executor steps are compared only "
+                 "within their own trajectory",
+    step_fields=(ROLES_NEEDED,),
+)
 def compute_himac_advantage(
     batch: StepBatch,
     *,
@@ -96,6 +106,12 @@ def compute_himac_advantage(
     return np.where(planner, macro * macro_on, micro * micro_on)
 
 
+@register_estimator(
+    "hiper",
+    step_fields=(ROLES_NEEDED,),
+    critic="HiPER's two-level GAE reads its per-step values; every trajectory starts with a planner step (checked "
+           "at run time)",
+)
 def compute_hiper_advantage(
     batch: StepBatch,
     *,

@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from verl_ext.advantages import ESTIMATORS
+from verl_ext.advantages import ESTIMATORS, estimator_registry
+from verl_ext.advantages.estimator_registry import OPTIONAL_STEP_FIELDS, StepFieldNeed
 from verl_ext.gpu_checks import select
 from verl_ext.preconditions import SELECTORS, Precondition, verl_ext_trainer
 
@@ -19,7 +20,6 @@ ESTIMATOR_KEY = SELECTORS[KIND]
 N_KEY = "actor_rollout_ref.rollout.n"
 LOOP_KEYS = ("actor_rollout_ref.rollout.agent.default_agent_loop", "agent_name of data.train_files",
              "actor_rollout_ref.rollout.agent.agent_loop_config_path")
-OPTIONAL_STEP_FIELDS = frozenset({"role", "action_match"})  # what a loop may or may not record per step
 
 
 def _hybrid_gui_tool_leaves_out(loop_kwargs: dict[str, Any]) -> frozenset[str]:
@@ -42,19 +42,13 @@ RECORDING_ROLLOUT = {
             "tasks; recipes/text_hybrid/run_cpu.sh ADV=himac or ADV=hiper)",
 }
 
-# What a group of one (rollout.n = 1) leaves of each group estimator's advantage.
-GROUP_OF_ONE = {
+# What a group of one (rollout.n = 1) leaves of each group estimator's advantage: verl's, then the
+# step-aware ones' (``register_estimator(..., group_of_one=...)``).
+VERL_GROUP_OF_ONE = {
     "grpo": "the advantage is the raw score (mean 0, std 1): no baseline",
     "rloo": "the advantage is the raw score (the leave-one-out mean of no other rollout is 0): no baseline",
-    "gigpo": "the episode term is the raw score (no baseline) and the step term is 0 except on states one "
-             "trajectory revisits",
-    "hgpo": "every context group but a revisited state's is a group of one and counts 0, so the advantage is 0 "
-            "(the raw score with base_group)",
-    "step_grouped": "the step term (same prompt and step index) is 0 and the episode term compares only the steps "
-                    "of one trajectory",
-    "himac": "the planner steps get the raw score (no baseline) and the executor steps are compared only within "
-             "their own trajectory",
 }
+GROUP_OF_ONE = {**VERL_GROUP_OF_ONE, **estimator_registry.GROUP_OF_ONE}
 
 
 def _group_size(name: str, effect: str) -> Precondition:
@@ -114,31 +108,28 @@ def _step_metadata(name: str) -> Precondition:
                         "consistent (checked at run time: the estimator names the trajectories)", LOOP_KEYS, check)
 
 
-def _per_step_field(name: str, field: str, need: str, fix: str) -> Precondition:
+def _per_step_field(name: str, need: StepFieldNeed) -> Precondition:
     """A per-step field the shipped step-aware loops do not record (``STEP_METADATA_LOOPS``)."""
 
     def check(config: Any) -> list[str]:
-        return [f"{ESTIMATOR_KEY}={name} needs {need}, but agent loop {loop!r} ({source}) records no {field}: "
-                f"{RECORDING_ROLLOUT[field]}; {fix}"
-                for loop, source, left_out in _left_out(config) if field in left_out]
+        return [f"{ESTIMATOR_KEY}={name} needs {need.need}, but agent loop {loop!r} ({source}) records no "
+                f"{need.field}: {RECORDING_ROLLOUT[need.field]}; {need.fix}"
+                for loop, source, left_out in _left_out(config) if need.field in left_out]
 
-    return Precondition(KIND, name, f"{need}: an agent loop that sets `StepMetadata.{field}` (text_env does not; "
-                        f"{RECORDING_ROLLOUT[field]}); checked again at run time on every step", LOOP_KEYS, check)
-
-
-def _roles(name: str) -> Precondition:
-    return _per_step_field(name, "role", "role=planner/executor on every step",
-                           "or an agent loop of your own that sets StepMetadata.role (docs/plugins/advantages.md), or "
-                           "gigpo/hgpo/step_grouped")
+    return Precondition(KIND, name, f"{need.need}: an agent loop that sets `StepMetadata.{need.field}` (text_env does "
+                        f"not; {RECORDING_ROLLOUT[need.field]}); checked again at run time on every step", LOOP_KEYS,
+                        check)
 
 
-def _critic(config: Any) -> list[str]:
-    enable = select(config, "critic.enable")
-    if enable:
-        return []
-    return [f"critic.enable={enable}: {ESTIMATOR_KEY}=hiper reads the critic's per-step values (V_high on planner "
-            "steps, V_low on executor steps) and stops at the first advantage without them: set critic.enable=true "
-            "and critic.model.path"]
+def _critic(name: str, reads: str) -> Precondition:
+    def check(config: Any) -> list[str]:
+        enable = select(config, "critic.enable")
+        if enable:
+            return []
+        return [f"critic.enable={enable}: {ESTIMATOR_KEY}={name} reads the critic's per-step values and stops at the "
+                "first advantage without them: set critic.enable=true and critic.model.path"]
+
+    return Precondition(KIND, name, f"a critic (`critic.enable=true`): {reads}", ("critic.enable",), check)
 
 
 _NO_STEP_METADATA = "passes estimators no step metadata (the run stops at the first advantage, after a rollout)"
@@ -146,13 +137,6 @@ PRECONDITIONS: tuple[Precondition, ...] = (
     *(_group_size(name, effect) for name, effect in GROUP_OF_ONE.items()),
     *(verl_ext_trainer(KIND, name, _NO_STEP_METADATA) for name in ESTIMATORS),
     *(_step_metadata(name) for name in ESTIMATORS),
-    _per_step_field("step_grouped", "action_match", "action_match on every step (whether its action matched the "
-                    "reference trajectory the rollouts are aligned to; returns are cut there)",
-                    "without it every action counts as matching and the step term groups unrelated states by their "
-                    "index. Or an agent loop of your own that sets StepMetadata.action_match "
-                    "(docs/plugins/advantages.md), or gigpo/hgpo"),
-    _roles("himac"),
-    _roles("hiper"),
-    Precondition(KIND, "hiper", "a critic (`critic.enable=true`): HiPER's two-level GAE reads its per-step values; "
-                 "every trajectory starts with a planner step (checked at run time)", ("critic.enable",), _critic),
+    *(_per_step_field(name, need) for name, needs in estimator_registry.STEP_FIELDS.items() for need in needs),
+    *(_critic(name, reads) for name, reads in estimator_registry.CRITIC.items()),
 )

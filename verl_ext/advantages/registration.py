@@ -1,4 +1,5 @@
-"""Registers the verl-ext step-aware estimator names in verl's ``ADV_ESTIMATOR_REGISTRY``.
+"""Registers the verl-ext step-aware estimator names (``register_estimator``) in verl's
+``ADV_ESTIMATOR_REGISTRY``.
 
 verl's stock ``compute_advantage`` passes only token rewards, the response mask and ``uid``; these
 estimators need step metadata (trajectory, step index, anchor state, step rewards), which only the
@@ -12,7 +13,7 @@ from typing import Any
 
 from verl.trainer.ppo.core_algos import register_adv_est
 
-from verl_ext.advantages import ESTIMATORS
+from verl_ext.advantages import estimator_registry
 from verl_ext.registry import PLUGINS
 
 # The verl-ext trainer modes, whichever names the trainer plugin registers.
@@ -37,5 +38,9 @@ def _stock_trainer_stub(name: str):
     return estimator
 
 
-for _name in ESTIMATORS:
-    register_adv_est(_name)(_stock_trainer_stub(_name))
+def _register_in_verl(name: str) -> None:
+    register_adv_est(name)(_stock_trainer_stub(name))
+
+
+# every registered estimator, including one a package of its own registers after this module ran
+estimator_registry.for_each_estimator(_register_in_verl)

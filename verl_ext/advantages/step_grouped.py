@@ -9,8 +9,20 @@ import numpy as np
 
 from verl_ext.advantages import grouping
 from verl_ext.advantages.batch import StepBatch
+from verl_ext.advantages.estimator_registry import StepFieldNeed, register_estimator
 
 
+@register_estimator(
+    "step_grouped",
+    group_of_one="the step term (same prompt and step index) is 0 and the episode term compares only the steps "
+                 "of one trajectory",
+    step_fields=(StepFieldNeed(
+        "action_match",
+        "action_match on every step (whether its action matched the reference trajectory the rollouts are aligned "
+        "to; returns are cut there)",
+        "without it every action counts as matching and the step term groups unrelated states by their index. Or an "
+        "agent loop of your own that sets StepMetadata.action_match (docs/plugins/advantages.md), or gigpo/hgpo"),),
+)
 def compute_step_grouped_advantage(
     batch: StepBatch,
     *,
