@@ -39,9 +39,8 @@ from omegaconf import DictConfig, OmegaConf
 from verl.trainer.ppo.core_algos import get_adv_estimator_fn, get_policy_loss_fn
 from verl.utils.config import omega_conf_to_dataclass
 
-from scripts.bench.report import REPO, cpu_machine, publish, script_parser, target
-from scripts.bench.report import table as md_table
-from scripts.bench.stats import collapsed, estimate, paired_verdict
+from scripts.bench.report import REPO, cpu_machine, publish, script_parser, target, table as md_table
+from scripts.bench.stats import collapsed, fmt_interval, paired_verdict
 from verl_ext.advantages.verl_glue import compute_token_advantages
 from verl_ext.steps import StepMetadata
 
@@ -74,17 +73,10 @@ def make_tasks(seed: int) -> Tasks:
     return Tasks(order, rng.integers(0, CHOICES, (TASKS, CHOICES, SUBGOAL_LENGTH)))
 
 
-def executor_state(task: np.ndarray, subgoal: np.ndarray, position: np.ndarray) -> np.ndarray:
-    """Row of the logits table for the executor at ``position`` of ``subgoal`` (``BLOCKED``: not the next)."""
-    return PLANNER_STATES + (task * CHOICES + subgoal) * (SUBGOAL_LENGTH + 1) + position
-
-
 @dataclass
 class Rollouts:
-    """One batch of ``TASKS * GROUP`` episodes, turn ``t`` of episode ``i`` at ``[i, t]``.
-
-    ``state``/``action``/``reward``/``planner``/``match``/``subgoal``: (N, BUDGET), valid where
-    ``t < length[i]``; ``anchor``: the state's text; ``success``/``truncated``: (N,)."""
+    """One batch of ``TASKS * GROUP`` episodes, turn ``t`` of episode ``i`` at ``[i, t]``: ``state``, ``action``,
+    ``reward``, ``planner``, ``match``, ``subgoal`` (N, BUDGET), valid where ``t < length[i]``; the rest (N,)."""
 
     task: np.ndarray
     state: np.ndarray
@@ -113,8 +105,7 @@ def rollout(tasks: Tasks, logits: np.ndarray, rng: np.random.Generator) -> Rollo
     done_subgoals = np.zeros(n, int)  # subgoals finished
     position = np.zeros(n, int)  # executor progress inside the next subgoal (kept across segments)
     chosen = np.full(n, -1)  # the planner's pick; -1: the planner acts next
-    segment_turns = np.zeros(n, int)
-    length = np.zeros(n, int)
+    segment_turns, length = np.zeros(n, int), np.zeros(n, int)  # executor turns since the planner's; turns taken
     alive = np.ones(n, bool)
     record = {k: np.zeros((n, BUDGET), int) for k in ("state", "action", "planner", "match", "subgoal")}
     reward = np.zeros((n, BUDGET))
@@ -125,9 +116,9 @@ def rollout(tasks: Tasks, logits: np.ndarray, rng: np.random.Generator) -> Rollo
         step_subgoal = np.where(planning, 0, chosen)
         next_subgoal = tasks.order[task, np.minimum(done_subgoals, SUBGOALS - 1)]
         on_next = step_subgoal == next_subgoal
-        exec_position = np.where(on_next, position, BLOCKED)
-        state = np.where(planning, task * SUBGOALS + np.minimum(done_subgoals, SUBGOALS - 1),
-                         executor_state(task, step_subgoal, exec_position))
+        exec_position = np.where(on_next, position, BLOCKED)  # the executor's row of a subgoal not the next one
+        state = np.where(planning, task * SUBGOALS + np.minimum(done_subgoals, SUBGOALS - 1),  # planner rows first
+                         PLANNER_STATES + (task * CHOICES + step_subgoal) * (SUBGOAL_LENGTH + 1) + exec_position)
         cumulative = probs[state].cumsum(1)
         action = np.minimum((rng.random(n)[:, None] > cumulative).sum(1), CHOICES - 1)
         oracle = np.where(planning, next_subgoal,
@@ -165,25 +156,19 @@ def anchor_text(state: int) -> str:
 
 def step_metadata(batch: Rollouts) -> list[dict]:
     """Each row's ``extra_fields`` as an agent loop writes them (one row per trajectory, turn t on token t)."""
-    fields = []
-    for i, steps in enumerate(batch.length):
-        turns = range(steps)
-        fields.append(StepMetadata(
-            traj_uid=f"traj{i}", step_idx=list(turns), anchor=[anchor_text(s) for s in batch.state[i, :steps]],
-            step_reward=batch.reward[i, :steps].tolist(), spans=[[t, t + 1] for t in turns],
-            action_valid=[True] * steps, action_match=batch.match[i, :steps].tolist(),
-            role=["planner" if p else "executor" for p in batch.planner[i, :steps]],
-            subgoal=[str(g) for g in batch.subgoal[i, :steps]], truncated=bool(batch.truncated[i]),
-        ).to_extra_fields())
-    return fields
+    return [StepMetadata(
+        traj_uid=f"traj{i}", step_idx=list(range(steps)), anchor=[anchor_text(s) for s in batch.state[i, :steps]],
+        step_reward=batch.reward[i, :steps].tolist(), spans=[[t, t + 1] for t in range(steps)],
+        action_valid=[True] * steps, action_match=batch.match[i, :steps].tolist(),
+        role=["planner" if p else "executor" for p in batch.planner[i, :steps]],
+        subgoal=[str(g) for g in batch.subgoal[i, :steps]], truncated=bool(batch.truncated[i]),
+    ).to_extra_fields() for i, steps in enumerate(batch.length)]
 
 
 def algorithm_config(arm: str) -> DictConfig:
     """The ``algorithm`` section a run with ``+plugins/advantage=<arm>`` gets (verl's own for grpo)."""
     base = OmegaConf.create({"adv_estimator": arm, "gamma": GAMMA, "lam": LAM, "norm_adv_by_std_in_grpo": True})
-    if arm == BASELINE:
-        return base
-    return OmegaConf.merge(base, OmegaConf.load(FRAGMENTS / f"{arm}.yaml").algorithm)
+    return base if arm == BASELINE else OmegaConf.merge(base, OmegaConf.load(FRAGMENTS / f"{arm}.yaml").algorithm)
 
 
 def token_advantages(arm: str, config: DictConfig, batch: Rollouts, fields: list[dict],
@@ -234,11 +219,9 @@ def run_arm(arm: str, seed: int, steps: int) -> ArmRun:
         advantage_seconds.append(time.perf_counter() - start)
         mask = torch.from_numpy(batch.mask).float()
         if arm == "hiper":  # the critic regresses on the returns (A + V), one mean step per visited state
-            on = batch.mask
-            error = np.zeros(STATES)
-            visits = np.bincount(batch.state[on], minlength=STATES)
-            np.add.at(error, batch.state[on], returns.numpy()[on] - critic[batch.state[on]])
-            critic += CRITIC_LR * error / np.maximum(visits, 1)
+            visited, error = batch.state[batch.mask], np.zeros(STATES)
+            np.add.at(error, visited, returns.numpy()[batch.mask] - critic[visited])
+            critic += CRITIC_LR * error / np.maximum(np.bincount(visited, minlength=STATES), 1)
         log_prob = torch.log_softmax(table[state], -1).gather(-1, action[..., None])[..., 0]
         loss, _ = policy_loss(old_log_prob=log_prob.detach(), log_prob=log_prob, advantages=advantages,
                               response_mask=mask, loss_agg_mode="token-mean", config=actor)
@@ -248,15 +231,6 @@ def run_arm(arm: str, seed: int, steps: int) -> ArmRun:
         update_seconds.append(time.perf_counter() - start)
         success.append(batch.success.mean())
     return ArmRun(np.array(success), np.array(advantage_seconds), np.array(update_seconds))
-
-
-def run_study(seeds: list[int], steps: int) -> dict[str, list[ArmRun]]:
-    """Every arm on every seed (arm-major within a seed, so a slow phase of the machine hits all arms)."""
-    runs: dict[str, list[ArmRun]] = {arm: [] for arm in ARMS}
-    for seed in seeds:
-        for arm in ARMS:
-            runs[arm].append(run_arm(arm, seed, steps))
-    return runs
 
 
 def arm_metrics(runs: list[ArmRun]) -> dict[str, np.ndarray]:
@@ -271,12 +245,6 @@ def arm_metrics(runs: list[ArmRun]) -> dict[str, np.ndarray]:
             "update_s": np.array([np.median(r.update_seconds) for r in runs])}
 
 
-def interval(values: np.ndarray, digits: int = 3) -> str:
-    """``mean [low, high]`` with the t-based 95% interval over seeds."""
-    e = estimate(values)
-    return f"{e.mean:.{digits}f} [{e.low:.{digits}f}, {e.high:.{digits}f}]"
-
-
 def report(runs: dict[str, list[ArmRun]], seeds: list[int], steps: int, seconds: float) -> str:
     """The docs section: the task, the baseline's curve, the per-arm table and the paired differences."""
     metrics = {arm: arm_metrics(r) for arm, r in runs.items()}
@@ -284,65 +252,58 @@ def report(runs: dict[str, list[ArmRun]], seeds: list[int], steps: int, seconds:
     best = max(ARMS, key=lambda arm: metrics[arm]["auc"].mean())
     curve = np.stack([r.success for r in runs[BASELINE]]).mean(0)
     points = sorted({0, steps // 4, steps // 2, 3 * steps // 4, steps - 1})
-    rows = [(f"`{arm}`", interval(m["auc"]), interval(m["final"]),
+    rows = [(f"`{arm}`", fmt_interval(m["auc"]), fmt_interval(m["final"]),
              paired_verdict(m["auc"], base["auc"]) if arm != BASELINE else "—",
              paired_verdict(m["final"], base["final"]) if arm != BASELINE else "—",
-             interval(m["advantage_s"] / base["advantage_s"], 2), interval(m["update_s"] / base["update_s"], 2),
+             fmt_interval(m["advantage_s"] / base["advantage_s"], 2), fmt_interval(m["update_s"] / base["update_s"], 2),
              f"{int(m['collapsed'].sum())}/{len(seeds)}") for arm, m in metrics.items()]
     against_best = [f"- `{arm}` − `{best}`: AUC {paired_verdict(metrics[arm]['auc'], metrics[best]['auc'])}; "
                     f"final {paired_verdict(metrics[arm]['final'], metrics[best]['final'])}"
                     for arm in ARMS if arm != best]
     command = f"python -m scripts.bench.estimator_study --seeds {len(seeds)} --steps {steps} --write"
     date = datetime.now(timezone.utc).strftime("%Y-%m-%d")
-    return "\n".join([
-        HEADING, "",
+    return "\n\n".join([
+        HEADING,
         f"`{command}` ({date}): {seconds / 60:.1f} min on {cpu_machine()}, torch {torch.__version__}, one thread.",
-        "",
-        "A CPU mechanism study with a tabular policy, not LLM training: it compares the estimators' learning "
-        "signal on one small task where all of them apply. Task: a hidden order of "
-        f"{SUBGOALS} subgoals out of {CHOICES}, each needing {SUBGOAL_LENGTH} right executor actions out of "
-        f"{CHOICES}; a planner turn picks the next subgoal (a wrong pick costs one blocked executor turn), a "
-        "wrong executor action leaves the state as it was, "
+        "A CPU mechanism study with a tabular policy, not LLM training: it compares the estimators' learning signal "
+        f"on one small task where all of them apply. Task: a hidden order of {SUBGOALS} subgoals out of {CHOICES}, "
+        f"each needing {SUBGOAL_LENGTH} right executor actions out of {CHOICES}; a planner turn picks the next "
+        "subgoal (a wrong pick costs one blocked executor turn), a wrong executor action leaves the state as it was, "
         f"{SEGMENT_CAP} executor turns without finishing hand back to the planner, a finished subgoal pays "
-        f"1/{SUBGOALS}, success = all of them within {BUDGET} turns. {TASKS} tasks x {GROUP} rollouts a step "
-        f"(one `uid` a task), {len(seeds)} paired seeds (same tasks, same initial table, same rollout random "
-        f"stream in every arm), {steps} steps. Every arm: verl's `vanilla` PPO loss (token-mean, one on-policy "
-        f"step), Adam lr {LR} on a logits table, γ = {GAMMA}; only the advantages differ: verl's registered "
-        "`grpo`, the others through `verl_ext.advantages.verl_glue.compute_token_advantages` with the "
-        "plugin fragments' settings and step metadata as an agent loop records it (anchor = the state, "
-        "`action_match` = the oracle's action, `role`/`subgoal` = planner or executor and the subgoal "
-        f"pursued); `hiper`'s values come from a tabular critic (lr {CRITIC_LR}) fitted to its returns.",
-        "",
-        "Success = share of the step's training rollouts that finish every subgoal; AUC = its mean over all "
-        f"steps; final = its mean over the last {FINAL_WINDOW:.0%} of the steps; collapse = final below half "
-        "the peak of the 10-step running mean (peak ≥ 0.3). Intervals: t-based 95% over seeds "
-        "(differences paired by seed). Cost: median seconds per update (advantages alone; advantages + "
-        "critic + policy step), as a ratio to `grpo`'s on the same seed (rollouts excluded: the same in every arm).",
-        "",
+        f"1/{SUBGOALS}, success = all of them within {BUDGET} turns. {TASKS} tasks x {GROUP} rollouts a step (one "
+        f"`uid` a task), {len(seeds)} paired seeds (same tasks, same initial table, same rollout random stream in "
+        f"every arm), {steps} steps. Every arm: verl's `vanilla` PPO loss (token-mean, one on-policy step), Adam lr "
+        f"{LR} on a logits table, γ = {GAMMA}; only the advantages differ: verl's registered `grpo`, the others "
+        "through `verl_ext.advantages.verl_glue.compute_token_advantages` with the plugin fragments' settings and "
+        "step metadata as an agent loop records it (anchor = the state, `action_match` = the oracle's action, "
+        "`role`/`subgoal` = planner or executor and the subgoal pursued); `hiper`'s values come from a tabular "
+        f"critic (lr {CRITIC_LR}) fitted to its returns.",
+        "Success = share of the step's training rollouts that finish every subgoal; AUC = its mean over all steps; "
+        f"final = its mean over the last {FINAL_WINDOW:.0%} of the steps; collapse = final below half the peak of "
+        "the 10-step running mean (peak ≥ 0.3). Intervals: t-based 95% over seeds (differences paired by seed). "
+        "Cost: median seconds per update (advantages alone; advantages + critic + policy step), as a ratio to "
+        "`grpo`'s on the same seed (rollouts excluded: the same in every arm).",
         "`grpo`'s success over steps (mean over seeds): "
         + ", ".join(f"step {p}: {curve[p]:.2f}" for p in points) + ".",
-        "",
         md_table(["arm", "success AUC", "final success", "AUC − grpo", "final − grpo",
                   "advantage time / grpo", "update time / grpo", "collapses"], rows),
-        "",
         f"Against the arm with the highest mean AUC (`{best}`):",
-        "",
-        *against_best,
-        "",
+        "\n".join(against_best),
         "Limits of the task:",
-        "",
-        "- The policy is a table over the current state (no history, no generalisation between states or "
-        "tasks), and the tasks of a seed differ only in hidden labels: the spread between seeds is small, so "
-        "the intervals are narrow. They bound this task's learning signal, not the spread between tasks.",
-        "- Rollouts are online in every arm. `step_grouped` groups steps by index, which here are different "
-        "states in different rollouts (UI-S1's semi-online rollout keeps every rollout on the reference path; "
-        "it is not simulated); its returns are cut at the first action that differs from the oracle's.",
-        "- `hiper`'s critic is a table: its cost ratio leaves out a critic model's forward and backward pass, "
-        "which with an LLM critic is about the actor's own cost.",
-        f"- `hgpo` keeps the fragment's `history_length` ({algorithm_config('hgpo').hgpo.history_length}); "
-        "the policy sees the current state only, so its history levels split groups by the path to a state, "
-        "not by what the policy saw.",
-        "",
+        "\n".join([
+            "- The policy is a table over the current state (no history, no generalisation between states or tasks), "
+            "and the tasks of a seed differ only in hidden labels: the spread between seeds is small, so the "
+            "intervals are narrow. They bound this task's learning signal, not the spread between tasks.",
+            "- Rollouts are online in every arm. `step_grouped` groups steps by index, which here are different "
+            "states in different rollouts (UI-S1's semi-online rollout keeps every rollout on the reference path; it "
+            "is not simulated); its returns are cut at the first action that differs from the oracle's.",
+            "- `hiper`'s critic is a table: its cost ratio leaves out a critic model's forward and backward pass, "
+            "which with an LLM critic is about the actor's own cost.",
+            f"- `hgpo` keeps the fragment's `history_length` ({algorithm_config('hgpo').hgpo.history_length}); the "
+            "policy sees the current state only, so its history levels split groups by the path to a state, not by "
+            "what the policy saw.",
+            "",
+        ]),
     ])
 
 
@@ -373,7 +334,10 @@ def main(argv: list[str] | None = None) -> None:
         runs, seconds = load_runs(args.load)
     else:
         start = time.perf_counter()
-        runs = run_study(list(range(args.seeds)), args.steps)
+        runs: dict[str, list[ArmRun]] = {arm: [] for arm in ARMS}
+        for seed in range(args.seeds):  # every arm on a seed before the next: a slow phase hits all arms
+            for arm in ARMS:
+                runs[arm].append(run_arm(arm, seed, args.steps))
         seconds = time.perf_counter() - start
         if args.save:
             save_runs(args.save, runs, seconds)

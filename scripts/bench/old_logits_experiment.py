@@ -27,19 +27,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import platform
 import time
+import warnings
 from collections import defaultdict
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
-from verl.trainer.ppo.rollout_corr_helper import (
-    compute_rollout_correction_and_rejection_mask,
-)
+from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_rejection_mask
 
-from scripts.bench.report import figure, script_parser, publish
-from scripts.bench.report import table as md_table
+from scripts.bench.report import figure, publish, script_parser, table as md_table
 from scripts.bench.stats import collapsed, fmt_mean_se, last_finite, paired_verdict
 from verl_ext.old_logits import OldLogitsConfig, OldLogitWorkerState, build_provider
 from verl_ext.old_logits.local_host import LocalPolicyHost
@@ -53,14 +54,11 @@ IN_DIM = CONTEXTS + LENGTH + VOCAB + 1  # one-hots: context, position, previous 
 TIS = 2.0
 ROOT = Path(__file__).resolve().parents[2]
 STUDY_DOC = ROOT / "docs" / "experiments" / "old_logit_mechanism_study.md"
-# Mechanism study: fair arms, every seed of a cell at once (the model's seed dimension), staleness and
-# mismatch as knobs. The providers see one flattened batch of S * bs rows; shared between the seeds of a
-# cell: the calibrated EWMA's target age (the mean over all rows) and the random draws' generator.
+# The providers see one flattened batch of S * bs rows; shared between the seeds of a cell: the calibrated
+# EWMA's target age (the mean over all rows) and the random draws' generator.
 STUDY_HEADING = "## Old-logit mechanism study"
-# label -> algorithm.old_logits (BOUND is replaced by the cell's staleness bound), plus two knobs of the arm
-# itself: "clip" (PPO's ε, both sides; default CLIP), "correction" (CORRECTIONS; default "tis+band"), "opsm"
-# (DeepSeek-V3.2's off-policy sequence masking against μ at this δ, verl_ext.losses.opsm; default off) and
-# "ewma_anchor" (ArmKnobs; default "batch")
+# label -> algorithm.old_logits (BOUND is replaced by the cell's staleness bound), plus the arm's own knobs
+# (ArmKnobs): "clip", "correction" (CORRECTIONS), "opsm" (DeepSeek-V3.2's sequence masking) and "ewma_anchor"
 STUDY_ARMS = {
     "current": {"provider": "current"},
     "rollout": {"provider": "rollout"},
@@ -86,27 +84,19 @@ EPS_ARMS = {
 EPS_HEADING = "## Old-logit mechanism study, ε-matched arms"
 # the EWMA anchor as verl-ext's trainer computes it (once per batch, frozen over its mini-batches) against
 # Hilton et al.'s PPO-EWMA (θ̄'s log-probs recomputed before every mini-batch): an arm knob, "ewma_anchor"
-EWMA_ANCHOR_ARMS = {
-    "ewma calibrated": {"provider": "ewma", "ewma": {"fresh_exact": True}},
-    "ewma calibrated, minibatch anchor": {"provider": "ewma", "ewma": {"fresh_exact": True}, "ewma_anchor": "minibatch"},
-}
-BAND = (0.5, 2.0)  # token_k1 rejection band on rho (recipes/async_agentic); token TIS at TIS = 2
-MINIBATCHES = 2  # per epoch, as the text_hybrid study's two optimizer steps per step
-EVAL_EVERY, EVAL_SAMPLES = 10, 16
+EWMA_ANCHOR_ARMS = {"ewma calibrated": STUDY_ARMS["ewma calibrated"],
+                    "ewma calibrated, minibatch anchor": {**STUDY_ARMS["ewma calibrated"], "ewma_anchor": "minibatch"}}
 SPIKE_P, SPIKE_SCALE = 0.01, 8.0  # the study's heavy-tailed mismatch: 1% of logits get 8x the noise
 
-# The policy of each seed carries a leading seed dimension S (w1: (S, IN, H), b1: (S, 1, H), ...): the
-# mechanism study trains every seed of a cell at once.
-# Batched matmuls keep the seeds independent, and so do Adam and the EWMA/snapshot state (elementwise).
+# The policy of each seed carries a leading seed dimension S (w1: (S, IN, H), b1: (S, 1, H), ...): batched
+# matmuls keep the seeds independent, and so do Adam and the EWMA/snapshot state (elementwise).
 
 
 def init_params(seeds: list[int]) -> list[torch.Tensor]:
     """Each seed's initial policy, stacked: (S, IN, H), (S, 1, H), (S, H, V), (S, 1, V)."""
-    per_seed = []
-    for seed in seeds:
-        g = torch.Generator().manual_seed(seed)
-        per_seed.append([torch.randn(IN_DIM, HIDDEN, generator=g) / IN_DIM**0.5, torch.zeros(1, HIDDEN),
-                         torch.randn(HIDDEN, VOCAB, generator=g) * 0.01, torch.zeros(1, VOCAB)])
+    per_seed = [[torch.randn(IN_DIM, HIDDEN, generator=g) / IN_DIM**0.5, torch.zeros(1, HIDDEN),
+                 torch.randn(HIDDEN, VOCAB, generator=g) * 0.01, torch.zeros(1, VOCAB)]
+                for g in (torch.Generator().manual_seed(seed) for seed in seeds)]
     return [torch.stack(p).requires_grad_() for p in zip(*per_seed)]
 
 
@@ -144,9 +134,8 @@ def update_kl(new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
 
 
 def mismatch_noise(shape: tuple[int, ...], sigma: float, g: torch.Generator, spike_p: float = SPIKE_P) -> torch.Tensor:
-    """Inference-engine logit error: Gaussian σ plus rare spikes of ``SPIKE_SCALE`` σ (the heavy tail of
-    low-precision kernels: bf16 accumulation, fp8 outliers); ``spike_p`` 0: Gaussian only, drawn even at
-    σ = 0."""
+    """Inference-engine logit error: Gaussian σ plus rare spikes of ``SPIKE_SCALE`` σ (the heavy tail of low-precision
+    kernels: bf16 accumulation, fp8 outliers); ``spike_p`` 0: Gaussian only, drawn even at σ = 0."""
     if not spike_p:
         return sigma * torch.randn(shape, generator=g)
     if sigma == 0:
@@ -163,8 +152,7 @@ def generate(engine: dict[int, list[torch.Tensor]], ctx: torch.Tensor, versions:
     (the engine holds the trainer's weights of each version; the noise is the only difference)."""
     n_seeds, bs, _ = versions.shape
     tokens = torch.zeros(n_seeds, bs, LENGTH, dtype=torch.long)
-    mu = torch.zeros(n_seeds, bs, LENGTH)
-    exact = torch.zeros(n_seeds, bs, LENGTH)
+    mu, exact = torch.zeros(n_seeds, bs, LENGTH), torch.zeros(n_seeds, bs, LENGTH)
     seed_ctx = ctx.expand(n_seeds, bs)
     for t in range(LENGTH):
         prev = tokens[..., t - 1] if t else torch.full((n_seeds, bs), VOCAB)
@@ -181,27 +169,25 @@ def generate(engine: dict[int, list[torch.Tensor]], ctx: torch.Tensor, versions:
 
 @torch.no_grad()
 def eval_reward(params: list[torch.Tensor], targets: torch.Tensor, g: torch.Generator, samples: int,
-           spike_p: float = SPIKE_P) -> torch.Tensor:
+                spike_p: float = SPIKE_P) -> torch.Tensor:
     """``(S,)`` mean reward of ``samples`` noise-free samples per context (of ``targets (S, C, T)``)
     under each seed's policy."""
     ctx = torch.arange(targets.shape[1]).repeat_interleave(samples)
-    n_seeds = targets.shape[0]
-    live = {0: [p.detach() for p in params]}
-    tokens, _, _ = generate(live, ctx, torch.zeros(n_seeds, len(ctx), LENGTH, dtype=torch.long), 0.0, g, spike_p)
+    versions = torch.zeros(targets.shape[0], len(ctx), LENGTH, dtype=torch.long)  # the live weights: version 0
+    tokens, _, _ = generate({0: [p.detach() for p in params]}, ctx, versions, 0.0, g, spike_p)
     return (tokens == targets[:, ctx]).float().mean(dim=(1, 2))
 
 
 @dataclass(frozen=True)
 class Setup:
-    """The knobs around the one training loop (``run_cell``) besides the cell's; the defaults are the
-    mechanism study's."""
+    """The knobs around the one training loop (``run_cell``) besides the cell's; defaults: the study's."""
 
-    band: tuple[float, float] = BAND
-    minibatches: int = MINIBATCHES  # Adam steps per epoch
+    band: tuple[float, float] = (0.5, 2.0)  # token_k1 rejection band on ρ (recipes/async_agentic)
+    minibatches: int = 2  # Adam steps per epoch, as the text_hybrid study's two optimizer steps per step
     partial: float = 0.5  # share of sequences (partial rollouts) that move to the next version mid-sequence
     spike_p: float = SPIKE_P  # 0: Gaussian mismatch only
-    eval_every: int = EVAL_EVERY
-    eval_samples: int = EVAL_SAMPLES
+    eval_every: int = 10
+    eval_samples: int = 16
 
 
 def draw_versions(n: int, n_seeds: int, bs: int, mean: float, bound: int, g: torch.Generator,
@@ -212,8 +198,7 @@ def draw_versions(n: int, n_seeds: int, bs: int, mean: float, bound: int, g: tor
     d = torch.poisson(torch.full((n_seeds, bs), mean), generator=g).long().clamp(max=min(bound, n))
     switch = torch.where(torch.rand(n_seeds, bs, generator=g) < setup.partial,
                          torch.randint(1, LENGTH, (n_seeds, bs), generator=g), torch.full((n_seeds, bs), LENGTH))
-    versions = (n - d)[..., None] + (torch.arange(LENGTH) >= switch[..., None]).long()
-    return versions.clamp(max=n)
+    return ((n - d)[..., None] + (torch.arange(LENGTH) >= switch[..., None]).long()).clamp(max=n)
 
 
 def per_seed_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -231,19 +216,15 @@ class ArmKnobs:
     rollout_is: str | None = "token"  # verl's rollout correction (CORRECTIONS)
     rollout_rs: str | None = "token_k1"
     opsm_delta: float | None = None  # off-policy sequence masking against μ at this δ (None: off)
-    # "batch": the provider's old log-probs, once per batch (verl-ext's trainer); "minibatch": the EWMA
-    # weights' log-probs recomputed before every mini-batch (Hilton et al.'s PPO-EWMA), with the correction
-    ewma_anchor: str = "batch"
+    ewma_anchor: str = "batch"  # or "minibatch": the EWMA's log-probs (and correction) redone per mini-batch
 
 
 def arm_knobs(arm: dict, bound: int) -> ArmKnobs:
     """Parses a study arm (``BOUND`` replaced by ``bound``): its ``clip``, ``correction``, ``opsm`` and
     ``ewma_anchor`` knobs, the rest ``algorithm.old_logits``."""
     raw = json.loads(json.dumps(arm).replace('"BOUND"', str(bound)))
-    clip = raw.pop("clip", CLIP)
     rollout_is, rollout_rs = CORRECTIONS[raw.pop("correction", "tis+band")]
-    opsm_delta = raw.pop("opsm", None)
-    anchor = raw.pop("ewma_anchor", "batch")
+    clip, opsm_delta, anchor = raw.pop("clip", CLIP), raw.pop("opsm", None), raw.pop("ewma_anchor", "batch")
     if anchor not in ("batch", "minibatch") or (anchor == "minibatch" and raw.get("provider") != "ewma"):
         raise ValueError(f"ewma_anchor must be 'batch' or 'minibatch' (the latter with provider ewma), got {arm}")
     config = OldLogitsConfig.from_config(raw, max_off_policy_threshold=bound)
@@ -264,14 +245,12 @@ def rollout(n: int, engine: dict[int, list[torch.Tensor]], ctx: torch.Tensor, ta
     n_seeds, bs = targets.shape[0], len(ctx)
     versions = draw_versions(n, n_seeds, bs, mean_staleness, bound, g, setup)
     tokens, mu, exact = generate(engine, ctx, versions, sigma, g, setup.spike_p)
-    reward = (tokens == targets[:, ctx]).float().mean(-1)  # (S, bs)
-    grouped = reward.view(n_seeds, -1, GROUP)
+    grouped = (tokens == targets[:, ctx]).float().mean(-1).view(n_seeds, -1, GROUP)  # rewards by context
     adv = ((grouped - grouped.mean(-1, keepdim=True)) / (grouped.std(-1, keepdim=True) + 1e-6)).view(n_seeds, bs)
     return versions, tokens, mu, exact, adv[..., None].expand(n_seeds, bs, LENGTH)
 
 
-def correction(old: torch.Tensor, mu: torch.Tensor, knobs: ArmKnobs,
-               setup: Setup) -> tuple[torch.Tensor, torch.Tensor]:
+def correction(old: torch.Tensor, mu: torch.Tensor, knobs: ArmKnobs, setup: Setup) -> tuple[torch.Tensor, torch.Tensor]:
     """verl's rollout correction on ρ = π_old/μ for ``(S, rows, T)`` log-probs: the IS weights and the
     kept (not rejected) tokens."""
     shape = old.shape
@@ -314,34 +293,35 @@ def ppo_update(params: list[torch.Tensor], optim: torch.optim.Optimizer, states:
                 keep = opsm_mask(mu[:, mb].reshape(flat_mb), logp.reshape(flat_mb), adv[:, mb].reshape(flat_mb),
                                  torch.ones(flat_mb), knobs.opsm_delta).mask
                 losses = losses * keep.view_as(losses)
-            loss = per_seed_mean(losses, m).nan_to_num().sum()  # token-mean per seed
-            clipfrac, log_ratio = per_seed_mean(out.clipped.float(), m).nan_to_num(), out.log_ratio
             optim.zero_grad()
-            loss.backward()
+            per_seed_mean(losses, m).nan_to_num().sum().backward()  # token-mean per seed
             optim.step()
             for state in states:
                 state.after_optimizer_step()
-            clipped += clipfrac / (epochs * setup.minibatches)
-            max_r = torch.maximum(max_r, log_ratio.detach().exp().amax(dim=(1, 2)))
+            clipped += per_seed_mean(out.clipped.float(), m).nan_to_num() / (epochs * setup.minibatches)
+            max_r = torch.maximum(max_r, out.log_ratio.detach().exp().amax(dim=(1, 2)))
     return clipped, max_r
 
 
-def provider_batch(tokens: torch.Tensor, versions: torch.Tensor, mu: torch.Tensor) -> dict[str, torch.Tensor]:
-    """The flattened ``(S * bs, T)`` batch a provider reads (and writes ``old_log_probs`` into)."""
-    flat = tokens.shape[0] * tokens.shape[1]
-    return {"tokens": tokens, "response_mask": torch.ones(flat, LENGTH, dtype=torch.bool),
-            "token_versions": versions.reshape(flat, LENGTH), "rollout_log_probs": mu.reshape(flat, LENGTH)}
+def provider_old_logits(provider, host: LocalPolicyHost, n: int, data: tuple[torch.Tensor, ...],
+                        metrics: dict[str, float] | None = None) -> torch.Tensor:
+    """``(S, bs, T)`` old log-probs of ``provider`` at trainer version ``n`` for ``rollout``'s batch ``data``."""
+    versions, tokens, mu, _, _ = data
+    n_seeds, bs = tokens.shape[:2]
+    batch = {"tokens": tokens, "response_mask": torch.ones(n_seeds * bs, LENGTH, dtype=torch.bool),
+             "token_versions": versions.reshape(-1, LENGTH), "rollout_log_probs": mu.reshape(-1, LENGTH)}
+    host.version = n
+    provider.compute(host, batch, {} if metrics is None else metrics)
+    return batch["old_log_probs"].view(n_seeds, bs, LENGTH)
 
 
 def run_cell(arm: dict, seeds: list[int], steps: int, mean_staleness: float, bound: int, sigma: float,
-             lr: float, epochs: int, contexts: int = CONTEXTS, setup: Setup = Setup(),
-             g: torch.Generator | None = None) -> dict[str, torch.Tensor]:
+             lr: float, epochs: int, contexts: int = CONTEXTS, setup: Setup = Setup()) -> dict[str, torch.Tensor]:
     """One arm (``algorithm.old_logits``, ``BOUND`` replaced by ``bound``) of one cell, every seed at once,
-    on the first ``contexts`` contexts of the task; ``g``: the random stream (default: common random
-    numbers across arms). Returns per-step ``(steps, S)`` series (rewards at the evaluation steps only,
-    NaN elsewhere)."""
+    on the first ``contexts`` contexts of the task, the random stream common to the arms. Returns per-step
+    ``(steps, S)`` series (rewards at the evaluation steps only, NaN elsewhere)."""
     n_seeds, bs = len(seeds), contexts * GROUP
-    g = g or torch.Generator().manual_seed(1000 + seeds[0])
+    g = torch.Generator().manual_seed(1000 + seeds[0])
     targets = task_targets(seeds)
     params = init_params(seeds)
     optim = torch.optim.Adam(params, lr=lr)
@@ -362,15 +342,11 @@ def run_cell(arm: dict, seeds: list[int], steps: int, mean_staleness: float, bou
         data = rollout(n, engine, ctx, targets, mean_staleness, bound, sigma, g, setup)
         versions, tokens, mu, exact, _ = data
         # --- old logits from the provider, then verl's rollout correction on ρ = π_old/μ
-        host.version = n
-        batch = provider_batch(tokens, versions, mu)
         metrics: dict[str, float] = {}
-        provider.compute(host, batch, metrics)
-        old = batch["old_log_probs"].view(n_seeds, bs, LENGTH)
+        old = provider_old_logits(provider, host, n, data, metrics)
         is_w, kept = correction(old, mu, knobs, setup)
         # --- what the band removes and why (against the exact old logits)
-        proxy_out = ratio_out_of_band(old - mu, *setup.band)
-        exact_out = ratio_out_of_band(exact - mu, *setup.band)
+        proxy_out, exact_out = (ratio_out_of_band(x - mu, *setup.band) for x in (old, exact))
         stale = (versions < n).float()
         ones = torch.ones_like(stale)
         hist["masked"].append(per_seed_mean((~kept).float(), ones))
@@ -398,70 +374,28 @@ def run_cell(arm: dict, seeds: list[int], steps: int, mean_staleness: float, bou
     return {key: torch.stack(values) for key, values in hist.items()}
 
 
+def toy_parser(module_doc: str, seeds: int) -> argparse.ArgumentParser:
+    """``script_parser`` (docs page: ``STUDY_DOC``) with the options of every study of this toy."""
+    parser = script_parser(module_doc, doc=STUDY_DOC)
+    parser.add_argument("--seeds", type=int, default=seeds, help="paired seeds, trained at once")
+    parser.add_argument("--lr", type=float, default=3e-3, help="base learning rate")
+    parser.add_argument("--contexts", type=int, default=8, help="contexts of the task used")
+    parser.add_argument("--json", type=Path, default=None, help="results, saved after every run and reused")
+    return parser
+
+
 def main() -> None:
-    parser = script_parser(__doc__, doc=STUDY_DOC)
-    parser.add_argument("--seeds", type=int, default=5)
+    parser = toy_parser(__doc__, seeds=5)
     parser.add_argument("--steps", type=int, default=150)
-    parser.add_argument("--lr", type=float, default=3e-3)
-    parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--study", action="store_true", help="the mechanism study (the one mode)")
     parser.add_argument("--eps-matched", action="store_true",
                         help="with --study: EPS_ARMS on the base, lr x10 and 4-epoch cells, into their own section")
     parser.add_argument("--arms", nargs="+", default=None, help="--study: arms to run (default: all of the study's)")
-    parser.add_argument("--contexts", type=int, default=8, help="--study: contexts of the task used")
     parser.add_argument("--report-only", action="store_true", help="--study: report the cells in --json")
     args = parser.parse_args()
     torch.set_num_threads(1)
     if not args.study:  # the providers experiment (docs/results.md, "## Old-logit providers") was retired
         parser.error("--study: the mechanism study is the one mode")
-    study_main(args)
-
-
-# One knob at a time around a base cell (the full 3 x 3 x 2 x 2 grid would take ~2 h on the shared
-# 2-core machine): staleness mean 0.5 / 2 / 4 versions, mismatch σ 0 / 0.1 / 0.3, learning rate
-# x1 / x10, 1 / 4 epochs.
-STUDY_BASE = {"staleness": 2.0, "sigma": 0.1, "lr_scale": 1, "epochs": 1}
-STUDY_VARIATIONS = {"staleness": [0.5, 4.0], "sigma": [0.0, 0.3], "lr_scale": [10], "epochs": [4]}
-
-
-def study_cells(eps_matched: bool = False) -> list[dict]:
-    """The base cell, then each knob's other values with the rest at the base (``eps_matched``: the base
-    cell and the two large-update cells only)."""
-    cells = [STUDY_BASE] + [{**STUDY_BASE, knob: value} for knob, values in STUDY_VARIATIONS.items() for value in values]
-    return [c for c in cells if c["lr_scale"] > 1 or c["epochs"] > 1 or c == STUDY_BASE] if eps_matched else cells
-
-
-def cell_key(cell: dict) -> str:
-    return f"d={cell['staleness']:g} sigma={cell['sigma']:g} lr=x{cell['lr_scale']} epochs={cell['epochs']}"
-
-
-def run_study(args: argparse.Namespace) -> dict:
-    """Runs every (cell, arm); results[cell_key][arm] = {series: list (steps, S)}. Reuses the
-    cells already in ``args.json`` (a cut-short study resumes)."""
-    results = json.loads(args.json.read_text()) if args.json and args.json.exists() else {}
-    seeds = list(range(args.seeds))
-    arms = study_arms(args)
-    t0 = time.time()
-    for cell in study_cells(args.eps_matched):
-        key = cell_key(cell)
-        for arm in args.arms or arms:
-            if arm in results.get(key, {}):
-                continue
-            bound = max(1, int(2 * cell["staleness"]))  # the staleness bound, twice the mean
-            out = run_cell(arms[arm], seeds, args.steps, cell["staleness"], bound, cell["sigma"],
-                           args.lr * cell["lr_scale"], cell["epochs"], args.contexts)
-            results.setdefault(key, {})[arm] = {k: v.tolist() for k, v in out.items()}
-            print(f"{key} | {arm}: {time.time() - t0:.0f} s", flush=True)
-            if args.json:
-                args.json.write_text(json.dumps(results))
-    return results
-
-
-def study_arms(args: argparse.Namespace) -> dict[str, dict]:
-    return EPS_ARMS if args.eps_matched else STUDY_ARMS
-
-
-def study_main(args: argparse.Namespace) -> None:
     if args.json is None:
         raise SystemExit("--study needs --json PATH (results are saved there after every run, and reused)")
     t0 = time.time()
@@ -476,33 +410,66 @@ def study_main(args: argparse.Namespace) -> None:
     study_report(results, json.loads(meta_file.read_text()), args.doc if args.write else None)
 
 
-def _per_seed(series: list, how: str, window: slice = slice(None)) -> np.ndarray:
-    """Reduce a ``(steps, S)`` series to ``(S,)``: ``mean``/``max`` over ``window`` (NaN-aware),
-    ``final`` (last finite value, ``stats.last_finite``), ``peak`` (largest value)."""
-    import warnings
+# One knob at a time around a base cell (the full 3 x 3 x 2 x 2 grid would take ~2 h on the shared 2-core
+# machine): staleness mean 0.5 / 2 / 4 versions, mismatch σ 0 / 0.1 / 0.3, learning rate x1 / x10, 1 / 4 epochs.
+STUDY_BASE = {"staleness": 2.0, "sigma": 0.1, "lr_scale": 1, "epochs": 1}
+STUDY_VARIATIONS = {"staleness": [0.5, 4.0], "sigma": [0.0, 0.3], "lr_scale": [10], "epochs": [4]}
 
+
+def study_cells(eps_matched: bool = False) -> list[dict]:
+    """The base cell, then each knob's other values with the rest at the base (``eps_matched``: the base
+    cell and the two large-update cells only)."""
+    cells = [STUDY_BASE] + [{**STUDY_BASE, knob: value} for knob, values in STUDY_VARIATIONS.items() for value in values]
+    return [c for c in cells if c["lr_scale"] > 1 or c["epochs"] > 1 or c == STUDY_BASE] if eps_matched else cells
+
+
+def resumable_runs(path: Path | None, jobs: dict[tuple[str, str], Callable[[], dict]], label: str = "") -> dict:
+    """results[key][arm] = job ``(key, arm)``'s series as lists; the jobs already in ``path`` are reused
+    (a cut-short study resumes) and ``path`` is saved after every job."""
+    results = json.loads(path.read_text()) if path and path.exists() else {}
+    t0 = time.time()
+    for (key, arm), job in jobs.items():
+        if arm not in results.get(key, {}):
+            results.setdefault(key, {})[arm] = {k: v.tolist() for k, v in job().items()}
+            print(f"{label}{key} | {arm}: {time.time() - t0:.0f} s", flush=True)
+            if path:
+                path.write_text(json.dumps(results))
+    return results
+
+
+def run_study(args: argparse.Namespace) -> dict:
+    """Runs every (cell, arm) not yet in ``args.json``; results[cell][arm] = {series: list (steps, S)}."""
+    arms, jobs = EPS_ARMS if args.eps_matched else STUDY_ARMS, {}
+    for cell in study_cells(args.eps_matched):
+        key = f"d={cell['staleness']:g} sigma={cell['sigma']:g} lr=x{cell['lr_scale']} epochs={cell['epochs']}"
+        bound = max(1, int(2 * cell["staleness"]))  # the staleness bound, twice the mean
+        for arm in args.arms or arms:
+            jobs[key, arm] = partial(run_cell, arms[arm], list(range(args.seeds)), args.steps, cell["staleness"],
+                                     bound, cell["sigma"], args.lr * cell["lr_scale"], cell["epochs"], args.contexts)
+    return resumable_runs(args.json, jobs)
+
+
+def _per_seed(series: list, how: str, window: slice = slice(None)) -> np.ndarray:
+    """Reduce a ``(steps, S)`` series to ``(S,)``: ``mean``/``max`` over ``window`` (NaN-aware) or
+    ``final`` (last finite value, ``stats.last_finite``)."""
     x = np.asarray(series, float)[window]
     warnings.filterwarnings("ignore", "Mean of empty slice|All-NaN slice", RuntimeWarning)  # non-EWMA arms' age
-    if how == "final":
-        return last_finite(x.T)
-    return {"mean": np.nanmean, "max": np.nanmax, "peak": np.nanmax}[how](x, axis=0)
+    return last_finite(x.T) if how == "final" else {"mean": np.nanmean, "max": np.nanmax}[how](x, axis=0)
 
 
 def study_rows(runs: dict, steps: int) -> dict[str, dict[str, np.ndarray]]:
     """Per arm, per-seed summaries: final reward, area under the reward curve (mean over the
     evaluations), collapse (final < half the seed's peak, peak >= 0.3), and the training
     diagnostics averaged over the second half (max ratio / max ρ: their maximum there)."""
-    half = slice(steps // 2, None)
-    out = {}
+    half, out = slice(steps // 2, None), {}
     for arm, h in runs.items():
-        final, peak = _per_seed(h["reward"], "final"), _per_seed(h["reward"], "peak")
-        row = {"final reward": final, "reward AUC": _per_seed(h["reward"], "mean"),
-               "collapsed": collapsed(final, peak)}
+        final = _per_seed(h["reward"], "final")
+        out[arm] = {"final reward": final, "reward AUC": _per_seed(h["reward"], "mean"),
+                    "collapsed": collapsed(final, _per_seed(h["reward"], "max"))}
         for key in ("masked", "masked_staleness", "masked_numerics", "tis_truncated", "ess", "clipfrac",
                     "abs_error_stale", "token_age_steps", "ewma_age_steps", "update_kl"):
-            row[key] = _per_seed(h[key], "mean", half) if key in h else np.full(len(final), np.nan)
-        row["max_rho"], row["max_ratio"] = _per_seed(h["max_rho"], "max", half), _per_seed(h["max_ratio"], "max", half)
-        out[arm] = row
+            out[arm][key] = _per_seed(h[key], "mean", half) if key in h else np.full(len(final), np.nan)
+        out[arm]["max_rho"], out[arm]["max_ratio"] = (_per_seed(h[k], "max", half) for k in ("max_rho", "max_ratio"))
     return out
 
 
@@ -511,8 +478,7 @@ STUDY_COLUMNS = [  # (label, row key, digits)
     ("of which staleness", "masked_staleness", 4), ("numerics (exact old)", "masked_numerics", 4),
     ("TIS-truncated", "tis_truncated", 4), ("ESS", "ess", 3), ("max ρ", "max_rho", 1),
     ("max r", "max_ratio", 2), ("clip frac", "clipfrac", 3), ("update KL", "update_kl", 5),
-    ("abs err vs exact (stale tokens)", "abs_error_stale", 3),
-    ("collapses", "collapsed", 0),
+    ("abs err vs exact (stale tokens)", "abs_error_stale", 3), ("collapses", "collapsed", 0),
 ]
 STUDY_PAIRS = [  # (a, b): paired differences reported in every cell
     ("snapshot", "current"), ("ewma calibrated", "current"), ("ewma com = bound (old default)", "current"),
@@ -540,29 +506,22 @@ def eps_match(rows: dict[str, dict[str, np.ndarray]], anchor: str = "snapshot", 
 def study_checks(results: dict, meta: dict) -> list[str]:
     """The two sanity checks the page asks: the baseline shows the failure, the knobs are what they
     claim to be (measured, not assumed)."""
-    lines = []
-    for key, runs in results.items():
-        if "current" in runs and "snapshot" in runs and "sigma=0 " not in key:
-            rows = study_rows(runs, meta["steps"])
-            lines.append(f"- Baseline failure, {key}: `current` masks {fmt_mean_se(rows['current']['masked_staleness'], 4)} "
-                         f"of the tokens *because of staleness* (band on ρ̂ out, on exact ρ in); snapshot − current "
-                         f"masked fraction: {paired_verdict(rows['snapshot']['masked'], rows['current']['masked'], 4)} "
-                         "(the failure is present where this interval excludes 0).")
-    for key, runs in results.items():
-        rows = study_rows(runs, meta["steps"])
-        arm = rows.get("ewma calibrated, no fresh_exact")
-        if arm is not None:
-            gap = np.abs(arm["ewma_age_steps"] - arm["token_age_steps"])
-            lines.append(f"- Knobs, {key}: mean token age {fmt_mean_se(arm['token_age_steps'], 2)} optimizer steps; the "
-                         f"calibrated EWMA's age {fmt_mean_se(arm['ewma_age_steps'], 2)} (|difference| {fmt_mean_se(gap, 2)}; "
-                         "calibration: com := the tokens' mean lag); the old default's com = bound × steps per version.")
-    return lines + [""]
+    cells = {key: study_rows(runs, meta["steps"]) for key, runs in results.items()}
+    failures = [f"- Baseline failure, {key}: `current` masks {fmt_mean_se(rows['current']['masked_staleness'], 4)} "
+                f"of the tokens *because of staleness* (band on ρ̂ out, on exact ρ in); snapshot − current masked "
+                f"fraction: {paired_verdict(rows['snapshot']['masked'], rows['current']['masked'], 4)} (the failure "
+                "is present where this interval excludes 0)."
+                for key, rows in cells.items() if "current" in rows and "snapshot" in rows and "sigma=0 " not in key]
+    knobs = [f"- Knobs, {key}: mean token age {fmt_mean_se(arm['token_age_steps'], 2)} optimizer steps; the calibrated "
+             f"EWMA's age {fmt_mean_se(arm['ewma_age_steps'], 2)} (|difference| "
+             f"{fmt_mean_se(np.abs(arm['ewma_age_steps'] - arm['token_age_steps']), 2)}; calibration: com := the "
+             "tokens' mean lag); the old default's com = bound × steps per version."
+             for key, rows in cells.items() if (arm := rows.get("ewma calibrated, no fresh_exact")) is not None]
+    return failures + knobs + [""]
 
 
 def study_report(results: dict, meta: dict, doc: Path | None) -> None:
     """``## Old-logit mechanism study``, printed and written into ``doc`` with its learning-curve plot."""
-    import platform
-
     steps, eps = meta["steps"], meta.get("eps_matched", False)
     command = (f"python -m scripts.bench.old_logits_experiment --study{' --eps-matched' if eps else ''} "
                f"--seeds {meta['seeds']} --steps {steps} --lr {meta['lr']:g} --contexts {meta['contexts']} "
@@ -590,11 +549,9 @@ def study_report(results: dict, meta: dict, doc: Path | None) -> None:
                          f"`current`'s {np.nanmean(rows['current']['update_kl']):.2e}; the nearest of the snapshot arms, "
                          f"whose update KL spans {min(snapshot_kls):.2e}-{max(snapshot_kls):.2e}: where that span is "
                          "narrow, ε hardly sets the step and the match is weak)")
-        for a, b in pairs:
-            if a in rows and b in rows:
-                lines.append(f"- {a} − {b}: {paired_verdict(rows[a]['final reward'], rows[b]['final reward'])}; "
-                             f"{paired_verdict(rows[a]['reward AUC'], rows[b]['reward AUC'])}; "
-                             f"{paired_verdict(rows[a]['masked'], rows[b]['masked'])}")
+        keys = ("final reward", "reward AUC", "masked")
+        lines += [f"- {a} − {b}: " + "; ".join(paired_verdict(rows[a][k], rows[b][k]) for k in keys)
+                  for a, b in pairs if a in rows and b in rows]
         lines.append("")
     image = ROOT / "docs" / "img" / f"old_logits_study{'_eps' if eps else ''}.png"
     lines += [f"![old-logit mechanism study](../img/{image.name})", ""]

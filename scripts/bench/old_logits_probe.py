@@ -26,21 +26,21 @@ Docs section (``--write``; printed otherwise): docs/experiments/old_logit_mechan
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 import time
-from pathlib import Path
+from functools import partial
 
 import numpy as np
 import torch
 
 from scripts.bench.old_logits_experiment import (
-    EPS_ARMS, EWMA_ANCHOR_ARMS, GROUP, LENGTH, SPIKE_P, STUDY_ARMS, STUDY_DOC, VOCAB, Setup, arm_knobs,
-    correction, distributions, init_params, log_probs, logits, ppo_update, provider_batch, rollout, run_cell,
-    study_rows, task_targets, update_kl,
+    EPS_ARMS, EWMA_ANCHOR_ARMS, GROUP, LENGTH, SPIKE_P, STUDY_ARMS, VOCAB, Setup, arm_knobs,
+    correction, distributions, init_params, log_probs, logits, ppo_update, provider_old_logits, resumable_runs, rollout,
+    run_cell, study_rows, task_targets, toy_parser, update_kl,
 )
-from scripts.bench.report import cpu_machine, publish, script_parser
-from scripts.bench.report import table as md_table
-from scripts.bench.stats import estimate, fmt_mean_se, paired_difference, paired_verdict
+from scripts.bench.report import cpu_machine, publish, table as md_table
+from scripts.bench.stats import fmt_interval, fmt_mean_se, paired_difference, paired_verdict
 from verl_ext.old_logits import OldLogitWorkerState, build_provider
 from verl_ext.old_logits.local_host import LocalPolicyHost
 
@@ -51,14 +51,6 @@ UPDATES = {"small": (1, 1), "lr x10": (10, 1), "4 epochs": (1, 4)}  # (lr scale,
 BOUNDS = [4, 12]
 MISMATCH = {"bf16-like": (0.05, 0.0), "fp8-like": (0.3, SPIKE_P)}  # (σ, share of logits at SPIKE_SCALE σ)
 ANCHOR_PAIR = ("ewma calibrated, minibatch anchor", "ewma calibrated")
-
-
-def probe_cells() -> list[dict]:
-    return [{"update": u, "bound": b, "mismatch": m} for u in UPDATES for b in BOUNDS for m in MISMATCH]
-
-
-def cell_key(cell: dict) -> str:
-    return f"{cell['update']}, bound {cell['bound']}, {cell['mismatch']}"
 
 
 @torch.no_grad()
@@ -80,11 +72,10 @@ def exact_reward(params: list[torch.Tensor], targets: torch.Tensor, contexts: in
 
 def probe_cell(arms: dict[str, dict], seeds: list[int], warmup: int, bound: int, sigma: float, lr: float,
                epochs: int, contexts: int = 8, setup: Setup | None = None) -> dict[str, dict[str, torch.Tensor]]:
-    """One cell: ``warmup`` versions of training with the ``current`` arm (every arm's provider state
-    attached to the same parameters and hooks), one frozen batch at version ``warmup``, then each arm's
-    one update from the same parameters, Adam state and mini-batch order. Per arm, ``(S,)`` tensors:
-    ``improvement`` (exact expected reward after - before), ``update_kl``, ``masked`` (band), ``clipfrac``,
-    ``reward_before``."""
+    """One cell: ``warmup`` versions of training with the ``current`` arm (every arm's provider state attached to the
+    same parameters and hooks), one frozen batch at version ``warmup``, then each arm's one update from the same
+    parameters, Adam state and mini-batch order. Per arm, ``(S,)`` tensors: ``improvement`` (exact expected reward
+    after - before), ``update_kl``, ``masked`` (band), ``clipfrac``, ``reward_before``."""
     setup = setup or Setup()
     n_seeds, bs = len(seeds), contexts * GROUP
     g = torch.Generator().manual_seed(1000 + seeds[0])
@@ -93,8 +84,8 @@ def probe_cell(arms: dict[str, dict], seeds: list[int], warmup: int, bound: int,
     optim = torch.optim.Adam(params, lr=lr)
     ctx = torch.arange(contexts).repeat_interleave(GROUP)
     knobs = {arm: arm_knobs(spec, bound) for arm, spec in arms.items()}
-    steps_per_version = setup.minibatches * epochs
-    states = {arm: OldLogitWorkerState(k.config, params, updates_per_version=steps_per_version) for arm, k in knobs.items()}
+    states = {arm: OldLogitWorkerState(k.config, params, updates_per_version=setup.minibatches * epochs)
+              for arm, k in knobs.items()}
 
     def log_prob_fn(batch: dict, rows: torch.Tensor) -> torch.Tensor:
         return log_probs(params, ctx, batch["tokens"]).reshape(n_seeds * bs, LENGTH)[rows]
@@ -105,19 +96,11 @@ def probe_cell(arms: dict[str, dict], seeds: list[int], warmup: int, bound: int,
     trainer_provider = build_provider(trainer.config)
     trainer_host = LocalPolicyHost(log_prob_fn)
     engine = {0: [p.detach().clone() for p in params]}
-
-    def old_logits(provider, host, n: int, data: tuple[torch.Tensor, ...]) -> torch.Tensor:
-        versions, tokens, mu, _, _ = data
-        batch = provider_batch(tokens, versions, mu)
-        host.version = n
-        provider.compute(host, batch, {})
-        return batch["old_log_probs"].view(n_seeds, bs, LENGTH)
-
     for n in range(warmup):
         data = rollout(n, engine, ctx, targets, bound / 2, bound, sigma, g, setup)
         for arm in arms:  # what each arm's provider would do with this batch (the calibrated EWMA aims its age)
-            old_logits(providers[arm], hosts[arm], n, data)
-        old = old_logits(trainer_provider, trainer_host, n, data)
+            provider_old_logits(providers[arm], hosts[arm], n, data)
+        old = provider_old_logits(trainer_provider, trainer_host, n, data)
         is_w, kept = correction(old, data[2], trainer, setup)
         ppo_update(params, optim, list(states.values()), trainer, n, ctx, data, old, is_w, kept, epochs, setup, g)
         engine[n + 1] = [p.detach().clone() for p in params]
@@ -137,7 +120,7 @@ def probe_cell(arms: dict[str, dict], seeds: list[int], warmup: int, bound: int,
             for p, s in zip(params, start):
                 p.copy_(s)
         optim.load_state_dict(copy.deepcopy(adam))
-        old = old_logits(providers[arm], hosts[arm], n, data)
+        old = provider_old_logits(providers[arm], hosts[arm], n, data)
         is_w, kept = correction(old, data[2], knobs[arm], setup)
         order = torch.Generator().manual_seed(2000 + seeds[0])  # the same mini-batches in every arm
         clipped, _ = ppo_update(params, optim, [states[arm]], knobs[arm], n, ctx, data, old, is_w, kept, epochs,
@@ -149,21 +132,19 @@ def probe_cell(arms: dict[str, dict], seeds: list[int], warmup: int, bound: int,
 
 
 def run_probe(args) -> dict:
+    """results[cell][arm] = ``probe_cell``'s measures as lists; the cells already in ``args.json`` are reused."""
     results = json.loads(args.json.read_text()) if args.json and args.json.exists() else {}
-    seeds = list(range(args.seeds))
     t0 = time.time()
-    for cell in probe_cells():
-        key = cell_key(cell)
-        if key in results:
-            continue
-        lr_scale, epochs = UPDATES[cell["update"]]
-        sigma, spike_p = MISMATCH[cell["mismatch"]]
-        out = probe_cell(ARMS, seeds, args.warmup, cell["bound"], sigma, args.lr * lr_scale, epochs, args.contexts,
-                         Setup(spike_p=spike_p))
-        results[key] = {arm: {k: v.tolist() for k, v in row.items()} for arm, row in out.items()}
-        print(f"{key}: {time.time() - t0:.0f} s", flush=True)
-        if args.json:
-            args.json.write_text(json.dumps(results))
+    for update, bound, mismatch in itertools.product(UPDATES, BOUNDS, MISMATCH):
+        key = f"{update}, bound {bound}, {mismatch}"
+        if key not in results:
+            (lr_scale, epochs), (sigma, spike_p) = UPDATES[update], MISMATCH[mismatch]
+            out = probe_cell(ARMS, list(range(args.seeds)), args.warmup, bound, sigma, args.lr * lr_scale, epochs,
+                             args.contexts, Setup(spike_p=spike_p))
+            results[key] = {arm: {k: v.tolist() for k, v in row.items()} for arm, row in out.items()}
+            print(f"{key}: {time.time() - t0:.0f} s", flush=True)
+            if args.json:
+                args.json.write_text(json.dumps(results))
     return results
 
 
@@ -171,27 +152,12 @@ STUDY_CELLS = {"lr x10": (10, 1), "4 epochs": (1, 4)}  # the large-update cells,
 
 
 def run_study_cells(args) -> dict:
-    """The two EWMA anchors in full training runs on the study's cells (staleness mean 2, bound 4, σ 0.1
-    with spikes): results[cell][arm] = run_cell's series."""
+    """The two EWMA anchors in full runs on the study's large-update cells: results[cell][arm] = series."""
     path = args.json.with_name(args.json.stem + "_study.json") if args.json else None
-    results = json.loads(path.read_text()) if path and path.exists() else {}
-    t0 = time.time()
-    for key, (lr_scale, epochs) in STUDY_CELLS.items():
-        for arm in EWMA_ANCHOR_ARMS:
-            if arm in results.get(key, {}):
-                continue
-            out = run_cell(EWMA_ANCHOR_ARMS[arm], list(range(args.seeds)), args.study_steps, 2.0, 4, 0.1,
-                           args.lr * lr_scale, epochs, args.contexts)
-            results.setdefault(key, {})[arm] = {k: v.tolist() for k, v in out.items()}
-            print(f"study {key} | {arm}: {time.time() - t0:.0f} s", flush=True)
-            if path:
-                path.write_text(json.dumps(results))
-    return results
-
-
-def _interval(values, digits: int) -> str:
-    e = estimate(values)
-    return f"{e.mean:+.{digits}f} [{e.low:+.{digits}f}, {e.high:+.{digits}f}]"
+    jobs = {(key, arm): partial(run_cell, spec, list(range(args.seeds)), args.study_steps, 2.0, 4, 0.1,
+                                args.lr * lr_scale, epochs, args.contexts)
+            for key, (lr_scale, epochs) in STUDY_CELLS.items() for arm, spec in EWMA_ANCHOR_ARMS.items()}
+    return resumable_runs(path, jobs, "study ")
 
 
 MATERIAL = 0.10  # a difference of at least this share of `current`'s improvement
@@ -224,9 +190,8 @@ def report(results: dict, meta: dict, study: dict | None) -> str:
              f"machine ({cpu_machine()}, torch {torch.__version__}; one thread); {meta['contexts']} contexts x "
              f"{GROUP} samples, {meta['seeds']} paired seeds, {meta['warmup']} warm-up versions, base lr "
              f"{meta['lr']:g}, 2 mini-batches per epoch.", ""]
-    worth = worth_gpu_time(results)
     lines += [f"Worth GPU time (an arm's improvement differs from `current`'s beyond the paired 95% interval by at "
-              f"least {MATERIAL:.0%} of it): {'; '.join(worth) or 'none'}.", "",
+              f"least {MATERIAL:.0%} of it): {'; '.join(worth_gpu_time(results)) or 'none'}.", "",
               "Every difference beyond the interval, as a share of `current`'s improvement:", ""]
     lines += [f"- {key}: " + "; ".join(f"`{arm}` {rel:+.0%}" for arm, _, rel in arms)
               for key, arms in beyond_interval(results).items()] or ["- none"]
@@ -238,30 +203,25 @@ def report(results: dict, meta: dict, study: dict | None) -> str:
     if study:
         lines += ["", f"Same pair in full runs ({meta['study_steps']} steps, staleness mean 2 / bound 4, σ 0.1 with "
                   "spikes; final reward; reward AUC):", ""]
-        for key, runs in study.items():
-            rows = study_rows(runs, meta["study_steps"])
-            if a in rows and b in rows:
-                lines.append(f"- {key}: {paired_verdict(rows[a]['final reward'], rows[b]['final reward'])}; "
-                             f"{paired_verdict(rows[a]['reward AUC'], rows[b]['reward AUC'])}")
+        cells = {key: study_rows(runs, meta["study_steps"]) for key, runs in study.items()}
+        keys = ("final reward", "reward AUC")
+        lines += [f"- {key}: " + "; ".join(paired_verdict(rows[a][k], rows[b][k]) for k in keys)
+                  for key, rows in cells.items() if a in rows and b in rows]
     lines.append("")
     for key, rows in results.items():
         ref = rows[REFERENCE]["improvement"]
         lines += [f"### {key} (expected reward before: {fmt_mean_se(rows[REFERENCE]['reward_before'], 3)})", "",
                   md_table(["arm", "improvement [95%]", "− current [95%]", "update KL", "masked", "clip frac"],
-                           [[arm, _interval(row["improvement"], 4),
-                             "" if arm == REFERENCE else _interval(np.asarray(row["improvement"]) - ref, 4),
+                           [[arm, fmt_interval(row["improvement"], 4, "+"),
+                             "" if arm == REFERENCE else fmt_interval(np.asarray(row["improvement"]) - ref, 4, "+"),
                              f"{np.mean(row['update_kl']):.2e}", f"{np.mean(row['masked']):.4f}",
                              f"{np.mean(row['clipfrac']):.3f}"] for arm, row in rows.items()]), ""]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = script_parser(__doc__, doc=STUDY_DOC)
-    parser.add_argument("--seeds", type=int, default=10)
+    parser = toy_parser(__doc__, seeds=10)
     parser.add_argument("--warmup", type=int, default=60, help="versions of training before the frozen batch")
-    parser.add_argument("--lr", type=float, default=3e-3)
-    parser.add_argument("--contexts", type=int, default=8)
-    parser.add_argument("--json", type=Path, default=None, help="results, saved after every cell and reused")
     parser.add_argument("--study-cells", action="store_true", help="also the EWMA anchors in full training runs")
     parser.add_argument("--study-steps", type=int, default=300)
     args = parser.parse_args(argv)

@@ -123,6 +123,13 @@ def fmt_mean_se(values, digits: int = 2) -> str:
     return f"{m:.{digits}f}" if n == 1 else f"{m:.{digits}f} ± {se:.{digits}f}"
 
 
+def fmt_interval(values, digits: int = 3, sign: str = "") -> str:
+    """``mean [low, high]``: the mean over the finite values and its t-based 95% interval; ``sign`` ``+``
+    for differences (signed numbers)."""
+    e = estimate(values)
+    return f"{e.mean:{sign}.{digits}f} [{e.low:{sign}.{digits}f}, {e.high:{sign}.{digits}f}]"
+
+
 def two_se_verdict(diff: float, se: float, digits: int = 2, n: int | None = None) -> str:
     """``+d (2 SE = s[, n seeds]): verdict``: whether |diff| exceeds two standard errors of it."""
     finite = bool(np.isfinite(se))
