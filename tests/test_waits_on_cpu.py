@@ -15,7 +15,7 @@ import ray
 from verl.workers.config import RolloutConfig
 
 from .messages import assert_names
-from verl_ext.backends.cpu.rollout import HF_KEY, HFServerAdapter, HFServerTimeouts
+from verl_ext.backends.hf.rollout import HF_KEY, HFServerAdapter, HFServerTimeouts
 from verl_ext.old_logits import OldLogitsConfig
 from verl_ext.old_logits.rollout_client import _RecordCallVersions
 from verl_ext.old_logits.rollout_side import wait_until_recorded
@@ -115,7 +115,7 @@ def test_the_hf_server_adapter_stops_waiting_for_a_hung_weight_update(hung):
 def test_the_dedicated_scorer_sync_wait_counts_a_hung_rollout_server(hung, tiny_model_dir, caplog):
     from verl.workers.config import HFModelConfig
 
-    from verl_ext.backends.cpu.old_logit_scorer import HFOldLogitScorer
+    from verl_ext.backends.hf.old_logit_scorer import HFOldLogitScorer
 
     scorer = HFOldLogitScorer(config=RolloutConfig(name="hf", prompt_length=8, response_length=8, dtype="float32"),
                               model_config=HFModelConfig(path=tiny_model_dir), servers=[hung], temperature=1.0,

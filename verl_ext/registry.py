@@ -68,7 +68,7 @@ ESTIMATOR_REGISTRATION = "verl_ext.advantages.registration"  # registers every e
 PLUGINS: tuple[PluginSpec, ...] = (
     PluginSpec("cpu", "platform", "verl_ext.backends.cpu.platform"),
     PluginSpec("fsdp2@cpu", "engine", "verl_ext.backends.cpu.engines"),
-    PluginSpec("hf", "rollout", "verl_ext.backends.cpu.registration"),
+    PluginSpec("hf", "rollout", "verl_ext.backends.hf.registration"),
     PluginSpec("host_memory", "checkpoint_engine", "verl_ext.backends.host_memory"),
     *(PluginSpec(name, "trainer", "verl_ext.trainer") for name in VERL_EXT_TRAINERS),
     PluginSpec("dvreward", "reward_manager", "verl_ext.rewards.dvreward.registration", extra="judge"),

@@ -238,7 +238,7 @@ def render_section() -> str:
         "override's target changed. `patches/README.md` has each patch's page.\n\n"
         + "\n".join(rows) + "\n\n"
         "Registry writes without a register function (additions, not replacements):\n"
-        "`verl.workers.rollout.base._ROLLOUT_REGISTRY[(\"hf\", \"async\")]` (`verl_ext/backends/cpu/registration.py`).\n"
+        "`verl.workers.rollout.base._ROLLOUT_REGISTRY[(\"hf\", \"async\")]` (`verl_ext/backends/hf/registration.py`).\n"
     )
 
 

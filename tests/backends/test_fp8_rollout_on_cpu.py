@@ -10,16 +10,16 @@ import pytest
 import torch
 from verl.workers.config import HFModelConfig, RolloutConfig
 
-from verl_ext.backends.cpu.fp8_rollout import (
+from verl_ext.backends.hf.fp8_rollout import (
     E4M3_MAX,
     Fp8Rollout,
     fake_quantize_activation,
     fake_quantize_weight,
     quantized_linears,
 )
-from verl_ext.backends.cpu.old_logit_scorer import HFOldLogitScorer
-from verl_ext.backends.cpu.rollout import HFRolloutServer
-from verl_ext.backends.cpu.wire import named_to_wire
+from verl_ext.backends.hf.old_logit_scorer import HFOldLogitScorer
+from verl_ext.backends.hf.rollout import HFRolloutServer
+from verl_ext.backends.hf.wire import named_to_wire
 
 # e4m3 keeps 3 mantissa bits: a normal value rounds to within 2^-4 of itself
 E4M3_REL_ERROR = 2.0**-4

@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from verl_ext.backends.cpu.hf_engine import GenerationRequest, HFGenerationEngine, _filter_top_k_top_p
+from verl_ext.backends.hf.hf_engine import GenerationRequest, HFGenerationEngine, _filter_top_k_top_p
 
 
 @pytest.fixture(scope="module")

@@ -12,8 +12,8 @@ import pytest
 import torch
 from verl.workers.config import HFModelConfig, RolloutConfig
 
-from verl_ext.backends.cpu.rollout import HFRolloutServer
-from verl_ext.backends.cpu.wire import named_to_wire
+from verl_ext.backends.hf.rollout import HFRolloutServer
+from verl_ext.backends.hf.wire import named_to_wire
 
 
 @pytest.fixture
@@ -117,7 +117,7 @@ async def test_multimodal_input_is_refused_with_a_reason(server):
 def test_rollout_dtype_makes_a_small_mismatch_with_the_fp32_trainer(tiny_model_dir):
     """``actor_rollout_ref.rollout.dtype=bfloat16``: the server computes in bf16, the trainer in fp32;
     the log-probs of the same tokens then differ by bf16 rounding, not more."""
-    from verl_ext.backends.cpu.rollout import rollout_dtype
+    from verl_ext.backends.hf.rollout import rollout_dtype
 
     config = RolloutConfig(name="hf", prompt_length=32, response_length=24, tensor_model_parallel_size=1,
                            dtype="bfloat16")

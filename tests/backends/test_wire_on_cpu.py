@@ -1,4 +1,4 @@
-"""verl_ext/backends/cpu/wire.py: weights as numpy byte views come back bit for bit, whatever
+"""verl_ext/backends/hf/wire.py: weights as numpy byte views come back bit for bit, whatever
 their dtype and layout, from the read-only buffers Ray hands an actor."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import warnings
 import pytest
 import torch
 
-from verl_ext.backends.cpu.wire import from_wire, named_from_wire, named_to_wire, to_wire
+from verl_ext.backends.hf.wire import from_wire, named_from_wire, named_to_wire, to_wire
 
 TENSORS = {
     "bf16 matrix": torch.randn(5, 7).to(torch.bfloat16),

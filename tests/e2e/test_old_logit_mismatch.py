@@ -1,6 +1,6 @@
 """Train/inference mismatch on the cpu backend: the ``hf`` rollout in bf16 with vLLM's online fp8
 roundings (``actor_rollout_ref.rollout.quantization=fp8``: e4m3 weights per 128 x 128 block and
-activations per token group, ``verl_ext.backends.cpu.fp8_rollout``) against the fp32 trainer,
+activations per token group, ``verl_ext.backends.hf.fp8_rollout``) against the fp32 trainer,
 verl's colocated-async trainer (every other step trains on tokens one version old), and verl's
 rollout correction with a token_k1 band tight enough for fp8 numerics to trip it now and then
 (|log ρ| > 0.01: a few % of the tiny model's tokens; staleness moves most tokens by more).

@@ -27,9 +27,9 @@ import torch
 from verl.workers.config import HFModelConfig, RolloutConfig
 from verl.workers.rollout.llm_server import LLMServerClient
 
-from verl_ext.backends.cpu.old_logit_scorer import HFOldLogitScorer
-from verl_ext.backends.cpu.rollout import HFRolloutServer
-from verl_ext.backends.cpu.wire import WireTensor, named_to_wire
+from verl_ext.backends.hf.old_logit_scorer import HFOldLogitScorer
+from verl_ext.backends.hf.rollout import HFRolloutServer
+from verl_ext.backends.hf.wire import WireTensor, named_to_wire
 from verl_ext.old_logits import OldLogitsConfig, build_provider
 from verl_ext.old_logits.local_host import LocalPolicyHost
 from verl_ext.old_logits.precomputed import (

@@ -32,7 +32,7 @@ import torch
 from verl.checkpoint_engine.base import CheckpointEngine, CheckpointEngineRegistry
 from verl.workers.rollout.utils import ensure_async_iterator
 
-from verl_ext.backends.cpu.wire import WireTensor, from_wire, to_wire
+from verl_ext.backends.hf.wire import WireTensor, from_wire, to_wire
 from verl_ext.waits import check_timeout, wait_for
 
 BACKEND = "host_memory"

@@ -160,7 +160,7 @@ class _RecordCallVersions(LLMServerClient):
             return None
         if not output.token_ids:
             return []
-        from verl_ext.backends.cpu.old_logit_scorer import SCORER_COMPONENT
+        from verl_ext.backends.hf.old_logit_scorer import SCORER_COMPONENT
 
         scored = await wait_for(self.old_logit_scorer.score.remote(prompt_ids, output.token_ids, version),
                                 self.call_timeout_s, SCORER_COMPONENT, "score a segment",

@@ -107,7 +107,7 @@ class DedicatedScorer:
     of its own that Ray has left free on the node (``dedicated.gpu=own``)."""
 
     def __init__(self, host: VerlOldLogitHost, config: OldLogitsConfig) -> None:
-        from verl_ext.backends.cpu.old_logit_scorer import SCORER_ACTOR_NAME, HFOldLogitScorer
+        from verl_ext.backends.hf.old_logit_scorer import SCORER_ACTOR_NAME, HFOldLogitScorer
 
         trainer = host.trainer
         self.host = host
@@ -152,7 +152,7 @@ class DedicatedScorer:
 
     def _call(self, refs: Any, what: str, bound: str = "call_timeout_s") -> Any:
         """``ray.get`` of a call to the scorer, bounded by ``dedicated.<bound>``."""
-        from verl_ext.backends.cpu.old_logit_scorer import SCORER_COMPONENT
+        from verl_ext.backends.hf.old_logit_scorer import SCORER_COMPONENT
 
         return ray_get(refs, getattr(self.config, bound), SCORER_COMPONENT, what, f"{KEY}.dedicated.{bound}")
 
@@ -162,7 +162,7 @@ class DedicatedScorer:
     def after_weight_sync(self, version: int | None) -> None:
         """The actor's weights of ``version``, to the scorer (it first finishes the outgoing
         version's segments), once per version: with separate pools both pools sync each version."""
-        from verl_ext.backends.cpu.old_logit_scorer import SCORER_ACTOR_NAME
+        from verl_ext.backends.hf.old_logit_scorer import SCORER_ACTOR_NAME
 
         if version is None or version == self.sent_version:
             return

@@ -16,7 +16,7 @@ from typing import Any
 import ray
 import torch
 
-from verl_ext.backends.cpu.wire import to_wire
+from verl_ext.backends.hf.wire import to_wire
 from verl_ext.checkpoint_files import load_file, save_file
 from verl_ext.old_logits.config import KEY, OldLogitsConfig
 from verl_ext.old_logits.swap import WeightSwap, local_parameters
@@ -126,7 +126,7 @@ def send_weights_to_scorer(ray_self: Any, scorer_name: str, version: int | None,
             cast = tensor.detach().to(dtype=dtype if tensor.is_floating_point() else tensor.dtype)
             state[name] = to_wire(cast.to("cpu"))
     if sender:
-        from verl_ext.backends.cpu.old_logit_scorer import SCORER_COMPONENT
+        from verl_ext.backends.hf.old_logit_scorer import SCORER_COMPONENT
 
         ray_get(ray.get_actor(scorer_name).update_weights.remote(state, version), timeout_s, SCORER_COMPONENT,
                 f"load the weights of version {version} (after its wait of up to {KEY}.dedicated.sync_timeout_s "

@@ -1,4 +1,4 @@
-"""fp8 rollout on the cpu backend: the ``hf`` server computes the way vLLM's online fp8 does.
+"""fp8 rollout in the ``hf`` server: it computes the way vLLM's online fp8 does.
 
 verl's ``actor_rollout_ref.rollout.quantization=fp8`` makes vLLM quantize the rollout model on the
 fly (``vllm_async_server._apply_quantization`` in verl 0.9.1): every linear layer of the decoder

@@ -15,7 +15,7 @@ One server call never spans a weight update (updates happen while generation is 
 a resumed partial rollout's per-token versions are the concatenation of its calls' versions.
 
 The ``dedicated`` old-logit provider's scorer is this server's forward-only twin
-(``verl_ext.backends.cpu.old_logit_scorer``).
+(``verl_ext.backends.hf.old_logit_scorer``).
 """
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 from verl.workers.rollout.utils import ensure_async_iterator
 
-from verl_ext.backends.cpu.fp8_rollout import Fp8Rollout
-from verl_ext.backends.cpu.hf_engine import GenerationRequest, HFGenerationEngine
-from verl_ext.backends.cpu.wire import WireTensor, named_from_wire, to_wire
+from verl_ext.backends.hf.fp8_rollout import Fp8Rollout
+from verl_ext.backends.hf.hf_engine import GenerationRequest, HFGenerationEngine
+from verl_ext.backends.hf.wire import WireTensor, named_from_wire, to_wire
 from verl_ext.old_logits.segment_log import ServedSegments
 from verl_ext.waits import check_timeout, wait_for
 

@@ -1,7 +1,7 @@
 """``HFOldLogitScorer``, the ``dedicated`` old-logit provider's scorer (``verl_ext.old_logits.precomputed``):
 a forward-only copy of the policy, on the host CPU or on a GPU, that receives every weight version
 in the same sync as the rollout servers (of any engine) and scores each segment as the LLM client
-hands it over. It is the ``hf`` rollout server (``verl_ext.backends.cpu.rollout``) with its
+hands it over. It is the ``hf`` rollout server (``verl_ext.backends.hf.rollout``) with its
 generation replaced by scoring.
 """
 
@@ -15,8 +15,8 @@ from typing import Any
 import torch
 from verl.workers.config import HFModelConfig, RolloutConfig
 
-from verl_ext.backends.cpu.rollout import HFRolloutServer
-from verl_ext.backends.cpu.wire import WireTensor
+from verl_ext.backends.hf.rollout import HFRolloutServer
+from verl_ext.backends.hf.wire import WireTensor
 from verl_ext.timing import held_bytes
 
 logger = logging.getLogger("verl_ext.hf_rollout")  # the hf server's logger: one name for both
